@@ -1,0 +1,102 @@
+"""One dataclass describes a model; every module takes it instead of a pile of keyword arguments."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+FFN_KINDS = ("relu", "gelu", "swiglu")
+POSITION_KINDS = ("learned", "sinusoidal", "rope", "none")
+INIT_SCHEMES = ("default", "xavier")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: as many as n_heads (plain multi-head attention)
+    n_layers: int = 24  # decoder-only model; for encoder-decoder the decoder depth
+    n_encoder_layers: int | None = None  # None: same as n_layers
+    ffn_kind: str = "gelu"
+    ffn_ratio: float = 4.0
+    ffn_hidden: int | None = None  # None: round(ffn_ratio * d_model); published configs give it exactly
+    norm_kind: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    position: str = "learned"
+    rope_theta: float = 10000.0
+    vocab_size: int = 64
+    max_len: int = 64
+    bias: bool = True
+    tie_embeddings: bool = False
+    init: str = "default"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "n_layers", "vocab_size", "max_len"):
+            _require_positive_int(name, getattr(self, name))
+        for name in ("n_kv_heads", "n_encoder_layers", "ffn_hidden"):
+            if getattr(self, name) is not None:
+                _require_positive_int(name, getattr(self, name))
+        _require_choice("ffn_kind", self.ffn_kind, FFN_KINDS)
+        _require_choice("norm_kind", self.norm_kind, NORM_KINDS)
+        _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        _require_choice("position", self.position, POSITION_KINDS)
+        _require_choice("init", self.init, INIT_SCHEMES)
+        if not self.ffn_ratio > 0:
+            raise ConfigError(f"ffn_ratio must be > 0, got {self.ffn_ratio!r}")
+        if not self.norm_eps > 0:
+            raise ConfigError(f"norm_eps must be > 0, got {self.norm_eps!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"n_heads must divide d_model: d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(
+                f"n_kv_heads must divide n_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={self.kv_heads}"
+            )
+        if self.position == "rope" and self.head_dim % 2:
+            raise ConfigError(f"position='rope' needs an even head dimension, got d_model/n_heads={self.head_dim}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        return self.ffn_hidden or round(self.ffn_ratio * self.d_model)
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers or self.n_layers
+
+    def replace(self, **changes) -> "ModelConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown model field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**values)
+
+
+def _require_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _require_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
