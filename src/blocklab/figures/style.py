@@ -1,0 +1,41 @@
+"""Shared figure style: Korean labels by default (NanumGothic from koreanize-matplotlib), English on request."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import koreanize_matplotlib  # noqa: E402,F401  (registers NanumGothic and sets it as the default family)
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from ..io import atomic_path  # noqa: E402
+
+LANGS = ("ko", "en")
+
+
+def setup(lang: str = "ko") -> None:
+    if lang not in LANGS:
+        raise ValueError(f"lang={lang!r} is not allowed; choose one of {list(LANGS)}")
+    sns.set_theme(style="whitegrid", context="notebook", font="NanumGothic", rc={"axes.unicode_minus": False})
+
+
+def text(lang: str, ko: str, en: str) -> str:
+    """Pick the label for the figure language."""
+    return ko if lang == "ko" else en
+
+
+def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None) -> Path:
+    """Write the figure atomically, plus ``<name>.json`` saying which data files and parameters made it."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)
+    from .. import provenance
+
+    record = {"figure": path.name, "sources": [str(s) for s in sources], "params": params or {}, **provenance.code_version()}
+    with atomic_path(path.with_suffix(".json")) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,49 @@
+"""Where an artifact came from: code version and library versions, recorded beside every artifact."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+LIBRARIES = ("torch", "numpy", "pandas", "snakemake", "dvc", "papermill", "seaborn", "matplotlib", "transformers")
+
+
+@functools.cache
+def code_version() -> dict:
+    """Git commit (with a dirty flag) where available, and always a hash of the package's own source files."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for file in sorted(package.rglob("*")):
+        if file.suffix in (".py", ".yaml", ".json") and "__pycache__" not in file.parts:
+            digest.update(file.relative_to(package).as_posix().encode())
+            digest.update(file.read_bytes())
+    version = {"blocklab_source_sha256": digest.hexdigest()[:16], "git_commit": None, "git_dirty": None}
+    try:
+        top = package.parent.parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True, timeout=10)
+        if commit.returncode == 0:
+            version["git_commit"] = commit.stdout.strip()
+            status = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=top, capture_output=True, text=True, timeout=10)
+            version["git_dirty"] = bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return version
+
+
+@functools.cache
+def library_versions() -> dict:
+    versions = {"python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def stamp(**fields) -> dict:
+    """Metadata for one artifact: the given fields plus code and library versions."""
+    return {**fields, "code": code_version(), "libraries": library_versions()}
