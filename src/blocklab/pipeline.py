@@ -1,0 +1,53 @@
+"""What the Snakefile needs from the package: config checks, run lists, code dependencies, the figure list.
+
+The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.yaml runs that DAG.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .params import ParamsError, validate_params
+
+PARAMS_FILE = "params.yaml"
+
+# Every figure the analysis notebook writes into figs/ (name -> the data it is drawn from).
+FIGURES = {
+    "gradnorm_at_init": ["data/gradnorm/gradnorm.csv"],
+    "loss_curves": ["data/sweep/losses.csv"],
+    "problem9_scores": ["data/problem9/scores.csv"],
+    "problem10_residual_growth": ["data/residual_sim/curve.csv"],
+    "problem11_norm_warmup": ["data/sweep/summary.csv"],
+    "activation_norms": ["data/activation_norms/norms.csv"],
+    "residual_ablation": ["data/activation_norms/residual_ablation.csv"],
+    "reverse_copy": ["data/reverse_copy/losses.csv", "data/reverse_copy/summary.csv"],
+    "param_counts": ["data/param_counts/blocks.csv"],
+    "residual_growth_trained": ["data/probe/lm.csv", "data/probe/copy.csv"],
+}
+
+_SOURCE = Path(__file__).resolve().parent
+# Source files whose change alters a trained model (so Snakemake retrains); figure code is not among them.
+MODEL_CODE = ["config", "layers", "blocks", "models", "init", "tasks", "train", "sweep"]
+
+
+def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
+    """Validate Snakemake's config and insist it equals params.yaml, which every command and DVC read."""
+    validate_params(config, source="snakemake config")
+    on_disk = yaml.safe_load(Path(params_file).read_text(encoding="utf-8"))
+    if config != on_disk:
+        raise ParamsError(
+            f"the Snakemake config differs from {params_file}; edit {params_file} (or use `dvc exp run -S key=value`) "
+            "instead of --config/--configfile overrides, so that DVC and every command see the same parameters"
+        )
+    return config
+
+
+def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:
+    """Paths (relative to the project) of package modules, for rules whose results depend on that code."""
+    return [f"{root}/{m}.py" for m in modules]
+
+
+def training_settings(section: dict, *loop_keys: str) -> dict:
+    """The part of a sweep section that changes every run's numbers (not the lists of runs to make)."""
+    return {k: v for k, v in section.items() if k not in loop_keys}

@@ -1,0 +1,155 @@
+"""Document 000's sweep: the 24-block copy task over norm position x warm-up x seed, one cached artifact per run."""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+from safetensors.torch import save_file
+
+from . import provenance
+from .config import ModelConfig
+from .io import atomic_path, read_json, read_table, write_json, write_table
+from .models import DecoderLM
+from .params import load_params
+from .runtime import resolve_device, set_threads
+from .tasks import copy_batch, copy_loss
+from .train import train
+
+log = logging.getLogger("blocklab.sweep")
+
+RUN_FILES = ("loss.csv", "model.safetensors", "meta.json")  # meta.json is written last: it marks a finished run
+
+
+def run_name(norm: str, warmup: int, seed: int) -> str:
+    return f"{norm}-w{warmup}-s{seed}"
+
+
+def copy_model_config(params: dict, norm: str, init: str | None = None) -> ModelConfig:
+    """The copy-task model of params.yaml with the given norm position (and optionally another init scheme)."""
+    model = dict(params["copy_model"])
+    if init is not None:
+        model["init"] = init
+    task = params["copy_task"]
+    return ModelConfig(
+        **model, norm_position=norm, vocab_size=task["vocab_size"], max_len=2 * task["seq_len"]
+    )
+
+
+def build_copy_model(cfg: ModelConfig, seed: int) -> DecoderLM:
+    """The run's model at initialization: the same seed always gives the same weights."""
+    torch.manual_seed(seed)
+    return DecoderLM(cfg)
+
+
+def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu") -> dict:
+    """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    task, sweep = params["copy_task"], params["sweep"]
+    cfg = copy_model_config(params, norm)
+    device = resolve_device(device)
+    model = build_copy_model(cfg, seed).to(device)
+    generator = torch.Generator().manual_seed(seed)
+
+    def next_batch(gen):
+        return copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], gen, device=device)
+
+    def loss_fn(m, batch):
+        inputs, targets = batch
+        return copy_loss(m(inputs), targets)
+
+    checkpoint = out_dir / "checkpoint.pt"
+    result = train(
+        model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
+        checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
+        desc=run_name(norm, warmup, seed),
+    )
+    losses = pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs})
+    write_table(losses, out_dir / "loss.csv")
+    with atomic_path(out_dir / "model.safetensors") as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
+    meta = provenance.stamp(
+        run=run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
+        threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
+        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
+        model_config=cfg.to_dict(), copy_task=task, sweep={k: v for k, v in sweep.items() if k not in ("norms", "warmups", "seeds")},
+    )
+    write_json(meta, out_dir / "meta.json")
+    checkpoint.unlink(missing_ok=True)
+    return meta
+
+
+def classify(losses: pd.Series, vocab_size: int) -> str:
+    """learned / stuck / collapsed / partial, judged against chance level ln(vocab) (never tuned to the document)."""
+    chance = math.log(vocab_size)
+    final, best = losses.iloc[-1], losses.min()
+    if best > 0.9 * chance:
+        return "stuck"
+    if final < 0.1 * chance:
+        return "learned"
+    if best < 0.1 * chance and final > 0.5 * chance:
+        return "collapsed"
+    return "partial"
+
+
+def aggregate(run_dirs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy per-step losses of all runs, and one summary row per run."""
+    curves, rows = [], []
+    for run_dir in map(Path, run_dirs):
+        meta = read_json(run_dir / "meta.json")
+        loss = read_table(run_dir / "loss.csv")
+        ident = {"run": meta["run"], "norm": meta["norm"], "warmup": meta["warmup"], "seed": meta["seed"]}
+        curves.append(loss.assign(**ident))
+        vocab = meta["copy_task"]["vocab_size"]
+        outcome = "diverged" if meta["diverged_step"] else classify(loss["loss"], vocab) if len(loss) else "diverged"
+        rows.append({
+            **ident,
+            "final_loss": loss["loss"].iloc[-1] if len(loss) else float("nan"),
+            "min_loss": loss["loss"].min(),
+            "min_loss_step": int(loss.loc[loss["loss"].idxmin(), "step"]) if len(loss) else None,
+            "outcome": outcome,
+            "diverged_step": meta["diverged_step"],
+            "wall_time_s": meta["wall_time_s"],
+        })
+    columns = ["run", "norm", "warmup", "seed", "step", "loss", "lr"]
+    losses = pd.concat(curves, ignore_index=True)[columns] if curves else pd.DataFrame(columns=columns)
+    summary = pd.DataFrame(rows).sort_values(["norm", "warmup", "seed"], ignore_index=True)
+    return losses, summary
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train-copy", help="train one run of the document-000 copy-task sweep")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--norm", required=True, choices=["post", "pre"])
+    p.add_argument("--warmup", required=True, type=int)
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
+    p.set_defaults(func=_train_main)
+
+    p = subparsers.add_parser("aggregate-sweep", help="collect finished sweep runs into tidy tables")
+    p.add_argument("--runs", nargs="+", required=True, type=Path)
+    p.add_argument("--out-losses", required=True, type=Path)
+    p.add_argument("--out-summary", required=True, type=Path)
+    p.set_defaults(func=_aggregate_main)
+
+
+def _train_main(args) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    params = load_params(args.params)
+    if args.warmup < 0 or args.warmup > params["sweep"]["steps"]:
+        from .config import ConfigError
+
+        raise ConfigError(f"--warmup={args.warmup} is not allowed; choose 0..{params['sweep']['steps']} (sweep.steps)")
+    set_threads(args.threads or params["threads_per_run"])
+    meta = train_copy_run(params, args.norm, args.warmup, args.seed, args.out_dir, params["device"])
+    log.info("%s %s in %.1f s", meta["run"], meta["status"], meta["wall_time_s"])
+
+
+def _aggregate_main(args) -> None:
+    losses, summary = aggregate(args.runs)
+    write_table(losses, args.out_losses)
+    write_table(summary, args.out_summary)

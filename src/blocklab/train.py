@@ -1,0 +1,133 @@
+"""A small, resumable training loop: Adam, linear warm-up, atomic checkpoints, divergence detection.
+
+Everything that decides the numbers (model, optimizer, every random-number generator, step, losses so far) is in the
+checkpoint, so a run killed at any point and resumed gives bit-identical losses and weights on the CPU.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+from .io import atomic_path
+
+log = logging.getLogger("blocklab.train")
+
+
+def warmup_factor(step: int, warmup: int) -> float:
+    """Linear warm-up: step s (1-based) trains at lr * min(1, s / warmup); no warm-up means the full rate from step 1."""
+    return 1.0 if warmup <= 0 else min(1.0, step / warmup)
+
+
+@dataclass
+class TrainResult:
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    diverged_step: int | None = None
+    resumed_from: int = 0
+    seconds: float = 0.0
+
+
+def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int) -> None:
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "data_rng": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "steps": result.steps,
+        "losses": result.losses,
+        "lrs": result.lrs,
+        "seconds": result.seconds,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _load_checkpoint(path: Path, model, optimizer, generator, result: TrainResult) -> int:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    generator.set_state(state["data_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    result.steps, result.losses, result.lrs = list(state["steps"]), list(state["losses"]), list(state["lrs"])
+    result.seconds = float(state["seconds"])
+    return int(state["step"])
+
+
+def train(
+    model: torch.nn.Module,
+    next_batch: Callable[[torch.Generator], tuple],
+    loss_fn: Callable[[torch.nn.Module, tuple], torch.Tensor],
+    *,
+    steps: int,
+    lr: float,
+    warmup: int,
+    generator: torch.Generator,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 100,
+    compile: bool = False,
+    desc: str = "train",
+) -> TrainResult:
+    """Train ``model`` for ``steps`` Adam steps; resume from ``checkpoint`` if it exists.
+
+    ``next_batch(generator)`` draws a batch from the data generator (its state is checkpointed);
+    ``loss_fn(model, batch)`` returns a scalar loss. Training stops at the first non-finite loss (recorded as diverged).
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    result = TrainResult()
+    start = 0
+    if checkpoint is not None and Path(checkpoint).exists():
+        start = result.resumed_from = _load_checkpoint(Path(checkpoint), model, optimizer, generator, result)
+        log.info("%s: resumed from checkpoint at step %d", desc, start)
+    step_fn = _make_step(model, loss_fn, optimizer, compile)
+    began = time.perf_counter() - result.seconds
+    progress = tqdm(total=steps, initial=start, desc=desc, file=sys.stderr, disable=None, mininterval=2.0)
+    for step in range(start + 1, steps + 1):
+        rate = lr * warmup_factor(step, warmup)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        loss = step_fn(next_batch(generator))
+        if not math.isfinite(loss):
+            result.diverged_step = step
+            log.warning("%s: loss became %s at step %d; recorded as diverged", desc, loss, step)
+            break
+        result.steps.append(step)
+        result.losses.append(loss)
+        result.lrs.append(rate)
+        progress.update(1)
+        if step % 50 == 0 or step == steps:
+            log.info("%s: step %d/%d loss %.4f lr %.2e", desc, step, steps, loss, rate)
+        if checkpoint is not None and step % checkpoint_every == 0 and step < steps:
+            result.seconds = time.perf_counter() - began
+            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step)
+    progress.close()
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _make_step(model, loss_fn, optimizer, compile: bool):
+    # The compiled wrapper shares its parameters with ``model``, so checkpoints keep plain state-dict keys.
+    forward_model = torch.compile(model, dynamic=False) if compile else model
+
+    def step(batch) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(forward_model, batch)
+        loss.backward()
+        loss_value = loss.item()
+        if math.isfinite(loss_value):
+            optimizer.step()
+        return loss_value
+
+    return step

@@ -1,0 +1,80 @@
+# Document 000: the norm x warm-up x seed sweep, gradient norms at init, the residual simulation, problem 9.
+
+wildcard_constraints:
+    norm="post|pre",
+    warmup=r"\d+",
+    seed=r"\d+",
+    variant="[a-z]+",
+
+SWEEP_RUNS = expand(
+    "data/sweep/runs/{norm}-w{warmup}-s{seed}",
+    norm=config["sweep"]["norms"], warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"],
+)
+
+
+rule train_copy:
+    input:
+        code_files(*MODEL_CODE),
+    output:
+        loss="data/sweep/runs/{norm}-w{warmup}-s{seed}/loss.csv",
+        weights="data/sweep/runs/{norm}-w{warmup}-s{seed}/model.safetensors",
+        meta="data/sweep/runs/{norm}-w{warmup}-s{seed}/meta.json",
+    params:
+        model=config["copy_model"],
+        task=config["copy_task"],
+        training=training_settings(config["sweep"], "norms", "warmups", "seeds"),
+        device=config["device"],
+    log:
+        "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
+    threads: config["threads_per_run"]
+    resources:
+        mem_mb=2000,
+        runtime=240,
+    shell:
+        "blocklab train-copy --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
+        " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
+
+
+rule aggregate_sweep:
+    input:
+        [f"{run}/meta.json" for run in SWEEP_RUNS],
+    output:
+        losses="data/sweep/losses.csv",
+        summary="data/sweep/summary.csv",
+    shell:
+        "blocklab aggregate-sweep --runs {SWEEP_RUNS} --out-losses {output.losses} --out-summary {output.summary}"
+
+
+rule gradnorm:
+    input:
+        code_files(*MODEL_CODE, "experiments/gradnorm"),
+    output:
+        "data/gradnorm/gradnorm.csv",
+    params:
+        gradnorm=config["gradnorm"], model=config["copy_model"], task=config["copy_task"],
+    threads: config["threads_per_run"]
+    shell:
+        "blocklab gradnorm --params {PARAMS_FILE} --out {output}"
+
+
+rule residual_sim:
+    input:
+        code_files("experiments/residual_sim"),
+    output:
+        curve="data/residual_sim/curve.csv",
+        table="data/residual_sim/table.csv",
+    params:
+        sim=config["residual_sim"],
+    shell:
+        "blocklab residual-sim --params {PARAMS_FILE} --out-curve {output.curve} --out-table {output.table}"
+
+
+rule problem9:
+    input:
+        code_files("experiments/problem9"),
+    output:
+        "data/problem9/scores.csv",
+    params:
+        problem9=config["problem9"],
+    shell:
+        "blocklab problem9 --params {PARAMS_FILE} --out {output}"
