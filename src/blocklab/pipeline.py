@@ -49,5 +49,6 @@ def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:
 
 
 def training_settings(section: dict, *loop_keys: str) -> dict:
-    """The part of a sweep section that changes every run's numbers (not the lists of runs to make)."""
+    """The part of a section that decides a run's numbers: not the lists of runs to make, nor execution settings
+    (checkpoint interval, torch.compile, device), which change speed, not results beyond float rounding."""
     return {k: v for k, v in section.items() if k not in loop_keys}

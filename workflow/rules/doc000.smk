@@ -12,9 +12,9 @@ SWEEP_RUNS = expand(
 )
 
 
+# Hours of training are not redone for a code edit: each run's meta.json records the code version (git commit and
+# package source hash); retrain deliberately with `snakemake --forcerun train_copy`.
 rule train_copy:
-    input:
-        code_files(*MODEL_CODE),
     output:
         loss="data/sweep/runs/{norm}-w{warmup}-s{seed}/loss.csv",
         weights="data/sweep/runs/{norm}-w{warmup}-s{seed}/model.safetensors",
@@ -22,8 +22,7 @@ rule train_copy:
     params:
         model=config["copy_model"],
         task=config["copy_task"],
-        training=training_settings(config["sweep"], "norms", "warmups", "seeds"),
-        device=config["device"],
+        training=training_settings(config["sweep"], "norms", "warmups", "seeds", "checkpoint_every", "compile"),
     log:
         "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
     threads: config["threads_per_run"]

@@ -52,7 +52,6 @@ rule train_reverse:
         meta="data/reverse_copy/runs/{variant}-s{seed}/meta.json",
     params:
         training=training_settings(config["reverse_copy"], "variants", "seeds"),
-        device=config["device"],
     log:
         "data/reverse_copy/runs/{variant}-s{seed}/train.log",
     threads: config["threads_per_run"]
