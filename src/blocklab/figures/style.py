@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import koreanize_matplotlib  # noqa: E402,F401  (registers NanumGothic and sets it as the default family)
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from ..io import atomic_path  # noqa: E402
 
@@ -20,6 +21,14 @@ def setup(lang: str = "ko") -> None:
     if lang not in LANGS:
         raise ValueError(f"lang={lang!r} is not allowed; choose one of {list(LANGS)}")
     sns.set_theme(style="whitegrid", context="notebook", font="NanumGothic", rc={"axes.unicode_minus": False})
+
+
+def log_y(ax) -> None:
+    """Log y axis with plain decimal tick labels: the default 10^-3 labels are mathtext, whose minus sign (U+2212)
+    NanumGothic lacks, so Korean figures would show a dummy glyph there."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def text(lang: str, ko: str, en: str) -> str:
