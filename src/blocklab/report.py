@@ -32,7 +32,7 @@ def build_figure(name: str, params: dict, data: str | Path = "data", lang: str |
         "activation_norms": lambda f: doc004.activation_norms_figure(f[0], lang=lang),
         "residual_ablation": lambda f: doc004.residual_ablation_figure(f[0], lang=lang),
         "reverse_copy": lambda f: doc004.reverse_copy_figure(f[0], f[1], lang=lang),
-        "param_counts": lambda f: params_figs.param_counts_figure(f[0], lang=lang),
+        "param_counts": lambda f: params_figs.block_breakdown_figure(f[0], lang=lang),
         "residual_growth_trained": lambda f: probe.residual_growth_figure(f[0], f[1], lang=lang),
     }[name]
     return draw(frames)
