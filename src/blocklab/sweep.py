@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from safetensors.torch import save_file
 
 from . import provenance
 from .config import ModelConfig
-from .io import atomic_path, read_json, read_table, write_json, write_table
+from .io import read_json, read_table, write_table
 from .models import DecoderLM
 from .params import load_params
 from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
-from .train import train
+from .train import train, write_run
 
 log = logging.getLogger("blocklab.sweep")
 
@@ -67,17 +66,13 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
         desc=run_name(norm, warmup, seed),
     )
-    losses = pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs})
-    write_table(losses, out_dir / "loss.csv")
-    with atomic_path(out_dir / "model.safetensors") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
     meta = provenance.stamp(
         run=run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
         threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
         diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
         model_config=cfg.to_dict(), copy_task=task, sweep={k: v for k, v in sweep.items() if k not in ("norms", "warmups", "seeds")},
     )
-    write_json(meta, out_dir / "meta.json")
+    write_run(out_dir, result, model, meta)
     checkpoint.unlink(missing_ok=True)
     return meta
 

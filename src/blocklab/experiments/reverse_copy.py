@@ -19,18 +19,17 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from safetensors.torch import save_file
 
 from .. import provenance
 from ..config import ConfigError, ModelConfig
 from ..counting import count_parameters
-from ..io import atomic_path, read_json, read_table, write_json, write_table
+from ..io import read_json, read_table, write_table
 from ..models import EncoderDecoder
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
 from ..sweep import classify
 from ..tasks import copy_loss, reverse_batch
-from ..train import train
+from ..train import train, write_run
 
 log = logging.getLogger("blocklab.reverse_copy")
 
@@ -113,14 +112,6 @@ def evaluate(model, section: dict, device="cpu") -> dict:
     }
 
 
-def write_run(out_dir: Path, losses: pd.DataFrame, model, meta: dict) -> None:
-    """The sweep's run layout: loss.csv and weights first, meta.json last (its presence marks a finished run)."""
-    write_table(losses, out_dir / "loss.csv")
-    with atomic_path(out_dir / "model.safetensors") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
-    write_json(meta, out_dir / "meta.json")
-
-
 def train_reverse_run(params: dict, variant: str, seed: int, out_dir: Path, device: str = "cpu",
                       match_params: bool = False) -> dict:
     """Train one (variant, seed) run, evaluate it, write its artifacts; resumes from ``out_dir/checkpoint.pt``."""
@@ -148,7 +139,7 @@ def train_reverse_run(params: dict, variant: str, seed: int, out_dir: Path, devi
         reverse_copy={k: v for k, v in section.items() if k not in ("variants", "seeds")},
         eval=evaluate(model, section, device),
     )
-    write_run(out_dir, pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), model, meta)
+    write_run(out_dir, result, model, meta)
     checkpoint.unlink(missing_ok=True)
     return meta
 
