@@ -1,0 +1,387 @@
+"""Claims vs measurements: each claim of claims.yaml is checked by a small function reading the pipeline's data.
+
+Verdicts: reproduced, partly, not reproduced, not checkable here. Judged on shapes and orders of magnitude; nothing is
+tuned to match a document number, and a claim the data cannot decide (e.g. a step the tiny run never reached) says so.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .io import read_table, write_table
+from .params import load_params
+
+REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_CHECKABLE = "reproduced", "partly", "not reproduced", "not checkable here"
+CHECKS = {}
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+class Data:
+    """Lazy access to the pipeline's tables under ``root``."""
+
+    def __init__(self, root: str | Path, params: dict):
+        self.root, self.params = Path(root), params
+
+    @functools.cache
+    def table(self, relative: str) -> pd.DataFrame:
+        return read_table(self.root / relative)
+
+    def exists(self, relative: str) -> bool:
+        return (self.root / relative).exists()
+
+
+class NotCheckable(Exception):
+    """The data cannot decide this claim (the reason is the message)."""
+
+
+def load_claims() -> list[dict]:
+    return yaml.safe_load(resources.files("blocklab").joinpath("claims.yaml").read_text(encoding="utf-8"))
+
+
+def fmt(values) -> str:
+    return ", ".join(f"{v:.4g}" for v in np.atleast_1d(values))
+
+
+def within_factor(measured: float, low: float, high: float, factor: float = 2.0) -> bool:
+    """Same order of magnitude as the document's range: within ``factor`` of its ends (absolute 0.02 near zero)."""
+    return low / factor - 0.02 <= measured <= high * factor + 0.02
+
+
+# ---- the sweep -------------------------------------------------------------------------------------------------------
+
+
+def _runs(data: Data, norm: str, warmup: int | None = None) -> pd.DataFrame:
+    summary = data.table("sweep/summary.csv")
+    runs = summary[summary["norm"] == norm]
+    if warmup is not None:
+        runs = runs[runs["warmup"] == warmup]
+    if runs.empty:
+        raise NotCheckable(f"the sweep has no {norm}-norm runs with warm-up {warmup}")
+    return runs
+
+
+DOCUMENT_SETUP = {"copy_model.n_layers": 24, "copy_model.d_model": 128, "copy_model.n_heads": 4,
+                  "copy_task.vocab_size": 64, "copy_task.seq_len": 32, "sweep.steps": 1200, "sweep.lr": 1e-3}
+
+
+def _require_document_setup(data: Data, warmup: int | None = None):
+    """Document 000's numbers are about its configuration; on another one (e.g. the tiny CI run) they are undecidable."""
+    differ = [f"{key}={data.params[key.split('.')[0]][key.split('.')[1]]} (document {value})"
+              for key, value in DOCUMENT_SETUP.items() if data.params[key.split(".")[0]][key.split(".")[1]] != value]
+    if warmup is not None and warmup not in data.params["sweep"]["warmups"]:
+        differ.append(f"sweep.warmups={data.params['sweep']['warmups']} (document {warmup})")
+    if differ:
+        raise NotCheckable("this run is not the document's setup: " + ", ".join(differ))
+
+
+@check
+def final_losses_near_chance(data: Data, norm: str, warmup: int):
+    _require_document_setup(data, warmup)
+    runs = _runs(data, norm, warmup)
+    chance = math.log(data.params["copy_task"]["vocab_size"])
+    losses = data.table("sweep/losses.csv")
+    stuck = []
+    for run in runs["run"]:
+        curve = losses[losses["run"] == run]["loss"]
+        stuck.append(bool((curve.iloc[len(curve) // 10:] > 0.9 * chance).all()))
+    measured = f"final {fmt(runs['final_loss'])}; {sum(stuck)} of {len(stuck)} runs stayed near ln V = {chance:.3f}"
+    return measured, REPRODUCED if all(stuck) else PARTLY if any(stuck) else NOT_REPRODUCED
+
+
+@check
+def loss_at_step(data: Data, norm: str, warmup: int, step, low: float, high: float):
+    _require_document_setup(data, warmup)
+    runs = _runs(data, norm, warmup)
+    losses = data.table("sweep/losses.csv")
+    at = []
+    for run in runs["run"]:
+        curve = losses[losses["run"] == run]
+        target = curve["step"].max() if step == "last" else step
+        row = curve[curve["step"] == target]
+        at.append(row["loss"].iloc[0] if len(row) else float("nan"))  # a diverged run has no loss at later steps
+    hits = [within_factor(v, low, high) for v in at if math.isfinite(v)]
+    verdict = REPRODUCED if hits and all(hits) and len(hits) == len(at) else PARTLY if any(hits) else NOT_REPRODUCED
+    return f"per seed {fmt(at)}", verdict
+
+
+@check
+def outcome_count(data: Data, norm: str, warmup: int, outcome: str, expected):
+    _require_document_setup(data, warmup)
+    runs = _runs(data, norm, warmup)
+    count = int((runs["outcome"] == outcome).sum())
+    want = len(runs) if expected == "all" else int(expected)
+    measured = f"{count} of {len(runs)} {outcome} (outcomes: {', '.join(runs['outcome'])})"
+    if count == want:
+        return measured, REPRODUCED
+    return measured, PARTLY if (count > 0) == (want > 0) else NOT_REPRODUCED
+
+
+@check
+def failed_runs(data: Data, norm: str, expected: int):
+    _require_document_setup(data)
+    runs = _runs(data, norm)
+    failed = int((runs["outcome"] != "learned").sum())
+    measured = f"{failed} of {len(runs)} did not learn ({', '.join(runs['run'] + ': ' + runs['outcome'])})"
+    if failed == expected:
+        return measured, REPRODUCED
+    return measured, PARTLY if abs(failed - expected) <= 1 else NOT_REPRODUCED
+
+
+# ---- gradient norms at initialization ----------------------------------------------------------------------------------
+
+
+@check
+def gradnorm_trend(data: Data, norm: str, direction: str, last: float):
+    _require_document_setup(data)
+    frame = data.table("gradnorm/gradnorm.csv")
+    mean = frame[frame["norm"] == norm].groupby("block")["grad_norm"].mean().sort_index()
+    if mean.empty:
+        raise NotCheckable(f"no {norm}-norm gradient norms")
+    first_half, second_half = mean.iloc[: len(mean) // 2].mean(), mean.iloc[len(mean) // 2:].mean()
+    ratio = mean.iloc[-1] / mean.iloc[0]
+    grows = second_half > first_half
+    trend_ok = grows if direction == "grows" else not grows
+    value_ok = within_factor(mean.iloc[-1], last, last)
+    measured = (f"last block {mean.iloc[-1]:.3g} (first {mean.iloc[0]:.3g}, last/first {ratio:.2f}, "
+                f"{'grows' if grows else 'does not grow'} toward the output)")
+    return measured, REPRODUCED if trend_ok and value_ok else PARTLY if trend_ok else NOT_REPRODUCED
+
+
+# ---- problem 10 simulation -------------------------------------------------------------------------------------------
+
+
+@check
+def residual_sim(data: Data, blocks: int, value: float):
+    curve = data.table("residual_sim/curve.csv").set_index("blocks")
+    if blocks not in curve.index:
+        raise NotCheckable(f"the simulation stops at {curve.index.max()} blocks")
+    row = curve.loc[blocks]
+    se = row["std_length"] / math.sqrt(data.params["residual_sim"]["trials"])
+    measured = f"{row['mean_length']:.3f} ± {se:.3f} (√(L+1) = {row['sqrt_L_plus_1']:.3f})"
+    off = abs(row["mean_length"] - value)
+    return measured, REPRODUCED if off <= max(4 * se, 0.005) else PARTLY if off / value < 0.05 else NOT_REPRODUCED
+
+
+@check
+def residual_sim_sqrt(data: Data):
+    curve = data.table("residual_sim/curve.csv")
+    rel = (curve["mean_length"] / curve["sqrt_L_plus_1"] - 1).abs()
+    # E|h| <= sqrt(E|h|^2) = sqrt(L+1) (Jensen); the mean squared length is exactly L+1 in expectation
+    sq = (curve["mean_sq_length"] / (curve["blocks"] + 1) - 1).abs()
+    measured = f"|mean length / √(L+1) − 1| ≤ {rel.max():.2%}; mean squared length / (L+1) within {sq.max():.2%}"
+    return measured, REPRODUCED if rel.max() < 0.05 else PARTLY
+
+
+# ---- problem 9 -------------------------------------------------------------------------------------------------------
+
+
+@check
+def problem9_student(data: Data, student: str, values: list):
+    scores = data.table("problem9/scores.csv")
+    got = scores[scores["student"] == student]["per_student"].to_numpy()
+    ok = len(got) == len(values) and np.allclose(got, values, atol=6e-4)
+    return f"({fmt(got)})", REPRODUCED if ok else NOT_REPRODUCED
+
+
+@check
+def problem9_subject(data: Data):
+    scores = data.table("problem9/scores.csv").dropna(subset=["per_subject_pair"])
+    by_student = scores.groupby("student")["per_subject_pair"].agg(["min", "max"])
+    ok = np.allclose(by_student.loc["A"], 1) and np.allclose(by_student.loc["B"], -1)
+    return "; ".join(f"{s}: {fmt(scores[scores['student'] == s]['per_subject_pair'])}" for s in by_student.index), (
+        REPRODUCED if ok else NOT_REPRODUCED)
+
+
+@check
+def qwen_residual(data: Data, layers: list, values: list):
+    lm = data.table("probe/lm.csv")
+    qwen = lm[lm["model"].str.contains("qwen", case=False)]
+    smol = lm[lm["model"] == "smollm2-135m"]
+    beside = "; ".join(
+        f"SmolLM2-135M ({prompt}): " + " / ".join(f"L{l} {g.set_index('layer')['norm_of_mean'].get(l, float('nan')):.1f}"
+                                                 for l in (1, 15, int(g['layer'].max())))
+        for prompt, g in smol.groupby("prompt"))
+    if qwen.empty:
+        raise NotCheckable(f"no Qwen3-VL-4B checkpoint configured (probe.extra_models); measured beside it: {beside}")
+    got = [qwen[qwen["layer"] == l]["norm_of_mean"].mean() for l in layers]
+    hits = [within_factor(g, v, v, factor=1.5) for g, v in zip(got, values)]
+    return f"{fmt(got)}; {beside}", REPRODUCED if all(hits) else PARTLY if any(hits) else NOT_REPRODUCED
+
+
+@check
+def trained_growth(data: Data):
+    lm = data.table("probe/lm.csv")
+    parts, faster = [], []
+    for (model, prompt), g in lm.groupby(["model", "prompt"]):
+        g = g.set_index("layer")
+        last = int(g.index.max())
+        growth = g.loc[last, "token_norm_p50"] / g.loc[1, "token_norm_p50"]
+        random_walk = math.sqrt((last + 1) / 2)
+        faster.append(growth > 2 * random_walk)
+        parts.append(f"{model} ({prompt}): median token norm ×{growth:.1f} from block 1 to {last} vs √(L+1) ×{random_walk:.1f}")
+    if not parts:
+        raise NotCheckable("no language model was probed")
+    return "; ".join(parts), REPRODUCED if all(faster) else PARTLY if any(faster) else NOT_REPRODUCED
+
+
+# ---- document 004: parameter counts ------------------------------------------------------------------------------------
+
+
+@check
+def encdec_shapes(data: Data):
+    """Steps 3-4 computed here and now: cheap, and the shape is the claim."""
+    import torch
+
+    from .config import ModelConfig
+    from .models import EncoderDecoder
+
+    shapes = {}
+    for name, swap in {"classic": dict(norm_kind="layernorm", ffn_kind="relu", position="sinusoidal"),
+                       "modern": dict(norm_kind="rmsnorm", ffn_kind="swiglu", position="rope", bias=False)}.items():
+        torch.manual_seed(0)
+        model = EncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=13, max_len=16, **swap))
+        with torch.no_grad():
+            shapes[name] = tuple(model(torch.randint(0, 13, (6,)), torch.randint(0, 13, (5,))).shape)
+    ok = all(shape == (5, 13) for shape in shapes.values())
+    return "vocab 13: " + ", ".join(f"{k} {v}" for k, v in shapes.items()), REPRODUCED if ok else NOT_REPRODUCED
+
+
+@check
+def exercise1(data: Data):
+    blocks = data.table("param_counts/blocks.csv")
+    rows = blocks[blocks["case"] == "exercise1"].set_index("variant")
+    built_ok = bool((rows["built_numel"] == rows["closed_form_total"]).all())
+    measured = "; ".join(f"{v}: {int(r.built_numel):,} (formula without norms/biases {int(r.document_approx):,}, "
+                         f"{r.document_approx_rel_error:+.2%})" for v, r in rows.iterrows())
+    return measured + f"; numel equals closed form: {built_ok}", REPRODUCED if built_ok else NOT_REPRODUCED
+
+
+@check
+def arithmetic_audit(data: Data):
+    audit = data.table("param_counts/audit.csv")
+    wrong = audit[audit["verdict"] == "wrong"]
+    whole = audit[audit["quantity"].str.contains("whole", case=False, na=False)]
+    measured = (f"{len(wrong)} of {len(audit)} audited steps wrong: "
+                + "; ".join(f"{r.document_expression} = {r.computed_value:,.4g} (document {r.document_value:,.4g})"
+                            for r in wrong.itertuples()))
+    if not whole.empty:
+        measured += f"; the whole expression is {whole['computed_value'].iloc[0]:,.4g}"
+    return measured, NOT_REPRODUCED if len(wrong) else REPRODUCED
+
+
+@check
+def llama_scale(data: Data):
+    from .config import ModelConfig
+    from .counting import decoder_lm_params
+
+    models = data.table("param_counts/models.csv").set_index("model")
+    if "llama3-8b" not in models.index:
+        raise NotCheckable("param_counts.hf_configs does not include llama3-8b")
+    llama = models.loc["llama3-8b"]
+    doc = ModelConfig(d_model=4096, n_heads=32, n_layers=32, ffn_kind="swiglu", ffn_ratio=2.6, norm_kind="rmsnorm",
+                      bias=False, position="rope", vocab_size=int(llama["vocab_size"]), max_len=8192)
+    estimate, exact = decoder_lm_params(doc), int(llama["total_formula"])
+    off = estimate / exact - 1
+    measured = (f"d=4096, r=2.6, 32 layers + untied embeddings (vocab {int(llama['vocab_size']):,}): {estimate:,}; "
+                f"Llama 3 8B exactly {exact:,} ({off:+.1%}); its real FFN ratio is {llama['ffn_ratio']}, with GQA")
+    return measured, REPRODUCED if abs(off) < 0.05 else PARTLY if abs(off) < 0.15 else NOT_REPRODUCED
+
+
+# ---- document 004: exercises 2 and 3, residuals ----------------------------------------------------------------------
+
+
+@check
+def activation_norms(data: Data):
+    from .experiments.activation_norms import verdict
+
+    judged = verdict(data.table("activation_norms/norms.csv"))
+    parts = [f"{r.norm} {r.depth} blocks: input {r.input_norm:.1f} -> {r.last_norm:.1f} (×{r.growth:.2f})"
+             for r in judged.sort_values(["norm", "depth"]).itertuples()]
+    post_ok = judged[judged["norm"] == "post"]["matches_document"].all()
+    pre_ok = judged[judged["norm"] == "pre"]["matches_document"].all()
+    verdict_ = REPRODUCED if post_ok and pre_ok else PARTLY if post_ok or pre_ok else NOT_REPRODUCED
+    return "; ".join(parts) + " (post-norm is LayerNorm'd to √d at every block by construction)", verdict_
+
+
+@check
+def residual_ablation(data: Data, layers: int):
+    from .experiments.activation_norms import vanishing_summary
+
+    summary = vanishing_summary(data.table("activation_norms/residual_ablation.csv"))
+    summary = summary[(summary["threshold"] == 1e-3) & (summary["target"] == summary["target"].iloc[0])]
+    parts, vanished = [], {}
+    for r in summary.itertuples():
+        wiring = f"{'residual' if r.residual else 'no residual'}, {'norm' if r.normalized else 'no norm'}"
+        when = f"below 1e-3 of the top after {r.layers_from_top:.0f} layers" if math.isfinite(r.layers_from_top) else (
+            f"never below 1e-3 in {r.depth} layers (bottom/top {r.relative_at_bottom:.2g})")
+        parts.append(f"{wiring}: {when}")
+        vanished[(r.residual, r.normalized)] = r.layers_from_top
+    # the claim is about removing the residual from a normal (normalized) block
+    plain = vanished.get((False, True), float("nan"))
+    bare = vanished.get((False, False), float("nan"))
+    if math.isfinite(plain) and abs(plain - layers) <= 3:
+        verdict_ = REPRODUCED
+    elif math.isfinite(plain) or (math.isfinite(bare) and abs(bare - layers) <= 3):
+        verdict_ = PARTLY
+    else:
+        verdict_ = NOT_REPRODUCED
+    return "; ".join(parts), verdict_
+
+
+@check
+def swap_effect(data: Data, variant: str):
+    from .experiments.reverse_copy import variant_table
+
+    summary = data.table("reverse_copy/summary.csv")
+    table = variant_table(summary[~summary["match_params"].astype(bool)]).set_index("variant")
+    if variant not in table.index or "classic" not in table.index:
+        raise NotCheckable(f"reverse_copy.variants must include classic and {variant}")
+    base, swap = table.loc["classic"], table.loc[variant]
+    steps = int(swap["steps"])
+    ppl_base, ppl_swap = math.exp(base["final_loss_mean"]), math.exp(swap["final_loss_mean"])
+    spread = max(base["final_loss_std"], swap["final_loss_std"])
+    diff = swap["final_loss_mean"] - base["final_loss_mean"]
+    measured = (f"{steps} steps, {int(swap['seeds'])} seeds: final loss {variant} {swap['final_loss_mean']:.3g} ± "
+                f"{swap['final_loss_std']:.2g} vs classic {base['final_loss_mean']:.3g} ± {base['final_loss_std']:.2g} "
+                f"(ppl {ppl_swap:.3g} vs {ppl_base:.3g})")
+    if variant == "rmsnorm":  # "at least as stable": not clearly worse
+        return measured, REPRODUCED if diff <= 2 * spread + 1e-3 else NOT_REPRODUCED
+    if diff < -2 * spread:
+        return measured, REPRODUCED
+    return measured, PARTLY if diff < 0 else NOT_REPRODUCED
+
+
+# ---- the table ---------------------------------------------------------------------------------------------------------
+
+
+def evaluate(data_root: str | Path, params: dict) -> pd.DataFrame:
+    data = Data(data_root, params)
+    rows = []
+    for claim in load_claims():
+        try:
+            measured, verdict = CHECKS[claim["check"]](data, **claim.get("args", {}))
+        except NotCheckable as why:
+            measured, verdict = f"— ({why})", NOT_CHECKABLE
+        except FileNotFoundError as missing:
+            measured, verdict = f"— (no data: {Path(missing.filename).name if missing.filename else missing})", NOT_CHECKABLE
+        rows.append({"id": claim["id"], "document": claim["document"], "where": claim["where"], "claim": claim["claim"],
+                     "document_value": claim["document_value"], "measured": measured, "verdict": verdict})
+    return pd.DataFrame(rows)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("claims", help="the table of document claims, measured values and verdicts")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--data", default="data")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=lambda a: write_table(evaluate(a.data, load_params(a.params)), a.out))
