@@ -53,10 +53,20 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)
-    except (ConfigError, FileNotFoundError) as err:
-        print(f"blocklab {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except (ConfigError, FileNotFoundError) as err:  # the user's input: fix the named value or path
+        return _fail(args.command, err, 2)
+    except OSError as err:  # the environment (permissions, a file where a directory belongs, a full disk)
+        return _fail(args.command, err, 1)
+    except KeyboardInterrupt:
+        return _fail(args.command, "interrupted", 130)
     return int(result or 0)
+
+
+def _fail(command: str, err, status: int) -> int:
+    # One line, so that a Snakemake log or a CI summary shows the whole message.
+    message = " ".join(str(err).split())
+    print(f"blocklab {command}: error: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -23,25 +23,75 @@ def schema() -> dict:
 def load_params(path: str | Path = "params.yaml") -> dict:
     path = Path(path)
     if not path.is_file():
-        raise ParamsError(f"parameter file {str(path)!r} does not exist")
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ParamsError(f"parameter file {str(path)!r} {what}")
     try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ParamsError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        params = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: not valid YAML: {err}") from None
+        raise ParamsError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
     return validate_params(params, source=str(path))
 
 
 def validate_params(params, source: str = "params.yaml") -> dict:
     """Schema first (types, names, ranges), then the checks a schema cannot express. Returns ``params``."""
     if not isinstance(params, dict):
-        raise ParamsError(f"{source}: expected a mapping of sections at the top level, got {type(params).__name__}")
-    validator = jsonschema.Draft202012Validator(schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(params))
-    if error is not None:
-        raise ParamsError(f"{source}: {_describe(error)}")
-    for key, message in _cross_field_problems(params):
-        raise ParamsError(f"{source}: {key}: {message}")
+        got = "an empty file" if params is None else f"a {type(params).__name__} ({params!r:.40})"
+        raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
+    errors = sorted(_VALIDATOR(schema()).iter_errors(params), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        raise ParamsError(f"{source}: {_describe(best)}{_and_more([_key(e.absolute_path) for e in errors if e is not best])}")
+    problems = _cross_field_problems(params)
+    if problems:
+        (key, message), rest = problems[0], problems[1:]
+        raise ParamsError(f"{source}: {key}: {message}{_and_more([k for k, _ in rest])}")
     return params
+
+
+# JSON Schema counts 32.0 as an integer; in a YAML file a float where a count belongs is a typo, and the model code
+# would reject it only once a job runs. Booleans are already not integers in JSON Schema.
+_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    ),
+)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML silently keeps the last of two equal keys, so a repeated section would drop the first one unseen."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable keys: PyYAML's own error follows
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (each key may appear once per mapping)", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's messages span several lines with a source excerpt; keep the line, column and problem."""
+    mark = getattr(err, "problem_mark", None)
+    problem = " ".join(filter(None, [getattr(err, "context", None), getattr(err, "problem", None)])) or str(err)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return " ".join(f"{where}{problem}".split())
+
+
+def _and_more(keys: list[str]) -> str:
+    if not keys:
+        return ""
+    shown = ", ".join(dict.fromkeys(keys[:5]))
+    return f" (and {len(keys)} more problem(s): {shown}{', ...' if len(keys) > 5 else ''})"
 
 
 def _key(path) -> str:
@@ -51,60 +101,113 @@ def _key(path) -> str:
     return out or "(top level)"
 
 
+_BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+_KINDS = {"integer": "an integer", "number": "a number", "boolean": "true or false", "string": "a string",
+          "array": "a list", "object": "a mapping"}
+
+
+def _allowed(sub: dict) -> str:
+    """What a (sub)schema accepts, in words: 'an integer >= 1', "one of ['post', 'pre']", 'a list of ...'."""
+    if "$ref" in sub:  # only local "#/$defs/name" references occur in params.schema.yaml
+        sub = {**schema()["$defs"][sub["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
+    if "enum" in sub:
+        return f"one of {sub['enum']}"
+    kind = sub.get("type")
+    words = _KINDS.get(kind, "a value")
+    if kind == "array" and isinstance(sub.get("items"), dict):
+        words = f"a list, each entry {_allowed(sub['items'])}"
+        if "minItems" in sub:
+            words = f"{words}, at least {sub['minItems']} entries"
+    elif kind == "object" and sub.get("properties"):
+        words = f"a mapping with keys {sorted(sub['properties'])}"
+    elif kind == "string" and sub.get("minLength"):
+        words = "a non-empty string"
+    bounds = [f"{_BOUNDS[k]} {sub[k]}" for k in _BOUNDS if k in sub]
+    return " ".join([words, " and ".join(bounds)]).strip()
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     key = _key(error.absolute_path)
-    rule, expected = error.validator, error.validator_value
+    rule, expected, value = error.validator, error.validator_value, error.instance
     if rule == "additionalProperties" and expected is False:
         allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
+        extra = sorted(set(value) - set(allowed))
         return f"{key}: unknown key(s) {extra}; allowed keys: {allowed}"
     if rule == "required":
-        return f"{key}: {error.message}; required keys: {list(expected)}"
+        missing = [k for k in expected if k not in value]
+        return f"{key}: missing required key(s) {missing}; required keys: {list(expected)}"
     if rule == "enum":
-        return f"{key}: {error.instance!r} is not allowed; allowed values: {list(expected)}"
+        return f"{key}: {value!r} is not allowed; allowed values: {list(expected)}"
     if rule == "type":
-        return f"{key}: {error.instance!r} has the wrong type; expected {expected}"
-    if rule in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        relation = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[rule]
-        return f"{key}: {error.instance!r} is out of range; allowed: {relation} {expected}"
+        hint = ""
+        if isinstance(value, str) and expected in ("number", "integer") and _looks_numeric(value):
+            hint = f" (YAML reads {value} as text: write numbers with a dot and a signed exponent, e.g. 1.0e-3)"
+        return f"{key}: {value!r} has the wrong type; allowed: {_allowed(error.schema)}{hint}"
+    if rule in _BOUNDS:
+        return f"{key}: {value!r} is out of range; allowed: {_allowed(error.schema)}"
     if rule in ("minItems", "minProperties"):
-        return f"{key}: must not be empty (at least {expected} entries)"
+        return f"{key}: has {len(value)} entries; allowed: at least {expected}"
+    if rule == "minLength":
+        return f"{key}: {value!r} is too short; allowed: {_allowed(error.schema)}"
     if rule == "uniqueItems":
-        return f"{key}: entries must be distinct, got {error.instance!r}"
-    if rule == "$ref" or error.context:
-        return f"{key}: {error.message}"
-    return f"{key}: {error.message}"
+        repeated = sorted({repr(v) for i, v in enumerate(value) if v in value[:i]})
+        return f"{key}: entries must be distinct; repeated: {', '.join(repeated)}"
+    if error.context:  # anyOf/oneOf: say which alternative came closest, then what each alternative allows
+        closest = jsonschema.exceptions.best_match(error.context)
+        options = " | ".join(_allowed(s) for s in expected) if isinstance(expected, list) else ""
+        return f"{_describe(closest)}" + (f"; allowed at {key}: {options}" if options else "")
+    return f"{key}: {error.message}; allowed: {_allowed(error.schema)}"
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _divides(params, section) -> list[tuple[str, str]]:
     d, heads = params[section]["d_model"], params[section]["n_heads"]
     if d % heads:
-        return [(f"{section}.n_heads", f"{heads} does not divide d_model={d}; allowed: a divisor of {d}")]
+        divisors = [k for k in range(1, d + 1) if d % k == 0]
+        return [(f"{section}.n_heads", f"{heads} does not divide {section}.d_model={d}; allowed: a divisor of {d} {divisors}")]
     return []
 
 
 def _cross_field_problems(params) -> list[tuple[str, str]]:
     problems = _divides(params, "copy_model") + _divides(params, "activation_norms") + _divides(params, "reverse_copy")
+    model = params["copy_model"]
+    if model["position"] == "rope" and not model["d_model"] % model["n_heads"] and (model["d_model"] // model["n_heads"]) % 2:
+        problems.append(("copy_model.position", "'rope' needs an even head dimension d_model/n_heads="
+                         f"{model['d_model'] // model['n_heads']}; allowed: another position or an even head dimension"))
+    counts = params["param_counts"]
+    for i, d in enumerate(counts["d_models"]):
+        if d % counts["n_heads"]:
+            problems.append((f"param_counts.d_models[{i}]", f"{d} is not divisible by param_counts.n_heads={counts['n_heads']}; "
+                             f"allowed: a multiple of {counts['n_heads']}"))
     steps = params["sweep"]["steps"]
     for i, warmup in enumerate(params["sweep"]["warmups"]):
         if warmup > steps:
             problems.append((f"sweep.warmups[{i}]", f"{warmup} is longer than training (sweep.steps={steps}); allowed: 0..{steps}"))
     if params["sweep"]["checkpoint_every"] > steps:
-        problems.append(("sweep.checkpoint_every", f"{params['sweep']['checkpoint_every']} exceeds sweep.steps={steps}"))
+        problems.append(("sweep.checkpoint_every", f"{params['sweep']['checkpoint_every']} exceeds sweep.steps={steps}; allowed: 1..{steps}"))
     sim = params["residual_sim"]
     for i, blocks in enumerate(sim["report_blocks"]):
         if blocks > sim["max_blocks"]:
-            problems.append((f"residual_sim.report_blocks[{i}]", f"{blocks} exceeds residual_sim.max_blocks={sim['max_blocks']}"))
+            problems.append((f"residual_sim.report_blocks[{i}]",
+                             f"{blocks} exceeds residual_sim.max_blocks={sim['max_blocks']}; allowed: 1..{sim['max_blocks']}"))
     p9 = params["problem9"]
     for student, scores in p9["scores"].items():
         if len(scores) != len(p9["subjects"]):
-            problems.append((f"problem9.scores.{student}", f"has {len(scores)} scores for {len(p9['subjects'])} subjects"))
+            problems.append((f"problem9.scores.{student}", f"has {len(scores)} scores for {len(p9['subjects'])} subjects; "
+                             f"allowed: exactly one score per subject in problem9.subjects {p9['subjects']}"))
     rc = params["reverse_copy"]
-    if rc["vocab_size"] < 3:
-        problems.append(("reverse_copy.vocab_size", "needs at least one token besides the start token"))
-    if any(v in ("rope", "modern") for v in rc["variants"]) and (rc["d_model"] // rc["n_heads"]) % 2:
-        problems.append(("reverse_copy.n_heads", "RoPE variants need an even head dimension d_model/n_heads"))
-    model = params["probe"]["model"]
-    if model != SMOLLM2 and not Path(model).is_dir():
-        problems.append(("probe.model", f"{model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))
+    if any(v in ("rope", "modern") for v in rc["variants"]) and not rc["d_model"] % rc["n_heads"] \
+            and (rc["d_model"] // rc["n_heads"]) % 2:
+        problems.append(("reverse_copy.n_heads", f"the variants 'rope' and 'modern' need an even head dimension, got "
+                         f"d_model/n_heads={rc['d_model'] // rc['n_heads']}; allowed: n_heads giving an even d_model/n_heads"))
+    probe_model = params["probe"]["model"]
+    if probe_model != SMOLLM2 and not Path(probe_model).is_dir():
+        problems.append(("probe.model", f"{probe_model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))
     return problems
