@@ -68,3 +68,17 @@ def test_help_still_succeeds(tmp_path):
     # The other side of the cases above: the parser itself is fine.
     result = blocklab("train-copy", "--help", cwd=tmp_path)
     assert result.returncode == 0 and "--warmup" in result.stdout
+
+
+def test_command_table_names_every_registered_subcommand():
+    """cli.COMMANDS imports one module per command; it must list exactly what the modules register."""
+    import argparse
+    import importlib
+
+    from blocklab.cli import COMMANDS
+
+    for module_name in set(COMMANDS.values()):
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module_name).register(subparsers)
+        registered = set(subparsers.choices)
+        assert registered == {c for c, m in COMMANDS.items() if m == module_name}, module_name

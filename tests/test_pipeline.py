@@ -20,7 +20,9 @@ VERDICTS = {"reproduced", "partly", "not reproduced", "not checkable here"}
 
 
 def run(cmd, cwd, check=True):
-    done = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], cwd=cwd, env=ENV, capture_output=True, text=True)
+    # the scratch copy's own code, so that edits to the working tree during a run cannot leak in
+    env = {**ENV, "PYTHONPATH": f"{Path(cwd) / 'src'}{os.pathsep}{ENV.get('PYTHONPATH', '')}"}
+    done = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], cwd=cwd, env=env, capture_output=True, text=True)
     if check and done.returncode:
         raise AssertionError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return done

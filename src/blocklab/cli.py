@@ -7,22 +7,28 @@ import sys
 
 from .config import ConfigError
 
-# Each module defines register(subparsers); a subcommand's parser sets `func` to a handler taking the parsed args.
-COMMAND_MODULES = [
-    "blocklab.sweep",
-    "blocklab.experiments.gradnorm",
-    "blocklab.experiments.residual_sim",
-    "blocklab.experiments.problem9",
-    "blocklab.experiments.param_counts",
-    "blocklab.experiments.activation_norms",
-    "blocklab.experiments.reverse_copy",
-    "blocklab.probe",
-    "blocklab.review",
-    "blocklab.claims",
-    "blocklab.report",
-    "blocklab.bench",
-    "blocklab.smoke",
-]
+# Subcommand -> the module that defines it (with register(subparsers), setting `func` on its parser).
+# Only the module of the command being run is imported, so one broken or slow module never affects the others.
+COMMANDS = {
+    "train-copy": "blocklab.sweep",
+    "aggregate-sweep": "blocklab.sweep",
+    "gradnorm": "blocklab.experiments.gradnorm",
+    "residual-sim": "blocklab.experiments.residual_sim",
+    "problem9": "blocklab.experiments.problem9",
+    "param-counts": "blocklab.experiments.param_counts",
+    "activation-norms": "blocklab.experiments.activation_norms",
+    "residual-ablation": "blocklab.experiments.activation_norms",
+    "train-reverse": "blocklab.experiments.reverse_copy",
+    "aggregate-reverse": "blocklab.experiments.reverse_copy",
+    "probe-residual": "blocklab.probe",
+    "probe-copy": "blocklab.probe",
+    "review": "blocklab.review",
+    "claims": "blocklab.claims",
+    "report": "blocklab.report",
+    "figure": "blocklab.report",
+    "bench": "blocklab.bench",
+    "smoke": "blocklab.smoke",
+}
 
 
 class UserError(ConfigError):
@@ -35,22 +41,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"blocklab: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for ``command`` alone when it is known, else for every command (help, usage errors)."""
     parser = _Parser(prog="blocklab", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
-            continue
-        module.register(subparsers)
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     try:
         result = args.func(args)
     except (ConfigError, FileNotFoundError) as err:  # the user's input: fix the named value or path

@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from . import provenance
-from .config import ModelConfig
+from .config import ConfigError, ModelConfig
 from .io import read_json, read_table, write_table
 from .models import DecoderLM
 from .params import load_params
@@ -136,9 +136,9 @@ def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
     if args.warmup < 0 or args.warmup > params["sweep"]["steps"]:
-        from .config import ConfigError
-
         raise ConfigError(f"--warmup={args.warmup} is not allowed; choose 0..{params['sweep']['steps']} (sweep.steps)")
+    if args.seed < 0:
+        raise ConfigError(f"--seed={args.seed} is not allowed; choose an integer >= 0")
     set_threads(args.threads or params["threads_per_run"])
     meta = train_copy_run(params, args.norm, args.warmup, args.seed, args.out_dir, params["device"])
     log.info("%s %s in %.1f s", meta["run"], meta["status"], meta["wall_time_s"])
