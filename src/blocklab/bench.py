@@ -1,0 +1,685 @@
+"""`blocklab bench`: throughput of the copy-task sweep, the plain per-run loop against the fast path, in one run.
+
+Both paths train the sweep's own runs (norm x warm-up x seed) with ``train.train`` for a few steps. They run in
+interleaved rounds so that whatever else loads the machine slows both alike, and every number is reported next to
+the fp32 matmul throughput measured in the same run:
+
+    plain  one process, default torch threads, eager, the runs one after another (what a plain loop does)
+    fast   W worker processes x T threads, each run afresh (dynamo reset, as a new pipeline job would), with
+           FusedLayerNorm, ShortCausalAttention, fused Adam, a tuned allocator and optionally torch.compile
+    plain-WxT  (reference) the plain model in the fast lane's process layout: separates layout from kernels
+
+FLOPs of one training step (stated again in the output and in bench/README.md), with T = 2 * seq_len - 1 tokens:
+    forward  = 2 * B*T * [L * (d*(H+2*KV)*hd + H*hd*d + n_ffn*d*hidden) + d*V]      every Linear: q,k,v,o,ffn,head
+             + L * 2 * 2 * B*H*hd * T*(T+1)/2                                        QK^T and AV, causal: lower half
+    backward = 2 * forward;  step = 3 * forward.   Norms, softmax, GELU, embeddings and Adam are not counted.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import ctypes
+import itertools
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from . import provenance, sweep
+from .config import ConfigError
+from .io import write_json
+from .layers import Attention, LayerNorm
+from .params import load_params
+from .runtime import resolve_device, set_threads
+from .tasks import copy_batch, copy_loss
+from .train import train, warmup_factor
+
+RESULT_TAG = "BLOCKLAB-BENCH-RESULT "  # worker replies are the stdout lines that start with this; anything else is noise
+JSON_TAG = "bench-json: "
+MATMUL_SIZE = 2048
+
+
+# --- the fast path ---------------------------------------------------------------------------------------------------
+
+
+class FusedLayerNorm(LayerNorm):
+    """LayerNorm as one ATen kernel forward and one backward instead of ~10 eager ops; same parameters and keys."""
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class CausalAttentionFunction(torch.autograd.Function):
+    """softmax(q k^T * scale + mask) v on (batch*heads, time, head_dim) tensors, with the textbook backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale):
+        probs = torch.softmax(torch.baddbmm(mask, q, k.transpose(-1, -2), alpha=scale), dim=-1)
+        ctx.save_for_backward(q, k, v, probs)
+        ctx.scale = scale
+        return torch.bmm(probs, v)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, probs = ctx.saved_tensors
+        grad_v = torch.bmm(probs.transpose(-1, -2), grad_out)
+        grad_scores = torch._softmax_backward_data(torch.bmm(grad_out, v.transpose(-1, -2)), probs, -1, probs.dtype)
+        grad_q = torch.bmm(grad_scores, k).mul_(ctx.scale)
+        grad_k = torch.bmm(grad_scores.transpose(-1, -2), q).mul_(ctx.scale)
+        return grad_q, grad_k, grad_v, None, None
+
+
+class ShortCausalAttention(Attention):
+    """Causal self-attention for short sequences on the CPU; every other case takes Attention's own path.
+
+    The CPU flash kernel behind F.scaled_dot_product_attention is blocked for long sequences. At T = 63 and
+    head_dim 32 its online softmax and zero-filled gradient buffers cost ~2x plain bmm-softmax-bmm (measured here:
+    7.7 vs 4.1 ms forward + backward for the attention core of one layer, 22.6 vs 18.4 ms for the whole sub-layer
+    with its projections). Same arithmetic, different rounding (~1e-6).
+    """
+
+    def forward(self, x, memory=None, positions=None):
+        if memory is not None or not self.causal or self.rope is not None or self.kv_heads != self.n_heads or x.is_cuda:
+            return super().forward(x, memory, positions)
+        *batch, time_, _ = x.shape
+        # One GEMM for q, k and v, and one copy into head-major order (three strided copies otherwise).
+        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
+        bias = torch.cat([self.q.bias, self.k.bias, self.v.bias]) if self.q.bias is not None else None
+        qkv = F.linear(x, weight, bias).view(-1, time_, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.reshape(3, -1, time_, self.head_dim).unbind(0)
+        mask = torch.full((time_, time_), float("-inf"), dtype=x.dtype, device=x.device).triu_(1)
+        y = CausalAttentionFunction.apply(q, k, v, mask, self.head_dim**-0.5)
+        return self.o(y.view(*batch, self.n_heads, time_, self.head_dim).transpose(-3, -2).flatten(-2))
+
+
+def _swap_class(model, old: type, new: type) -> int:
+    # Swapping the class in place keeps the very same Parameter objects and state-dict keys, so optimizers,
+    # checkpoints and safetensors files are unaffected.
+    switched = 0
+    for module in model.modules():
+        if type(module) is old:
+            module.__class__ = new
+            switched += 1
+    return switched
+
+
+def fuse_layernorms(model) -> int:
+    """Switch every LayerNorm of ``model`` to FusedLayerNorm in place; returns how many were switched."""
+    return _swap_class(model, LayerNorm, FusedLayerNorm)
+
+
+def use_short_causal_attention(model) -> int:
+    """Switch every Attention of ``model`` to ShortCausalAttention in place; returns how many were switched."""
+    return _swap_class(model, Attention, ShortCausalAttention)
+
+
+def tune_allocator() -> bool:
+    """Stop glibc from returning freed activation buffers to the kernel after every step.
+
+    With the default (dynamic) mmap and trim thresholds one step of the copy model page-faults ~110 MB back in
+    (~28k minor faults, ~10% of a one-thread step on the 2-core test machine). Numbers are unaffected.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """What the fast path switches on. Each is exact up to float rounding (see tests/test_fast_path.py)."""
+
+    fused_layernorm: bool = True
+    short_attention: bool = True
+    fused_adam: bool = True
+    allocator: bool = True
+    compile: bool = False  # measured here: no faster than fused eager on 1 thread/process, and it costs compile time
+
+    def describe(self) -> str:
+        on = [name for name in ("fused_layernorm", "short_attention", "fused_adam", "allocator", "compile") if getattr(self, name)]
+        return "+".join(on) or "plain"
+
+
+PLAIN = FastPath(fused_layernorm=False, short_attention=False, fused_adam=False, allocator=False, compile=False)
+
+
+# --- FLOPs -------------------------------------------------------------------------------------------------------------
+
+
+def copy_step_flops(cfg, batch_size: int, seq_len: int) -> dict:
+    """FLOPs of one training step of the copy-task model (see the module docstring for the formula)."""
+    tokens_per_seq = 2 * seq_len - 1
+    tokens = batch_size * tokens_per_seq
+    hd, heads, kv = cfg.head_dim, cfg.n_heads, cfg.kv_heads
+    n_ffn = 3 if cfg.ffn_kind == "swiglu" else 2
+    per_layer = cfg.d_model * (heads + 2 * kv) * hd + heads * hd * cfg.d_model + n_ffn * cfg.d_model * cfg.hidden
+    linear = 2 * tokens * (cfg.n_layers * per_layer + cfg.d_model * cfg.vocab_size)
+    pairs_full, pairs_causal = tokens_per_seq**2, tokens_per_seq * (tokens_per_seq + 1) // 2
+    attention_full = cfg.n_layers * 2 * 2 * batch_size * heads * hd * pairs_full
+    attention_causal = cfg.n_layers * 2 * 2 * batch_size * heads * hd * pairs_causal
+    return {
+        "linear_forward": linear,
+        "attention_forward_full": attention_full,
+        "attention_forward_causal": attention_causal,
+        "step": 3 * (linear + attention_causal),
+        "step_attention_full": 3 * (linear + attention_full),
+    }
+
+
+FLOP_FORMULA = (
+    "step = 3 * forward (backward = 2x forward); forward = 2*B*T*[L*(d*(H+2KV)*hd + H*hd*d + n_ffn*d*hidden) + d*V]"
+    " + L*2*2*B*H*hd*T*(T+1)/2 (attention QK^T and AV, causal: lower triangle incl. diagonal); T = 2*seq_len-1;"
+    " norms, softmax, GELU, embedding and Adam not counted"
+)
+
+
+# --- worker process --------------------------------------------------------------------------------------------------
+
+
+def _matmul_gflops(seconds: float, device: str = "cpu", size: int = MATMUL_SIZE) -> float:
+    """Sustained fp32 matmul throughput of this process over ``seconds`` (mean over the window, after one warm-up)."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    out = torch.empty(size, size, device=device)
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
+    torch.mm(a, b, out=out)
+    sync()
+    calls, began = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - began) < seconds or calls < 2:
+        for _ in range(1 if not a.is_cuda else 20):
+            torch.mm(a, b, out=out)
+            calls += 1
+        sync()
+    return 2 * size**3 * calls / elapsed / 1e9
+
+
+def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int, fast: FastPath, device="cpu") -> dict:
+    """Train one sweep run for ``steps`` steps with ``train.train``, timing every step. Returns timings and losses.
+
+    The model, data stream and loss are those of ``sweep.train_copy_run``; only checkpoints and files are left out.
+    """
+    task, settings = params["copy_task"], params["sweep"]
+    torch._dynamo.reset()  # a pipeline job is a fresh process: it compiles again (the on-disk caches still count)
+    began = time.perf_counter()
+    cfg = sweep.copy_model_config(params, norm)
+    model = sweep.build_copy_model(cfg, seed).to(device)
+    if fast.fused_layernorm:
+        fuse_layernorms(model)
+    if fast.short_attention:
+        use_short_causal_attention(model)
+    step_starts = []
+
+    def next_batch(gen):
+        step_starts.append(time.perf_counter())
+        return copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], gen, device=device)
+
+    def loss_fn(m, batch):
+        inputs, targets = batch
+        return copy_loss(m(inputs), targets)
+
+    result = train(
+        model, next_batch, loss_fn, steps=steps, lr=settings["lr"], warmup=warmup,
+        generator=torch.Generator().manual_seed(seed), compile=fast.compile, fused_adam=fast.fused_adam,
+        desc=f"bench {norm}-w{warmup}-s{seed}",
+    )
+    ended = time.perf_counter()
+    bounds = step_starts + [ended]
+    return {
+        "run": f"{norm}-w{warmup}-s{seed}", "norm": norm, "warmup": warmup, "seed": seed,
+        "setup_s": step_starts[0] - began if step_starts else ended - began,
+        "step_s": [b - a for a, b in zip(bounds, bounds[1:])],
+        "total_s": ended - began, "losses": result.losses, "diverged_step": result.diverged_step,
+        "threads": torch.get_num_threads(), "pid": os.getpid(),
+    }
+
+
+# --- batched runs (the GPU design) -----------------------------------------------------------------------------------
+
+
+def _adam_members(params: dict, grads: dict, state: dict, lrs, step: int, betas=(0.9, 0.999), eps=1e-8) -> None:
+    """torch.optim.Adam's update (its single-tensor form) on member-stacked tensors, with one learning rate per member.
+
+    Adam is elementwise, so stacking members changes nothing but the learning rate, which differs per warm-up.
+    """
+    beta1, beta2 = betas
+    step_size = lrs / (1 - beta1**step)
+    root_bias2 = math.sqrt(1 - beta2**step)
+    with torch.no_grad():
+        for name, param in params.items():
+            grad = grads[name]
+            exp_avg, exp_avg_sq = state.setdefault(name, (torch.zeros_like(param), torch.zeros_like(param)))
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / root_bias2).add_(eps)
+            param.sub_(exp_avg.div(denom).mul_(step_size.view(-1, *[1] * (param.dim() - 1))))
+
+
+def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]], steps: int, device="cpu",
+                             fast: FastPath = PLAIN) -> list[dict]:
+    """Train several runs of one norm position as one member-stacked model (torch.func.vmap over stacked weights).
+
+    ``runs`` are (warmup, seed) pairs. Each member draws its own batches from its own seeded generator and follows
+    its own warm-up, so each reproduces ``train.train``'s run up to float rounding (tests/test_fast_path.py). A
+    member whose loss turns non-finite is recorded as diverged at that step and keeps the weights it had there, as
+    ``train.train`` would. Meant for one GPU, where per-run kernels are too small to fill the device; on the CPU it
+    only proves the numbers (it is no faster there).
+    """
+    from torch.func import functional_call, stack_module_state, vmap
+
+    task, settings = params["copy_task"], params["sweep"]
+    began = time.perf_counter()
+    cfg = sweep.copy_model_config(params, norm)
+    models = [sweep.build_copy_model(cfg, seed).to(device) for _, seed in runs]
+    for model in models:
+        if fast.fused_layernorm:
+            fuse_layernorms(model)
+    stacked, buffers = stack_module_state(models)
+    template = copy.deepcopy(models[0]).to("meta")
+    del models
+
+    def member_loss(weights, bufs, inputs, targets):
+        return copy_loss(functional_call(template, (weights, bufs), (inputs,)), targets)
+
+    batched_loss = vmap(member_loss)
+    if fast.compile:
+        batched_loss = torch.compile(batched_loss, dynamic=False)
+    generators = [torch.Generator().manual_seed(seed) for _, seed in runs]
+    losses, diverged, frozen, state, step_starts = [[] for _ in runs], [None] * len(runs), {}, {}, []
+    for step in range(1, steps + 1):
+        step_starts.append(time.perf_counter())
+        batches = [copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g, device=device) for g in generators]
+        inputs, targets = (torch.stack(parts) for parts in zip(*batches))
+        member_losses = batched_loss(stacked, buffers, inputs, targets)
+        grads = dict(zip(stacked, torch.autograd.grad(member_losses.sum(), list(stacked.values()))))
+        for k, value in enumerate(member_losses.tolist()):
+            if diverged[k] is None and not math.isfinite(value):
+                diverged[k] = step  # train.train stops here without applying the step: keep these weights
+                frozen[k] = {name: w[k].detach().clone() for name, w in stacked.items()}
+            elif diverged[k] is None:
+                losses[k].append(value)
+        lrs = torch.tensor([settings["lr"] * warmup_factor(step, w) for w, _ in runs], device=device)
+        _adam_members(stacked, grads, state, lrs, step)
+        if len(frozen) == len(runs):
+            break
+    ended = time.perf_counter()
+    with torch.no_grad():
+        for k, weights in frozen.items():
+            for name, w in weights.items():
+                stacked[name][k].copy_(w)
+    bounds = step_starts + [ended]
+    share = 1 / len(runs)  # the group's wall time, split evenly: summing members gives the group's time back
+    return [{
+        "run": f"{norm}-w{w}-s{seed}", "norm": norm, "warmup": w, "seed": seed, "group_size": len(runs),
+        "setup_s": (step_starts[0] - began) * share, "step_s": [(b - a) * share for a, b in zip(bounds, bounds[1:])],
+        "total_s": (ended - began) * share, "losses": losses[k], "diverged_step": diverged[k],
+        "weights": {name: weights[k].detach() for name, weights in stacked.items()},  # model.named_parameters() keys
+        "threads": torch.get_num_threads(), "pid": os.getpid(),
+    } for k, (w, seed) in enumerate(runs)]
+
+
+def _worker_main(argv) -> None:
+    """Serve JSON commands from stdin, one per line, until EOF. Started by the coordinator, never by hand."""
+    fast = FastPath(**json.loads(argv[0]))
+    threads = int(argv[1])
+    allocator = tune_allocator() if fast.allocator else False
+    if threads > 0:
+        set_threads(threads)
+    params_cache = {}
+    _reply({"ready": True, "threads": torch.get_num_threads(), "allocator_tuned": allocator})
+    for line in sys.stdin:
+        job = json.loads(line)
+        if job["op"] == "matmul":
+            _reply({"gflops": _matmul_gflops(job["seconds"], job["device"])})
+        elif job["op"] == "train":
+            params = params_cache.setdefault(job["params"], load_params(job["params"]))
+            _reply(train_copy_steps(params, job["norm"], job["warmup"], job["seed"], job["steps"], fast, job["device"]))
+        elif job["op"] == "train_batched":
+            params = params_cache.setdefault(job["params"], load_params(job["params"]))
+            replies = []
+            for norm in dict.fromkeys(n for n, _, _ in job["runs"]):  # one stacked model per architecture
+                group = [(w, s) for n, w, s in job["runs"] if n == norm]
+                for reply in train_copy_group_batched(params, norm, group, job["steps"], job["device"], fast):
+                    reply.pop("weights")
+                    replies.append(reply)
+            _reply({"runs": replies})
+
+
+def _reply(obj) -> None:
+    sys.stdout.write(RESULT_TAG + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class Worker:
+    """One worker process of a path, driven line by line over pipes."""
+
+    def __init__(self, fast: FastPath, threads: int, env: dict, log: Path):
+        began = time.perf_counter()
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "blocklab.bench", "--worker", json.dumps(fast.__dict__), str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+        )
+        hello = self.receive()
+        self.startup_s = time.perf_counter() - began  # python + torch + blocklab imports: paid once per pipeline job
+        self.threads, self.allocator_tuned = hello["threads"], hello["allocator_tuned"]
+
+    def send(self, **job) -> None:
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG):])
+        raise RuntimeError(f"bench worker {self.proc.pid} exited (rc={self.proc.wait()}); see {self.log.name}")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+
+# --- coordinator -----------------------------------------------------------------------------------------------------
+
+
+def sweep_runs(params: dict, n: int) -> list[tuple[str, int, int]]:
+    """The sweep's runs, seed-major so that any prefix mixes both norm positions (both graphs get compiled)."""
+    settings = params["sweep"]
+    runs = [(norm, warmup, seed) for seed, warmup, norm in itertools.product(settings["seeds"], settings["warmups"], settings["norms"])]
+    return runs[:n]
+
+
+def _concurrent(workers: list[Worker], jobs: list[dict]) -> tuple[float, list[dict]]:
+    began = time.perf_counter()
+    for worker, job in zip(workers, jobs):
+        worker.send(**job)
+    replies = [worker.receive() for worker in workers[: len(jobs)]]
+    return time.perf_counter() - began, replies
+
+
+def _matmul_peak(plain: Worker, fast_workers: list[Worker], seconds: float, device: str) -> dict:
+    """Machine fp32 matmul throughput two ways: one process on all its threads, and every fast worker at once."""
+    job = {"op": "matmul", "seconds": seconds, "device": device}
+    _, (one,) = _concurrent([plain], [job])
+    _, many = _concurrent(fast_workers, [job] * len(fast_workers))
+    return {"one_process_gflops": one["gflops"], "all_workers_gflops": sum(r["gflops"] for r in many)}
+
+
+def _steady(run: dict, warmup_steps: int) -> float:
+    timed = run["step_s"][warmup_steps:] or run["step_s"]
+    return statistics.median(timed)
+
+
+def _project(runs: list[dict], workers: int, steps: int, startup_s: float, per_run_startup: bool, warmup_steps: int) -> float:
+    """Wall time of the full sweep at ``steps`` steps per run from measured per-run overheads and steady step times.
+
+    Runs go to the least-loaded worker in sweep order, as Snakemake hands out jobs. A run costs its measured fixed
+    overhead (model build, compile, first-step allocations) plus ``steps`` steady steps, plus a process start when the
+    path starts a process per run (the pipeline does).
+    """
+    loads = [0.0 if per_run_startup else startup_s] * workers
+    for run in runs:
+        steady = _steady(run, warmup_steps)
+        overhead = max(0.0, run["total_s"] - len(run["step_s"]) * steady)
+        i = loads.index(min(loads))
+        loads[i] += overhead + steps * steady + (startup_s if per_run_startup else 0.0)
+    return max(loads)
+
+
+def machine_info() -> dict:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    info = {
+        "cpu_model": model, "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch": torch.__version__, "torch_default_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "python": platform.python_version(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    if hasattr(os, "getloadavg"):
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    return info
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One way of running the sweep: its fast-path switches and its process layout."""
+
+    name: str
+    fast: FastPath
+    workers: int
+    threads: int  # 0: torch's default (all cores)
+    process_per_run: bool  # a pipeline job per run pays a process start per run; a plain loop pays it once
+    batched: bool = False  # all runs of a round in one process, one vmapped model per norm position
+
+
+def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: bool, device: str, batched: bool) -> list[Lane]:
+    """CPU: plain loop, [plain model in the fast layout], fast processes. CUDA: plain loop vs the batched model."""
+    lanes = [Lane("plain", PLAIN, 1, 0, False)]
+    if device == "cuda":
+        return lanes + [Lane("fast", fast, 1, 0, False, batched=True)]
+    if layout_reference:  # the pipeline's process layout without the fast path: separates layout from kernels
+        lanes.append(Lane(f"plain-{workers}x{threads}", PLAIN, workers, threads, True))
+    lanes.append(Lane("fast", fast, workers, threads, True))
+    if batched:  # on the CPU a correctness demonstration of the GPU design, not a speed-up
+        lanes.append(Lane("batched", fast, 1, 0, False, batched=True))
+    return lanes
+
+
+def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lanes: list[Lane], device: str,
+              peak_seconds: float, echo=print) -> dict:
+    """Train the first ``runs`` sweep runs on every lane in interleaved rounds; returns all measurements as a dict."""
+    params = load_params(params_path)
+    device = str(resolve_device(device))
+    todo = sweep_runs(params, runs)
+    task = params["copy_task"]
+    flops = copy_step_flops(sweep.copy_model_config(params, "pre"), task["batch_size"], task["seq_len"])
+    info = machine_info()
+    scratch = Path(tempfile.mkdtemp(prefix="blocklab-bench-"))
+    base_env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # "default threads" means torch's own
+    echo(f"bench: {len(todo)} runs x ({warmup_steps} warm-up + {steps} timed) steps; lanes: "
+         + "; ".join(f"{l.name} = {l.workers} process(es) x {l.threads or 'default'} thread(s) [{l.fast.describe()}]" for l in lanes)
+         + f"; logs in {scratch}")
+    pools = {}
+    try:
+        for lane in lanes:
+            # A fresh compile cache per lane: compile time is paid in full, as on a first pipeline run.
+            env = base_env | {"TORCHINDUCTOR_CACHE_DIR": str(scratch / f"inductor-{lane.name}")}
+            pools[lane.name] = [Worker(lane.fast, lane.threads, env, scratch / f"{lane.name}-{i}.log") for i in range(lane.workers)]
+        widest = max(lanes, key=lambda l: l.workers)
+        round_size = len(todo) if any(l.batched for l in lanes) else widest.workers
+        peak_start = _matmul_peak(pools[lanes[0].name][0], pools[widest.name], peak_seconds, device)
+        echo(f"bench: fp32 matmul {MATMUL_SIZE}^3: {peak_start['one_process_gflops']:.0f} GFLOPS in one process,"
+             f" {peak_start['all_workers_gflops']:.0f} GFLOPS over {widest.workers} workers")
+        walls = {lane.name: 0.0 for lane in lanes}
+        results = {lane.name: [] for lane in lanes}
+        n_steps = warmup_steps + steps
+        for round_no, start in enumerate(range(0, len(todo), round_size)):
+            jobs = [{"op": "train", "params": str(params_path), "norm": n, "warmup": w, "seed": s, "steps": n_steps,
+                     "device": device} for n, w, s in todo[start:start + round_size]]
+            shift = round_no % len(lanes)  # rotate the lane order every round: load drift hits every lane alike
+            for lane in lanes[shift:] + lanes[:shift]:
+                pool = pools[lane.name]
+                if lane.batched:
+                    wall, (reply,) = _concurrent(pool, [{"op": "train_batched", "params": str(params_path), "steps": n_steps,
+                                                         "device": device, "runs": [[j["norm"], j["warmup"], j["seed"]] for j in jobs]}])
+                    walls[lane.name] += wall
+                    order = [f"{j['norm']}-w{j['warmup']}-s{j['seed']}" for j in jobs]
+                    results[lane.name].extend(sorted(reply["runs"], key=lambda r: order.index(r["run"])))
+                    continue
+                for i in range(0, len(jobs), lane.workers):
+                    wall, replies = _concurrent(pool, jobs[i:i + lane.workers])
+                    walls[lane.name] += wall
+                    results[lane.name].extend(replies)
+            echo(f"bench: {start + len(jobs)}/{len(todo)} runs  " + "  ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
+        peak_end = _matmul_peak(pools[lanes[0].name][0], pools[widest.name], peak_seconds, device)
+        lane_info = {l.name: {"startup": statistics.median(w.startup_s for w in pools[l.name]),
+                              "threads": pools[l.name][0].threads, "allocator": pools[l.name][0].allocator_tuned}
+                     for l in lanes}
+    finally:
+        for pool in pools.values():
+            for worker in pool:
+                worker.close()
+    peak = max(*peak_start.values(), *peak_end.values())
+    full_steps = params["sweep"]["steps"]
+    summary = {}
+    for lane in lanes:
+        done, meta = results[lane.name], lane_info[lane.name]
+        run_steps = sum(len(r["step_s"]) for r in done)
+        projected = _project(done, lane.workers, full_steps, meta["startup"], lane.process_per_run, warmup_steps)
+        rate, full_rate = run_steps / walls[lane.name], len(done) * full_steps / projected
+        steady = statistics.median(_steady(r, warmup_steps) for r in done)
+        summary[lane.name] = {
+            "fast_path": lane.fast.describe(), "processes": lane.workers, "threads_per_process": meta["threads"],
+            "allocator_tuned": meta["allocator"], "run_steps": run_steps, "wall_s": walls[lane.name],
+            "run_steps_per_s": rate, "steady_step_s": steady, "steady_run_steps_per_s": lane.workers / steady,
+            "run_overhead_s": statistics.median(max(0.0, r["total_s"] - len(r["step_s"]) * _steady(r, warmup_steps)) for r in done),
+            "process_start_s": meta["startup"], "projected_sweep_s": projected, "projected_run_steps_per_s": full_rate,
+            "gflops": rate * flops["step"] / 1e9, "fraction_of_peak": rate * flops["step"] / 1e9 / peak,
+            "projected_gflops": full_rate * flops["step"] / 1e9,
+            "projected_fraction_of_peak": full_rate * flops["step"] / 1e9 / peak,
+        }
+    plain, fast = summary["plain"], summary["fast"]
+    return {
+        "machine": info | ({"loadavg_at_end": [round(x, 2) for x in os.getloadavg()]} if hasattr(os, "getloadavg") else {}),
+        "device": device, "runs": len(todo), "steps_per_run": n_steps, "timed_steps": steps, "warmup_steps": warmup_steps,
+        "full_sweep_steps_per_run": full_steps, "fast_path": fast["fast_path"],
+        "flops_per_step": flops["step"], "flop_formula": FLOP_FORMULA,
+        "matmul_peak_gflops": peak, "matmul_start": peak_start, "matmul_end": peak_end,
+        "lanes": summary,
+        "ratio_window": fast["run_steps_per_s"] / plain["run_steps_per_s"],
+        "ratio_projected": fast["projected_run_steps_per_s"] / plain["projected_run_steps_per_s"],
+        "ratio_steady": fast["steady_run_steps_per_s"] / plain["steady_run_steps_per_s"],
+        "fraction_of_peak": fast["fraction_of_peak"], "projected_fraction_of_peak": fast["projected_fraction_of_peak"],
+        "ratios_vs_each_lane": {
+            ref: {"window": fast["run_steps_per_s"] / s["run_steps_per_s"],
+                  "projected": fast["projected_run_steps_per_s"] / s["projected_run_steps_per_s"],
+                  "steady": fast["steady_run_steps_per_s"] / s["steady_run_steps_per_s"]}
+            for ref, s in summary.items() if ref != "fast"
+        },
+        **_compare_losses(results["plain"], results["fast"]),
+        "loss_diff_vs_plain": {name: _compare_losses(results["plain"], done) for name, done in results.items() if name != "plain"},
+        "per_run": [
+            {"lane": name, "run": r["run"], "setup_s": r["setup_s"], "total_s": r["total_s"],
+             "steady_step_s": _steady(r, warmup_steps), "first_step_s": r["step_s"][0] if r["step_s"] else None}
+            for name, done in results.items() for r in done
+        ],
+    }
+
+
+def _compare_losses(plain_runs: list[dict], fast_runs: list[dict]) -> dict:
+    """Largest loss difference between two lanes over the same runs and steps (runs matched by name)."""
+    worst_abs, worst_rel = 0.0, 0.0
+    fast_by_run = {r["run"]: r for r in fast_runs}
+    for a in plain_runs:
+        for x, y in zip(a["losses"], fast_by_run[a["run"]]["losses"]):
+            worst_abs = max(worst_abs, abs(x - y))
+            worst_rel = max(worst_rel, abs(x - y) / max(abs(x), 1e-12))
+    return {"max_abs_loss_diff": worst_abs, "max_rel_loss_diff": worst_rel}
+def format_report(result: dict) -> str:
+    """A readable table of every lane plus the headline ratios."""
+    full = result["full_sweep_steps_per_run"]
+    rows = [{
+        "lane": name, "procs x thr": f"{s['processes']} x {s['threads_per_process']}", "run-steps": s["run_steps"],
+        "wall s": s["wall_s"], "run-steps/s": s["run_steps_per_s"], "s/step/proc": s["steady_step_s"],
+        "GFLOPS": s["gflops"], "% peak": 100 * s["fraction_of_peak"], "setup/run s": s["run_overhead_s"],
+        "proc start s": s["process_start_s"], f"sweep@{full} s": s["projected_sweep_s"],
+        f"run-steps/s@{full}": s["projected_run_steps_per_s"], f"GFLOPS@{full}": s["projected_gflops"],
+        f"% peak@{full}": 100 * s["projected_fraction_of_peak"],
+    } for name, s in result["lanes"].items()]
+    table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3g}")
+    m = result["machine"]
+    lines = [
+        f"machine: {m['cpu_model']}, {m['cores']} cores, torch {m['torch']} ({m['cpu_capability']}), default threads"
+        f" {m['torch_default_threads']}, device {result['device']}, load average {m.get('loadavg_at_start')} -> {m.get('loadavg_at_end')}",
+        f"runs: {result['runs']} x {result['steps_per_run']} steps ({result['warmup_steps']} warm-up + {result['timed_steps']} timed);"
+        f" fast path: {result['fast_path']}",
+        f"FLOPs/step: {result['flops_per_step'] / 1e9:.2f} GFLOP; {result['flop_formula']}",
+        f"fp32 matmul peak (best of start/end, one process on all threads or all workers): {result['matmul_peak_gflops']:.0f} GFLOPS",
+        table,
+        f"fast vs plain: {result['ratio_window']:.2f}x in the bench window (setup and compile included),"
+        f" {result['ratio_projected']:.2f}x projected for the full sweep, {result['ratio_steady']:.2f}x in steady steps;"
+        f" fast reaches {100 * result['fraction_of_peak']:.0f}% of the matmul peak ({100 * result['projected_fraction_of_peak']:.0f}% projected)",
+    ]
+    for ref, r in result["ratios_vs_each_lane"].items():
+        if ref != "plain":
+            lines.append(f"fast vs {ref}: {r['window']:.2f}x window, {r['projected']:.2f}x projected, {r['steady']:.2f}x steady")
+    busiest = max(max(m.get("loadavg_at_start", [0])), max(m.get("loadavg_at_end", [0])))
+    if busiest > 0.5:
+        lines.append(f"note: the machine was busy (load average up to {busiest:.1f} on {m['cores']} cores): the multi-threaded"
+                     " plain lane suffers most from that, so also read the steady ratio and fast vs the WxT reference lane")
+    for name, diff in result["loss_diff_vs_plain"].items():
+        lines.append(f"losses {name} vs plain, same runs and steps: max |diff| {diff['max_abs_loss_diff']:.2e},"
+                     f" max relative {diff['max_rel_loss_diff']:.2e}")
+    return "\n".join(lines)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="copy-task sweep throughput: plain per-run loop vs the fast path, side by side")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per run, after the warm-up steps")
+    p.add_argument("--warmup-steps", type=int, default=2, help="untimed-for-steady-state steps per run (still counted)")
+    p.add_argument("--runs", type=int, default=12, help="how many of the sweep's runs (seed-major order)")
+    p.add_argument("--workers", type=int, default=None, help="fast-path processes (default: cores // threads)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per fast-path process")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=FastPath().compile,
+                   help="torch.compile in the fast path (compile time counts)")
+    p.add_argument("--device", default=None, help="auto | cpu | cuda (default: params device)")
+    p.add_argument("--peak-seconds", type=float, default=3.0, help="length of each matmul-peak measurement")
+    p.add_argument("--layout-ref", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the plain model in the fast path's process layout (separates layout from kernels)")
+    p.add_argument("--batched", action="store_true",
+                   help="CPU: add a lane training each norm's runs as one vmapped model (the GPU design; numbers only)")
+    p.add_argument("--quick", action="store_true", help="2 runs x (1 + 3) steps, 1 s peak: a smoke check, not a result")
+    p.add_argument("--out", type=Path, default=None, help="also write the result as JSON (with provenance)")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    params = load_params(args.params)
+    if args.quick:
+        args.runs, args.steps, args.warmup_steps, args.peak_seconds = min(args.runs, 2), 3, 1, 1.0
+    total_runs = len(sweep_runs(params, 10**6))
+    threads = args.threads
+    workers = args.workers or max(1, (os.cpu_count() or 1) // max(1, threads))
+    for name, value, low, high in (("--runs", args.runs, 1, total_runs), ("--steps", args.steps, 1, 10**6),
+                                   ("--warmup-steps", args.warmup_steps, 0, 10**6), ("--workers", workers, 1, 256),
+                                   ("--threads", threads, 1, 256), ("--peak-seconds", args.peak_seconds, 0.1, 600)):
+        if not low <= value <= high:
+            raise ConfigError(f"{name}={value} is not allowed; choose {low}..{high}")
+    device = str(resolve_device(args.device or params["device"]))
+    lanes = default_lanes(workers, threads, FastPath(compile=args.compile), args.layout_ref, device, args.batched)
+    result = run_bench(
+        args.params, steps=args.steps, warmup_steps=args.warmup_steps, runs=args.runs, lanes=lanes,
+        device=device, peak_seconds=args.peak_seconds,
+        echo=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
+    print(format_report(result))
+    print(JSON_TAG + json.dumps({k: v for k, v in result.items() if k != "per_run"}, default=str))
+    if args.out is not None:
+        write_json(provenance.stamp(**result), args.out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker_main(sys.argv[2:])
