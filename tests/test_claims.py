@@ -1,0 +1,78 @@
+"""Claim checks on small hand-made data with known verdicts."""
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from blocklab import claims
+from blocklab.params import load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def document_params():
+    return load_params(ROOT / "params.yaml")  # the document's setup
+
+
+def write(root: Path, relative: str, frame: pd.DataFrame):
+    (root / relative).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(root / relative, index=False)
+
+
+def sweep_data(root: Path, curves: dict):
+    rows, summary = [], []
+    for (norm, warmup, seed), losses in curves.items():
+        run = f"{norm}-w{warmup}-s{seed}"
+        steps = np.arange(1, len(losses) + 1)
+        rows.append(pd.DataFrame({"run": run, "norm": norm, "warmup": warmup, "seed": seed, "step": steps,
+                                  "loss": losses, "lr": 1e-3}))
+        outcome = claims_outcome(np.asarray(losses))
+        summary.append({"run": run, "norm": norm, "warmup": warmup, "seed": seed, "final_loss": losses[-1],
+                        "min_loss": min(losses), "outcome": outcome})
+    write(root, "sweep/losses.csv", pd.concat(rows))
+    write(root, "sweep/summary.csv", pd.DataFrame(summary))
+
+
+def claims_outcome(losses):
+    from blocklab.sweep import classify
+
+    return classify(pd.Series(losses), 64)
+
+
+def test_loss_at_step_judges_order_of_magnitude(tmp_path, document_params):
+    learned = [4.2] * 99 + [0.3] + [0.004] * 1100  # step 100: 0.3, step 200: 0.004
+    stuck = [4.16] * 1200
+    sweep_data(tmp_path, {("pre", 0, 0): learned, ("pre", 0, 1): learned, ("post", 0, 0): stuck, ("post", 0, 1): stuck})
+    data = claims.Data(tmp_path, document_params)
+    assert claims.loss_at_step(data, "pre", 0, 100, 0.16, 0.71)[1] == claims.REPRODUCED
+    assert claims.loss_at_step(data, "pre", 0, 200, 0.0, 0.007)[1] == claims.REPRODUCED
+    assert claims.loss_at_step(data, "post", 0, 100, 0.16, 0.71)[1] == claims.NOT_REPRODUCED
+    assert claims.final_losses_near_chance(data, "post", 0)[1] == claims.REPRODUCED
+    assert claims.final_losses_near_chance(data, "pre", 0)[1] == claims.NOT_REPRODUCED
+    assert claims.failed_runs(data, "post", expected=2)[1] == claims.REPRODUCED
+    assert claims.failed_runs(data, "post", expected=4)[1] == claims.NOT_REPRODUCED
+
+
+def test_other_setups_are_not_checkable(tmp_path, document_params):
+    params = copy.deepcopy(document_params)
+    params["sweep"]["steps"] = 60
+    sweep_data(tmp_path, {("pre", 0, 0): [4.0] * 60})
+    table = claims.evaluate(tmp_path, params).set_index("id")
+    assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.NOT_CHECKABLE
+    assert "sweep.steps=60" in table.loc["d000-pre-nowarm-step100", "measured"]
+    assert table.loc["d000-sim-L1", "verdict"] == claims.NOT_CHECKABLE  # no simulation data at all
+
+
+@pytest.mark.parametrize("curve,direction,expected", [
+    (np.linspace(0.3, 1.1, 24), "grows", claims.REPRODUCED),
+    (np.full(24, 1.07), "grows", claims.PARTLY),  # right value, wrong shape
+    (np.linspace(3.0, 8.0, 24), "grows", claims.PARTLY),  # right shape, value 7x off
+    (np.linspace(1.0, 0.22, 24), "grows", claims.NOT_REPRODUCED),
+])
+def test_gradnorm_trend(tmp_path, document_params, curve, direction, expected):
+    write(tmp_path, "gradnorm/gradnorm.csv", pd.DataFrame({"norm": "post", "seed": 0, "block": range(1, 25),
+                                                            "grad_norm": curve}))
+    assert claims.gradnorm_trend(claims.Data(tmp_path, document_params), "post", direction, 1.07)[1] == expected
