@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -540,6 +541,7 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
         for pool in pools.values():
             for worker in pool:
                 worker.close()
+    shutil.rmtree(scratch, ignore_errors=True)  # kept only when something failed: its logs say what
     peak = max(*peak_start.values(), *peak_end.values())
     full_steps = params["sweep"]["steps"]
     summary = {}
