@@ -1,6 +1,6 @@
 # blocklab: every experiment of documents 000 and 004, then every figure.
 #   snakemake --cores 4            (local; profiles/default)
-#   snakemake --profile profiles/slurm   (a SLURM cluster)
+#   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <command>`.
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_files, training_settings
 
