@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from blocklab.bench import (
-    PLAIN, FastPath, copy_step_flops, fuse_layernorms, train_copy_steps, tune_allocator, use_short_causal_attention,
-)
+from blocklab.bench import copy_step_flops, train_copy_steps
+from blocklab.fastpath import PLAIN, FastPath, fuse_layernorms, tune_allocator, use_short_causal_attention
 from blocklab.config import ModelConfig
 from blocklab.layers import Attention, LayerNorm
 from blocklab.params import load_params
+from blocklab import sweep
 from blocklab.sweep import build_copy_model, copy_model_config, train_copy_run
 from blocklab.tasks import copy_batch, copy_loss
 from blocklab.train import train
@@ -98,9 +98,10 @@ def test_short_attention_leaves_other_attention_kinds_alone():
         assert torch.equal(short(x), plain(x))  # GQA / RoPE / bidirectional take the unchanged SDPA path
 
 
-def _params(steps):
+def _params(steps, fast_path=False):
     params = load_params(TINY)
     params["sweep"]["steps"] = steps
+    params["sweep"]["fast_path"] = fast_path
     return params
 
 
@@ -117,6 +118,34 @@ def test_fast_path_gives_the_pipelines_losses(tmp_path, norm):
     assert len(fast["losses"]) == steps and fast["diverged_step"] is None
     torch.testing.assert_close(torch.tensor(fast["losses"], dtype=torch.float64), torch.tensor(reference), rtol=LOSS_RTOL, atol=0)
     assert reference[-1] < reference[0]  # it is training, so agreement is not agreement of constants
+
+
+def test_pipeline_fast_path_setting_gives_the_plain_losses_and_resumes_across_paths(tmp_path, monkeypatch):
+    """sweep.fast_path only changes kernels: a run gives the plain run's losses, and a run checkpointed on one path
+    finishes on the other with the same losses (checkpoints hold the same state-dict keys and optimizer state)."""
+    steps, warmup = 25, 5
+    train_copy_run(_params(steps, fast_path=False), "pre", warmup, 1, tmp_path / "plain")
+    train_copy_run(_params(steps, fast_path=True), "pre", warmup, 1, tmp_path / "fast")
+    plain, fast = (pd.read_csv(tmp_path / name / "loss.csv")["loss"].to_numpy() for name in ("plain", "fast"))
+    torch.testing.assert_close(torch.tensor(fast), torch.tensor(plain), rtol=LOSS_RTOL, atol=0)
+    assert plain[-1] < plain[0]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    mixed = _params(steps, fast_path=False)
+    mixed["sweep"]["checkpoint_every"] = 10
+    monkeypatch.setattr(sweep, "write_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_copy_run(mixed, "pre", warmup, 1, tmp_path / "mixed")
+    monkeypatch.undo()
+    assert (tmp_path / "mixed" / "checkpoint.pt").exists() and not (tmp_path / "mixed" / "meta.json").exists()
+    mixed["sweep"]["fast_path"] = True
+    meta = train_copy_run(mixed, "pre", warmup, 1, tmp_path / "mixed")
+    assert meta["resumed_from_step"] == 20
+    resumed = pd.read_csv(tmp_path / "mixed" / "loss.csv")["loss"].to_numpy()
+    assert resumed[:20].tolist() == plain[:20].tolist()
+    torch.testing.assert_close(torch.tensor(resumed), torch.tensor(plain), rtol=LOSS_RTOL, atol=0)
 
 
 def test_fast_path_keeps_weights_and_state_dict_keys():

@@ -10,6 +10,7 @@ import torch
 
 from . import provenance
 from .config import ConfigError, ModelConfig
+from .fastpath import PLAIN, FastPath, apply_fast_path
 from .io import read_json, read_table, write_table
 from .models import DecoderLM
 from .params import load_params
@@ -51,6 +52,8 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     cfg = copy_model_config(params, norm)
     device = resolve_device(device)
     model = build_copy_model(cfg, seed).to(device)
+    fast = FastPath() if sweep["fast_path"] else PLAIN
+    apply_fast_path(model, fast)
     generator = torch.Generator().manual_seed(seed)
 
     def next_batch(gen):
@@ -64,6 +67,7 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
+        fused_adam=fast.fused_adam,
         desc=run_name(norm, warmup, seed),
     )
     meta = provenance.stamp(

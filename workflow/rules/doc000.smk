@@ -22,7 +22,7 @@ rule train_copy:
     params:
         model=config["copy_model"],
         task=config["copy_task"],
-        training=training_settings(config["sweep"], "norms", "warmups", "seeds", "checkpoint_every", "compile"),
+        training=training_settings(config["sweep"], "norms", "warmups", "seeds", "checkpoint_every", "compile", "fast_path"),
     log:
         "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
     threads: config["threads_per_run"]
