@@ -150,3 +150,25 @@ def test_dvc_remote_push_pull_round_trip(dvc_project, tmp_path):
     assert (dvc_project / "figs/loss_curves.png").exists()
     assert "up to date" in run(["dvc", "status"], dvc_project).stdout
     assert "didn't change" in run(["dvc", "repro"], dvc_project).stdout
+
+
+def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_path):
+    out = tmp_path / "gallery"
+    run(["blocklab", "gallery", "--out", str(out), "--dpi", "40", "--wall-time", "measured by the test"], snake_project)
+    page = (out / "README.md").read_text(encoding="utf-8")
+    for name in FIGURES:
+        with Image.open(out / f"{name}.png") as image:
+            assert image.format == "PNG"
+            # redrawn at the gallery's dpi, so smaller than the pipeline's figure
+            assert image.size[0] < Image.open(snake_project / "figs" / f"{name}.png").size[0]
+        assert f"]({name}.png)" in page
+    runs = pd.read_csv(snake_project / "data/sweep/summary.csv")["run"]
+    assert all(f"| {r} " in page for r in runs)  # every training run's wall time is listed
+    assert "measured by the test" in page and "Claims: " in page
+
+
+def test_gallery_refuses_an_unfinished_run(tmp_path):
+    (tmp_path / "data").mkdir()
+    done = run(["blocklab", "gallery", "--params", str(Path(__file__).parents[1] / "configs/tiny.yaml"),
+                "--data", str(tmp_path / "data"), "--out", str(tmp_path / "g")], tmp_path, check=False)
+    assert done.returncode == 2 and "missing: data/" in done.stderr and not (tmp_path / "g").exists()

@@ -28,6 +28,7 @@ COMMANDS = {
     "figure": "blocklab.report",
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
+    "gallery": "blocklab.gallery",
 }
 
 
