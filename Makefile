@@ -7,7 +7,7 @@ PIP_VERSION := 26.3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: install run smoke test bench lock clean-outputs
+.PHONY: install run smoke test bench gallery lock
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,10 @@ test: install
 
 bench: install
 	$(BIN)/blocklab bench
+
+# After a full default run: redraw its figures into docs/gallery (kept in git) with parameters, code and wall times.
+gallery: install
+	$(BIN)/blocklab gallery
 
 lock: install
 	{ sed -n '1,2p' requirements.lock; $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/' | grep -vi '^blocklab'; } > requirements.lock.new
