@@ -51,6 +51,12 @@ def test_loss_at_step_judges_order_of_magnitude(tmp_path, document_params):
     assert claims.loss_at_step(data, "pre", 0, 200, 0.0, 0.007)[1] == claims.REPRODUCED
     assert claims.loss_at_step(data, "post", 0, 100, 0.16, 0.71)[1] == claims.NOT_REPRODUCED
     assert claims.final_losses_near_chance(data, "post", 0)[1] == claims.REPRODUCED
+    # Near chance a factor on the loss alone would accept a stuck run for "4.0 at step 100": the gap to ln 64 decides.
+    assert claims.loss_at_step(data, "post", 0, 100, 4.0, 4.0)[1] == claims.NOT_REPRODUCED
+    assert claims.loss_at_step(data, "pre", 0, 99, 4.0, 4.0)[1] == claims.NOT_REPRODUCED  # 4.2 is above chance
+    # Near zero the loss itself decides: 0.004 is not "about 0.0003", but it is "below 0.007".
+    assert claims.loss_at_step(data, "pre", 0, "last", 0.0003, 0.0003)[1] == claims.NOT_REPRODUCED
+    assert claims.loss_at_step(data, "pre", 0, "last", 0.003, 0.003)[1] == claims.REPRODUCED
     assert claims.final_losses_near_chance(data, "pre", 0)[1] == claims.NOT_REPRODUCED
     assert claims.failed_runs(data, "post", expected=2)[1] == claims.REPRODUCED
     assert claims.failed_runs(data, "post", expected=4)[1] == claims.NOT_REPRODUCED

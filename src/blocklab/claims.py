@@ -57,6 +57,15 @@ def within_factor(measured: float, low: float, high: float, factor: float = 2.0)
     return low / factor - 0.02 <= measured <= high * factor + 0.02
 
 
+def loss_matches(measured: float, low: float, high: float, chance: float, factor: float = 2.0) -> bool:
+    """A loss agrees with the document's range when it is within ``factor`` of it, and so is its distance below
+    chance (ln V). Near chance the loss alone cannot tell a stuck run (4.16) from one that has begun to learn (4.0);
+    near zero the distance alone cannot tell 0.02 from 0.0003."""
+    loss_ok = low / factor <= measured <= high * factor
+    gap_ok = (chance - high) / factor <= chance - measured <= (chance - low) * factor
+    return loss_ok and gap_ok
+
+
 # ---- the sweep -------------------------------------------------------------------------------------------------------
 
 
@@ -109,7 +118,8 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, low: float, high: flo
         target = curve["step"].max() if step == "last" else step
         row = curve[curve["step"] == target]
         at.append(row["loss"].iloc[0] if len(row) else float("nan"))  # a diverged run has no loss at later steps
-    hits = [within_factor(v, low, high) for v in at if math.isfinite(v)]
+    chance = math.log(data.params["copy_task"]["vocab_size"])
+    hits = [loss_matches(v, low, high, chance) for v in at if math.isfinite(v)]
     verdict = REPRODUCED if hits and all(hits) and len(hits) == len(at) else PARTLY if any(hits) else NOT_REPRODUCED
     return f"per seed {fmt(at)}", verdict
 

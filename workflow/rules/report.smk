@@ -9,6 +9,7 @@ rule claims:
     input:
         ANALYSIS_DATA,
         claims="src/blocklab/claims.yaml",
+        code=code_files("claims"),
     output:
         "data/claims/claims.csv",
     shell:
