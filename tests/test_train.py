@@ -168,3 +168,21 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert (tmp_path / "whole" / "loss.csv").read_bytes() == (tmp_path / "killed" / "loss.csv").read_bytes()
     wa, wb = load_file(tmp_path / "whole" / "model.safetensors"), load_file(tmp_path / "killed" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_artifacts_appear_whole_and_readable(tmp_path):
+    """atomic_path: nothing under the final name when the block fails; the finished file has the usual permissions
+    (mkstemp's 0600 would hide a shared lab's artifacts from everyone else)."""
+    import stat
+
+    from blocklab import io
+    from blocklab.io import atomic_path, write_json
+
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    write_json({"a": 1}, target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~io._UMASK  # 0644 under the usual umask 022

@@ -31,13 +31,17 @@ CAPTIONS = {
 
 
 def training_runs(data: Path) -> pd.DataFrame:
-    """One row per finished sweep run: wall time, threads, device, code version, whether it resumed."""
+    """One row per finished sweep run: wall time, threads, device, code version, whether it resumed.
+
+    meta.json is written by the process that finished the run: a run resumed from a checkpoint records that
+    process's code version and fast-path setting; the steps before ``resumed_from_step`` may have run on others.
+    """
     rows = []
     for meta_file in sorted((data / "sweep" / "runs").glob("*/meta.json")):
         meta = read_json(meta_file)
         rows.append({
             "run": meta["run"], "wall_time_s": meta["wall_time_s"], "threads": meta["threads"], "device": meta["device"],
-            "fast_path": meta["sweep"].get("fast_path", False), "resumed_from_step": meta["resumed_from_step"],
+            "fast_path_at_finish": meta["sweep"].get("fast_path", False), "resumed_from_step": meta["resumed_from_step"],
             "git_commit": (meta["code"].get("git_commit") or "")[:10], "status": meta["status"],
         })
     return pd.DataFrame(rows)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # reading the umask means setting it; put it back at once
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
@@ -19,6 +22,7 @@ def atomic_path(path: str | os.PathLike):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the permissions any new file would
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
