@@ -37,12 +37,16 @@ def planned_jobs(project) -> dict:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
-def edit_params(project, old, new):
+def jobs_after_edit(project, old, new) -> dict:
+    """The jobs Snakemake would run after replacing ``old`` by ``new`` in params.yaml (restored afterwards)."""
     path = Path(project) / "params.yaml"
     text = path.read_text(encoding="utf-8")
     assert old in text, old
     path.write_text(text.replace(old, new, 1), encoding="utf-8")
-    return text
+    try:
+        return planned_jobs(project)
+    finally:
+        path.write_text(text, encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -94,30 +98,18 @@ def test_snakemake_builds_every_figure_and_artifact(snake_project):
 
 
 def test_adding_a_seed_trains_only_the_new_runs(snake_project):
-    original = edit_params(snake_project, "seeds: [0, 1]\n  steps: 60", "seeds: [0, 1, 2]\n  steps: 60")
-    try:
-        jobs = planned_jobs(snake_project)
-    finally:
-        (snake_project / "params.yaml").write_text(original, encoding="utf-8")
+    jobs = jobs_after_edit(snake_project, "seeds: [0, 1]\n  steps: 60", "seeds: [0, 1, 2]\n  steps: 60")
     assert jobs.get("train_copy") == 2 * 2  # one new seed x 2 norms x 2 warm-ups
     assert "train_reverse" not in jobs and "gradnorm" not in jobs
 
 
 def test_changing_a_plot_option_redraws_without_retraining(snake_project):
-    original = edit_params(snake_project, "lang: ko", "lang: en")
-    try:
-        jobs = planned_jobs(snake_project)
-    finally:
-        (snake_project / "params.yaml").write_text(original, encoding="utf-8")
+    jobs = jobs_after_edit(snake_project, "lang: ko", "lang: en")
     assert set(jobs) == {"report", "all"}
 
 
 def test_changing_a_model_parameter_retrains_what_depends_on_it(snake_project):
-    original = edit_params(snake_project, "n_layers: 3", "n_layers: 2")  # copy_model only
-    try:
-        jobs = planned_jobs(snake_project)
-    finally:
-        (snake_project / "params.yaml").write_text(original, encoding="utf-8")
+    jobs = jobs_after_edit(snake_project, "n_layers: 3", "n_layers: 2")  # copy_model only
     assert jobs.get("train_copy") == 8 and jobs.get("gradnorm") == 1
     assert not {"train_reverse", "activation_norms", "residual_sim", "problem9", "param_counts"} & set(jobs)
 
@@ -157,10 +149,9 @@ def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_pat
     run(["blocklab", "gallery", "--out", str(out), "--dpi", "40", "--wall-time", "measured by the test"], snake_project)
     page = (out / "README.md").read_text(encoding="utf-8")
     for name in FIGURES:
-        with Image.open(out / f"{name}.png") as image:
+        with Image.open(out / f"{name}.png") as image, Image.open(snake_project / "figs" / f"{name}.png") as full:
             assert image.format == "PNG"
-            # redrawn at the gallery's dpi, so smaller than the pipeline's figure
-            assert image.size[0] < Image.open(snake_project / "figs" / f"{name}.png").size[0]
+            assert image.size[0] < full.size[0]  # redrawn at the gallery's dpi, so smaller than the pipeline's figure
         assert f"]({name}.png)" in page
     runs = pd.read_csv(snake_project / "data/sweep/summary.csv")["run"]
     assert all(f"| {r} " in page for r in runs)  # every training run's wall time is listed
