@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from blocklab.bench import copy_step_flops, train_copy_steps
+from blocklab.bench import capture_step_gemms, copy_step_flops, time_gemm_floor, train_copy_steps
 from blocklab.fastpath import PLAIN, FastPath, fuse_layernorms, tune_allocator, use_short_causal_attention
 from blocklab.config import ModelConfig
 from blocklab.layers import Attention, LayerNorm
@@ -218,6 +218,24 @@ def test_step_flops_agree_with_torchs_flop_counter():
     assert flops["attention_forward_causal"] * 2 * t == flops["attention_forward_full"] * (t + 1)
 
 
+@pytest.mark.parametrize("path", [PLAIN, FAST], ids=["plain", "fast"])
+def test_gemm_floor_captures_every_product_of_a_training_step(path):
+    """The bench's GEMM floor replays exactly the step's products: their FLOPs are the formula's executed FLOPs."""
+    params = _params(1)
+    task = params["copy_task"]
+    cfg = copy_model_config(params, "post")
+    calls = capture_step_gemms(params, "post", path)
+    flops = copy_step_flops(cfg, task["batch_size"], task["seq_len"])
+    if path is FAST:  # every Linear (forward, input grad, weight grad) and the four attention bmm's per layer
+        assert sum(c["flops"] for c in calls) == flops["step_attention_full"]
+        assert {c["op"] for c in calls} == {"mm", "addmm", "bmm", "baddbmm"}
+    else:  # the plain model's attention is the CPU flash kernel: no GEMM calls of its own
+        assert sum(c["flops"] for c in calls) == 3 * flops["linear_forward"]
+    floor = time_gemm_floor(calls, repeats=2)
+    assert floor["calls"] == len(calls) and floor["executed_flops"] == sum(c["flops"] for c in calls)
+    assert 0 < floor["step_s"] < 60
+
+
 def test_allocator_tuning_reports_success_on_linux():
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc only")
@@ -238,6 +256,9 @@ def test_bench_command_end_to_end(tmp_path):
     assert result["lanes"]["plain"]["run_steps"] == result["lanes"]["fast"]["run_steps"] == 2 * 4
     assert result["max_rel_loss_diff"] < LOSS_RTOL
     assert result["matmul_peak_gflops"] > 0 and result["ratio_window"] > 0
+    floor = result["gemm_floor"]
+    assert floor["processes"] == result["lanes"]["fast"]["processes"] and floor["calls_per_step"] > 0
+    assert 0 < floor["fraction_of_peak"] and floor["share_of_fast_step"] > 0 and "GEMMs alone" in proc.stdout
     assert "fast vs plain" in proc.stdout and json.loads(out.read_text())["flops_per_step"] == result["flops_per_step"]
 
 

@@ -136,6 +136,71 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
     }
 
 
+# --- GEMM floor: the fast step's own matrix products, nothing else ---------------------------------------------------
+
+GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+def _gemm_flops(name: str, shapes: list[tuple]) -> int:
+    """Executed FLOPs of one captured call: 2*M*N*K, times the batch for bmm/baddbmm (masked entries included)."""
+    a, b = (shapes[0], shapes[1]) if name in ("mm", "bmm") else (shapes[1], shapes[2])
+    return 2 * math.prod(a) * b[-1]
+
+
+def capture_step_gemms(params: dict, norm: str, fast: FastPath, device="cpu") -> list[dict]:
+    """Every matrix-product call (forward and backward) of one fast-path training step, with shapes, strides and scalars.
+
+    The step is the real one (the sweep's model, batch, loss, Adam); a dispatch mode below autograd records the calls.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in GEMM_OPS:
+                tensors = [a for a in args if isinstance(a, torch.Tensor)]
+                calls.append({"op": name, "shapes": [tuple(t.shape) for t in tensors],
+                              "strides": [tuple(t.stride()) for t in tensors], "kwargs": dict(kwargs or {}),
+                              "flops": _gemm_flops(name, [tuple(t.shape) for t in tensors])})
+            return func(*args, **(kwargs or {}))
+
+    task, settings = params["copy_task"], params["sweep"]
+    model = apply_fast_path(sweep.build_copy_model(sweep.copy_model_config(params, norm), 0).to(device), fast)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"], fused=fast.fused_adam or None)
+    inputs, targets = copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], torch.Generator().manual_seed(0), device=device)
+    with Recorder():
+        copy_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return calls
+
+
+def time_gemm_floor(calls: list[dict], repeats: int, device="cpu") -> dict:
+    """Replay ``calls`` ``repeats`` times on random operands of the captured shapes and strides; median seconds a step.
+
+    Every call gets operands of its own (as in the step, where each product reads tensors that other ops just wrote)
+    and allocates its output, so cache and allocator behave as in training. No other work is done: this is the
+    ceiling of any path that keeps these products.
+    """
+    def operand(shape, stride):
+        size = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        return torch.randn(size, device=device).as_strided(shape, stride)
+
+    prepared = [(getattr(torch.ops.aten, c["op"]).default, [operand(sh, st) for sh, st in zip(c["shapes"], c["strides"])], c["kwargs"])
+                for c in calls]
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    times = []
+    for _ in range(repeats + 1):  # the first replay warms up and is dropped
+        sync()
+        began = time.perf_counter()
+        for op, operands, kwargs in prepared:
+            op(*operands, **kwargs)
+        sync()
+        times.append(time.perf_counter() - began)
+    return {"step_s": statistics.median(times[1:]), "calls": len(calls), "executed_flops": sum(c["flops"] for c in calls)}
+
+
 # --- batched runs (the GPU design) -----------------------------------------------------------------------------------
 
 
@@ -236,6 +301,10 @@ def _worker_main(argv) -> None:
         elif job["op"] == "train":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
             _reply(train_copy_steps(params, job["norm"], job["warmup"], job["seed"], job["steps"], fast, job["device"]))
+        elif job["op"] == "gemm_floor":
+            params = params_cache.setdefault(job["params"], load_params(job["params"]))
+            calls = capture_step_gemms(params, job["norm"], fast, job["device"])
+            _reply(time_gemm_floor(calls, job["repeats"], job["device"]))
         elif job["op"] == "train_batched":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
             replies = []
@@ -375,7 +444,7 @@ def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: 
 
 
 def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lanes: list[Lane], device: str,
-              peak_seconds: float, echo=print) -> dict:
+              peak_seconds: float, floor_repeats: int = 3, echo=print) -> dict:
     """Train the first ``runs`` sweep runs on every lane in interleaved rounds; returns all measurements as a dict."""
     params = load_params(params_path)
     device = str(resolve_device(device))
@@ -420,6 +489,13 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
                     walls[lane.name] += wall
                     results[lane.name].extend(replies)
             echo(f"bench: {start + len(jobs)}/{len(todo)} runs  " + "  ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
+        fast_lane = next(l for l in lanes if l.name == "fast")
+        floor = None
+        if not fast_lane.batched:  # the products of one fast step, replayed alone in every fast worker at once
+            floor_jobs = [{"op": "gemm_floor", "params": str(params_path), "norm": todo[i % len(todo)][0],
+                           "repeats": floor_repeats, "device": device} for i in range(fast_lane.workers)]
+            _, floor = _concurrent(pools["fast"], floor_jobs)
+            echo(f"bench: GEMMs alone: {statistics.median(r['step_s'] for r in floor):.3f} s a step in each of {len(floor)} processes")
         peak_end = _matmul_peak(pools[lanes[0].name][0], pools[widest.name], peak_seconds, device)
         lane_info = {l.name: {"startup": statistics.median(w.startup_s for w in pools[l.name]),
                               "threads": pools[l.name][0].threads, "allocator": pools[l.name][0].allocator_tuned}
@@ -449,6 +525,17 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
             "projected_fraction_of_peak": full_rate * flops["step"] / 1e9 / peak,
         }
     plain, fast = summary["plain"], summary["fast"]
+    gemm_floor = None
+    if floor:
+        floor_step = statistics.median(r["step_s"] for r in floor)
+        floor_rate = len(floor) / floor_step
+        gemm_floor = {
+            "processes": len(floor), "step_s": floor_step, "calls_per_step": floor[0]["calls"],
+            "executed_flops_per_step": floor[0]["executed_flops"], "run_steps_per_s": floor_rate,
+            "gflops": floor_rate * flops["step"] / 1e9, "fraction_of_peak": floor_rate * flops["step"] / 1e9 / peak,
+            "ratio_vs_plain_steady": floor_rate / plain["steady_run_steps_per_s"],
+            "share_of_fast_step": floor_step / fast["steady_step_s"],
+        }
     return {
         "machine": info | ({"loadavg_at_end": [round(x, 2) for x in os.getloadavg()]} if hasattr(os, "getloadavg") else {}),
         "device": device, "runs": len(todo), "steps_per_run": n_steps, "timed_steps": steps, "warmup_steps": warmup_steps,
@@ -456,6 +543,7 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
         "flops_per_step": flops["step"], "flop_formula": FLOP_FORMULA,
         "matmul_peak_gflops": peak, "matmul_start": peak_start, "matmul_end": peak_end,
         "lanes": summary,
+        "gemm_floor": gemm_floor,
         "ratio_window": fast["run_steps_per_s"] / plain["run_steps_per_s"],
         "ratio_projected": fast["projected_run_steps_per_s"] / plain["projected_run_steps_per_s"],
         "ratio_steady": fast["steady_run_steps_per_s"] / plain["steady_run_steps_per_s"],
@@ -510,13 +598,24 @@ def format_report(result: dict) -> str:
         f" {result['ratio_projected']:.2f}x projected for the full sweep, {result['ratio_steady']:.2f}x in steady steps;"
         f" fast reaches {100 * result['fraction_of_peak']:.0f}% of the matmul peak ({100 * result['projected_fraction_of_peak']:.0f}% projected)",
     ]
+    floor = result.get("gemm_floor")
+    if floor:
+        lines.append(
+            f"GEMMs alone (the fast step's {floor['calls_per_step']} mm/addmm/bmm/baddbmm calls, replayed with nothing else in"
+            f" each of {floor['processes']} processes): {floor['step_s']:.3g} s/step/proc = {floor['run_steps_per_s']:.3g}"
+            f" run-steps/s, {floor['gflops']:.0f} GFLOPS = {100 * floor['fraction_of_peak']:.0f}% of peak,"
+            f" {floor['ratio_vs_plain_steady']:.2f}x plain steady: the ceiling of any path that keeps these products;"
+            f" they are {100 * floor['share_of_fast_step']:.0f}% of the fast step")
     for ref, r in result["ratios_vs_each_lane"].items():
         if ref != "plain":
             lines.append(f"fast vs {ref}: {r['window']:.2f}x window, {r['projected']:.2f}x projected, {r['steady']:.2f}x steady")
-    busiest = max(max(m.get("loadavg_at_start", [0])), max(m.get("loadavg_at_end", [0])))
-    if busiest > 0.5:
-        lines.append(f"note: the machine was busy (load average up to {busiest:.1f} on {m['cores']} cores): the multi-threaded"
-                     " plain lane suffers most from that, so also read the steady ratio and fast vs the WxT reference lane")
+    # The load at the end is mostly the bench's own workers; only the 1-minute load before it started says that
+    # something else was running.
+    before = m.get("loadavg_at_start", [0])[0]
+    if before > 0.5:
+        lines.append(f"note: the machine was busy before the bench started (1-minute load average {before:.1f} on {m['cores']}"
+                     " cores): the multi-threaded plain lane suffers most from load, so also read the steady ratio and fast"
+                     " vs the WxT reference lane")
     for name, diff in result["loss_diff_vs_plain"].items():
         lines.append(f"losses {name} vs plain, same runs and steps: max |diff| {diff['max_abs_loss_diff']:.2e},"
                      f" max relative {diff['max_rel_loss_diff']:.2e}")
