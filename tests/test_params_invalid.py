@@ -63,6 +63,7 @@ DICT_CASES = [
     ("float-seed", setting("gradnorm.seeds", [0, 1.0]), "gradnorm.seeds[1]", "an integer >= 0"),
     ("null-value", setting("residual_sim.trials", None), "residual_sim.trials", "an integer >= 1"),
     ("string-for-bool", setting("sweep.compile", "maybe"), "sweep.compile", "true or false"),
+    ("unknown-batching", setting("sweep.batched", "sometimes"), "sweep.batched", "['auto', True, False]"),
     ("bool-for-number", setting("reverse_copy.lr", True), "reverse_copy.lr", "a number > 0 and <= 1"),
     ("section-not-mapping", setting("copy_task", 8), "copy_task", "a mapping with keys ['batch_size', 'seq_len', 'vocab_size']"),
     ("section-null", setting("figures", None), "figures", "a mapping with keys ['dpi', 'lang']"),

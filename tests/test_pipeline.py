@@ -114,6 +114,21 @@ def test_changing_a_model_parameter_retrains_what_depends_on_it(snake_project):
     assert not {"train_reverse", "activation_norms", "residual_sim", "problem9", "param_counts"} & set(jobs)
 
 
+def test_batched_sweep_trains_one_job_per_norm_position(tmp_path, snake_project):
+    """sweep.batched: true swaps the per-run rule for one vmapped job per norm position, with the same artifacts."""
+    project = make_scratch_project(tmp_path / "project")
+    params = project / "params.yaml"
+    params.write_text(params.read_text(encoding="utf-8").replace("batched: auto", "batched: true", 1), encoding="utf-8")
+    assert planned_jobs(project)["train_copy_group"] == 2 and "train_copy" not in planned_jobs(project)
+    run(["snakemake", "--cores", "2", "data/sweep/summary.csv"], project)
+    grouped = pd.read_csv(project / "data/sweep/losses.csv")
+    single = pd.read_csv(snake_project / "data/sweep/losses.csv")
+    assert list(grouped[["run", "step"]].itertuples(index=False)) == list(single[["run", "step"]].itertuples(index=False))
+    assert ((grouped["loss"] - single["loss"]).abs() <= 1e-4 * single["loss"].abs() + 1e-6).all()
+    meta = json.loads((project / "data/sweep/runs/post-w0-s0/meta.json").read_text())
+    assert meta["batched_group"] == ["post-w0-s0", "post-w0-s1", "post-w20-s0", "post-w20-s1"]
+
+
 def test_dvc_repro_builds_the_same_artifacts(dvc_project, snake_project):
     check_outputs(dvc_project)
     for table in ("sweep/losses.csv", "gradnorm/gradnorm.csv", "reverse_copy/losses.csv", "residual_sim/curve.csv"):

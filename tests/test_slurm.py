@@ -108,6 +108,22 @@ def test_profile_sets_resources_per_rule(profile_project, profile, gpu):
     assert "gpu" not in resources["problem9"]
 
 
+def test_gpu_profile_gives_the_batched_sweep_job_a_gpu(profile_project):
+    params = profile_project / "params.yaml"
+    text = params.read_text(encoding="utf-8")
+    params.write_text(text.replace("batched: auto", "batched: true", 1), encoding="utf-8")
+    try:
+        result = snakemake(profile_project, "-n", "--profile", "profiles/slurm-gpu", "--workflow-profile", "none",
+                           "data/sweep/runs/pre-w0-s0/meta.json", timeout=600)
+    finally:
+        params.write_text(text, encoding="utf-8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (block,) = re.findall(r"^rule train_copy_group:\n(?:    .*\n)*?    resources: (.*)$", result.stdout, flags=re.M)
+    resources = dict(item.split("=", 1) for item in block.split(", "))
+    wanted = yaml.safe_load((PROJECT / "profiles/slurm-gpu/config.yaml").read_text())["set-resources"]["train_copy_group"]
+    assert resources["gpu"] == "1" and resources["mem_mb"] == str(wanted["mem_mb"])
+
+
 # ---- the whole pipeline on a local SLURM cluster (opt-in) ----------------------------------------------
 
 def _cluster_is_up() -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import itertools
 import json
 import math
@@ -39,11 +38,12 @@ import torch
 from . import provenance, sweep
 from .config import ConfigError
 from .io import write_json
-from .fastpath import PLAIN, FastPath, apply_fast_path, fuse_layernorms, tune_allocator
+from .batched import train_copy_group_batched
+from .fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
 from .params import load_params
 from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
-from .train import train, warmup_factor
+from .train import train
 
 RESULT_TAG = "BLOCKLAB-BENCH-RESULT "  # worker replies are the stdout lines that start with this; anything else is noise
 JSON_TAG = "bench-json: "
@@ -199,90 +199,6 @@ def time_gemm_floor(calls: list[dict], repeats: int, device="cpu") -> dict:
         sync()
         times.append(time.perf_counter() - began)
     return {"step_s": statistics.median(times[1:]), "calls": len(calls), "executed_flops": sum(c["flops"] for c in calls)}
-
-
-# --- batched runs (the GPU design) -----------------------------------------------------------------------------------
-
-
-def _adam_members(params: dict, grads: dict, state: dict, lrs, step: int, betas=(0.9, 0.999), eps=1e-8) -> None:
-    """torch.optim.Adam's update (its single-tensor form) on member-stacked tensors, with one learning rate per member.
-
-    Adam is elementwise, so stacking members changes nothing but the learning rate, which differs per warm-up.
-    """
-    beta1, beta2 = betas
-    step_size = lrs / (1 - beta1**step)
-    root_bias2 = math.sqrt(1 - beta2**step)
-    with torch.no_grad():
-        for name, param in params.items():
-            grad = grads[name]
-            exp_avg, exp_avg_sq = state.setdefault(name, (torch.zeros_like(param), torch.zeros_like(param)))
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / root_bias2).add_(eps)
-            param.sub_(exp_avg.div(denom).mul_(step_size.view(-1, *[1] * (param.dim() - 1))))
-
-
-def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]], steps: int, device="cpu",
-                             fast: FastPath = PLAIN) -> list[dict]:
-    """Train several runs of one norm position as one member-stacked model (torch.func.vmap over stacked weights).
-
-    ``runs`` are (warmup, seed) pairs. Each member draws its own batches from its own seeded generator and follows
-    its own warm-up, so each reproduces ``train.train``'s run up to float rounding (tests/test_fast_path.py). A
-    member whose loss turns non-finite is recorded as diverged at that step and keeps the weights it had there, as
-    ``train.train`` would. Meant for one GPU, where per-run kernels are too small to fill the device; on the CPU it
-    only proves the numbers (it is no faster there).
-    """
-    from torch.func import functional_call, stack_module_state, vmap
-
-    task, settings = params["copy_task"], params["sweep"]
-    began = time.perf_counter()
-    cfg = sweep.copy_model_config(params, norm)
-    models = [sweep.build_copy_model(cfg, seed).to(device) for _, seed in runs]
-    for model in models:
-        if fast.fused_layernorm:
-            fuse_layernorms(model)
-    stacked, buffers = stack_module_state(models)
-    template = copy.deepcopy(models[0]).to("meta")
-    del models
-
-    def member_loss(weights, bufs, inputs, targets):
-        return copy_loss(functional_call(template, (weights, bufs), (inputs,)), targets)
-
-    batched_loss = vmap(member_loss)
-    if fast.compile:
-        batched_loss = torch.compile(batched_loss, dynamic=False)
-    generators = [torch.Generator().manual_seed(seed) for _, seed in runs]
-    losses, diverged, frozen, state, step_starts = [[] for _ in runs], [None] * len(runs), {}, {}, []
-    for step in range(1, steps + 1):
-        step_starts.append(time.perf_counter())
-        batches = [copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g, device=device) for g in generators]
-        inputs, targets = (torch.stack(parts) for parts in zip(*batches))
-        member_losses = batched_loss(stacked, buffers, inputs, targets)
-        grads = dict(zip(stacked, torch.autograd.grad(member_losses.sum(), list(stacked.values()))))
-        for k, value in enumerate(member_losses.tolist()):
-            if diverged[k] is None and not math.isfinite(value):
-                diverged[k] = step  # train.train stops here without applying the step: keep these weights
-                frozen[k] = {name: w[k].detach().clone() for name, w in stacked.items()}
-            elif diverged[k] is None:
-                losses[k].append(value)
-        lrs = torch.tensor([settings["lr"] * warmup_factor(step, w) for w, _ in runs], device=device)
-        _adam_members(stacked, grads, state, lrs, step)
-        if len(frozen) == len(runs):
-            break
-    ended = time.perf_counter()
-    with torch.no_grad():
-        for k, weights in frozen.items():
-            for name, w in weights.items():
-                stacked[name][k].copy_(w)
-    bounds = step_starts + [ended]
-    share = 1 / len(runs)  # the group's wall time, split evenly: summing members gives the group's time back
-    return [{
-        "run": f"{norm}-w{w}-s{seed}", "norm": norm, "warmup": w, "seed": seed, "group_size": len(runs),
-        "setup_s": (step_starts[0] - began) * share, "step_s": [(b - a) * share for a, b in zip(bounds, bounds[1:])],
-        "total_s": (ended - began) * share, "losses": losses[k], "diverged_step": diverged[k],
-        "weights": {name: weights[k].detach() for name, weights in stacked.items()},  # model.named_parameters() keys
-        "threads": torch.get_num_threads(), "pid": os.getpid(),
-    } for k, (w, seed) in enumerate(runs)]
 
 
 def _worker_main(argv) -> None:

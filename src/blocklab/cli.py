@@ -11,6 +11,7 @@ from .config import ConfigError
 # Only the module of the command being run is imported, so one broken or slow module never affects the others.
 COMMANDS = {
     "train-copy": "blocklab.sweep",
+    "train-copy-group": "blocklab.batched",
     "aggregate-sweep": "blocklab.sweep",
     "gradnorm": "blocklab.experiments.gradnorm",
     "residual-sim": "blocklab.experiments.residual_sim",

@@ -67,6 +67,23 @@ class ShortCausalAttention(Attention):
         return self.o(y.view(*batch, self.n_heads, time_, self.head_dim).transpose(-3, -2).flatten(-2))
 
 
+class MathCausalAttention(Attention):
+    """Causal self-attention in plain differentiable ops (matmul, masked softmax, matmul) for ``torch.func.vmap``.
+
+    vmap batches these ops across stacked members; it has no batching rule for the CPU flash kernel behind
+    F.scaled_dot_product_attention and falls back to a loop over members there. Same arithmetic (~1e-6).
+    """
+
+    def forward(self, x, memory=None, positions=None):
+        if memory is not None or not self.causal or self.rope is not None or self.kv_heads != self.n_heads:
+            return super().forward(x, memory, positions)
+        q, k, v = (self.split_heads(projection(x), self.n_heads) for projection in (self.q, self.k, self.v))
+        time_ = x.shape[-2]
+        future = torch.ones(time_, time_, dtype=torch.bool, device=x.device).triu_(1)
+        scores = (q @ k.transpose(-1, -2) * self.head_dim**-0.5).masked_fill(future, float("-inf"))
+        return self.o((scores.softmax(-1) @ v).transpose(-3, -2).flatten(-2))
+
+
 def _swap_class(model, old: type, new: type) -> int:
     # Swapping the class in place keeps the very same Parameter objects and state-dict keys, so optimizers,
     # checkpoints and safetensors files are unaffected.
@@ -86,6 +103,11 @@ def fuse_layernorms(model) -> int:
 def use_short_causal_attention(model) -> int:
     """Switch every Attention of ``model`` to ShortCausalAttention in place; returns how many were switched."""
     return _swap_class(model, Attention, ShortCausalAttention)
+
+
+def use_math_attention(model) -> int:
+    """Switch every Attention of ``model`` to MathCausalAttention in place (for vmap); returns how many were switched."""
+    return _swap_class(model, Attention, MathCausalAttention)
 
 
 def tune_allocator() -> bool:

@@ -48,6 +48,22 @@ def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:
     return [f"{root}/{m}.py" for m in modules]
 
 
+def sweep_batched(config: dict) -> bool:
+    """Whether the DAG trains each norm position's sweep runs as one batched job (``sweep.batched``; auto: on CUDA).
+
+    Decided where Snakemake plans the DAG; torch is imported (to look for CUDA) only when the setting is auto and the
+    device may be CUDA. On a cluster whose submit host has no GPU, set ``sweep.batched: true``.
+    """
+    setting = config["sweep"]["batched"]
+    if setting != "auto":
+        return bool(setting)
+    if config["device"] == "cpu":
+        return False
+    from .batched import sweep_batched as decide
+
+    return decide(config)
+
+
 def training_settings(section: dict, *loop_keys: str) -> dict:
     """The part of a section that decides a run's numbers: not the lists of runs to make, nor execution settings
     (checkpoint interval, torch.compile, device), which change speed, not results beyond float rounding."""

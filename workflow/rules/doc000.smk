@@ -13,25 +13,52 @@ SWEEP_RUNS = expand(
 
 
 # Hours of training are not redone for a code edit: each run's meta.json records the code version (git commit and
-# package source hash); retrain deliberately with `snakemake --forcerun train_copy`.
-rule train_copy:
-    output:
-        loss="data/sweep/runs/{norm}-w{warmup}-s{seed}/loss.csv",
-        weights="data/sweep/runs/{norm}-w{warmup}-s{seed}/model.safetensors",
-        meta="data/sweep/runs/{norm}-w{warmup}-s{seed}/meta.json",
-    params:
-        model=config["copy_model"],
-        task=config["copy_task"],
-        training=training_settings(config["sweep"], "norms", "warmups", "seeds", "checkpoint_every", "compile", "fast_path"),
-    log:
-        "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
-    threads: config["threads_per_run"]
-    resources:
-        mem_mb=2000,
-        runtime=240,
-    shell:
-        "blocklab train-copy --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
-        " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
+# package source hash); retrain deliberately with `snakemake --forcerun train_copy` (or train_copy_group).
+# Execution settings (checkpoints, compile, fast path, batching) are left out of params: they change speed, not results.
+TRAINING = training_settings(config["sweep"], "norms", "warmups", "seeds", "checkpoint_every", "compile", "fast_path", "batched")
+
+if sweep_batched(config):
+
+    # One job per norm position trains all its runs as one vmapped model (on a GPU a single run cannot fill it).
+    rule train_copy_group:
+        output:
+            loss=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/loss.csv", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
+            weights=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/model.safetensors", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
+            meta=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/meta.json", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
+        params:
+            model=config["copy_model"],
+            task=config["copy_task"],
+            training=TRAINING,
+        log:
+            "data/sweep/logs/train-{norm}.log",
+        threads: config["threads_per_run"]
+        resources:
+            mem_mb=8000,
+            runtime=60,
+        shell:
+            "blocklab train-copy-group --params {PARAMS_FILE} --norm {wildcards.norm} --threads {threads}"
+            " --out-root data/sweep/runs 2> {log}"
+
+else:
+
+    rule train_copy:
+        output:
+            loss="data/sweep/runs/{norm}-w{warmup}-s{seed}/loss.csv",
+            weights="data/sweep/runs/{norm}-w{warmup}-s{seed}/model.safetensors",
+            meta="data/sweep/runs/{norm}-w{warmup}-s{seed}/meta.json",
+        params:
+            model=config["copy_model"],
+            task=config["copy_task"],
+            training=TRAINING,
+        log:
+            "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
+        threads: config["threads_per_run"]
+        resources:
+            mem_mb=2000,
+            runtime=240,
+        shell:
+            "blocklab train-copy --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
+            " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
 
 
 rule aggregate_sweep:
