@@ -27,8 +27,24 @@ from .train import TrainResult, warmup_factor, write_run
 log = logging.getLogger("blocklab.batched")
 
 
-def adam_members(params: dict, grads: dict, state: dict, lrs, step: int, betas=(0.9, 0.999), eps=1e-8) -> None:
-    """torch.optim.Adam's update (its single-tensor form) on member-stacked tensors, with one learning rate per member.
+def flat_members(stacked: dict) -> tuple[torch.Tensor, dict]:
+    """All members' parameters as one (members, parameters) tensor, each stacked parameter a leaf view into it.
+
+    Adam is elementwise, so it then updates every parameter of every member with a handful of kernels instead of
+    six per parameter tensor (on a GPU, hundreds of kernel launches a step fewer).
+    """
+    members = next(iter(stacked.values())).shape[0]
+    flat = torch.cat([w.detach().reshape(members, -1) for w in stacked.values()], dim=1)
+    views, offset = {}, 0
+    for name, w in stacked.items():
+        size = w[0].numel()
+        views[name] = flat[:, offset:offset + size].view(w.shape).requires_grad_()
+        offset += size
+    return flat, views
+
+
+def adam_members(flat: torch.Tensor, grad: torch.Tensor, state: dict, lrs, step: int, betas=(0.9, 0.999), eps=1e-8) -> None:
+    """torch.optim.Adam's update (its single-tensor form) on (members, parameters) tensors, one learning rate a member.
 
     Adam is elementwise, so stacking members changes nothing but the learning rate, which differs per warm-up.
     """
@@ -36,13 +52,13 @@ def adam_members(params: dict, grads: dict, state: dict, lrs, step: int, betas=(
     step_size = lrs / (1 - beta1**step)
     root_bias2 = math.sqrt(1 - beta2**step)
     with torch.no_grad():
-        for name, param in params.items():
-            grad = grads[name]
-            exp_avg, exp_avg_sq = state.setdefault(name, (torch.zeros_like(param), torch.zeros_like(param)))
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / root_bias2).add_(eps)
-            param.sub_(exp_avg.div(denom).mul_(step_size.view(-1, *[1] * (param.dim() - 1))))
+        if not state:
+            state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(flat), torch.zeros_like(flat)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = (exp_avg_sq.sqrt() / root_bias2).add_(eps)
+        flat.sub_(exp_avg.div(denom).mul_(step_size.view(-1, 1)))
 
 
 def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]], steps: int, device="cpu",
@@ -66,6 +82,7 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
         if fast.fused_layernorm:
             fuse_layernorms(model)
     stacked, buffers = stack_module_state(models)
+    flat, stacked = flat_members(stacked)
     template = copy.deepcopy(models[0]).to("meta")
     del models
 
@@ -82,22 +99,22 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
         batches = [copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g, device=device) for g in generators]
         inputs, targets = (torch.stack(parts) for parts in zip(*batches))
         member_losses = batched_loss(stacked, buffers, inputs, targets)
-        grads = dict(zip(stacked, torch.autograd.grad(member_losses.sum(), list(stacked.values()))))
+        grads = torch.autograd.grad(member_losses.sum(), list(stacked.values()))
+        grad = torch.cat([g.reshape(len(runs), -1) for g in grads], dim=1)
         for k, value in enumerate(member_losses.tolist()):
             if diverged[k] is None and not math.isfinite(value):
                 diverged[k] = step  # train.train stops here without applying the step: keep these weights
-                frozen[k] = {name: w[k].detach().clone() for name, w in stacked.items()}
+                frozen[k] = flat[k].clone()
             elif diverged[k] is None:
                 losses[k].append(value)
         lrs = torch.tensor([settings["lr"] * warmup_factor(step, w) for w, _ in runs], device=device)
-        adam_members(stacked, grads, state, lrs, step)
+        adam_members(flat, grad, state, lrs, step)
         if len(frozen) == len(runs):
             break
     ended = time.perf_counter()
     with torch.no_grad():
         for k, weights in frozen.items():
-            for name, w in weights.items():
-                stacked[name][k].copy_(w)
+            flat[k].copy_(weights)
     bounds = step_starts + [ended]
     share = 1 / len(runs)  # the group's wall time, split evenly: summing members gives the group's time back
     return [{
