@@ -2,7 +2,7 @@
 #   snakemake --cores 4            (local; profiles/default)
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <command>`.
-from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_files, sweep_batched, training_settings
+from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_files, sweep_batched, sweep_group_files, training_settings
 
 configfile: "params.yaml"
 check_config(config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import provenance, sweep
+from . import sweep
 from .fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
 from .params import load_params
 from .runtime import resolve_device, set_threads
@@ -126,14 +126,6 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
     } for k, (w, seed) in enumerate(runs)]
 
 
-def sweep_batched(params: dict) -> bool:
-    """Whether the sweep trains each norm position's runs as one batched job (``sweep.batched``; auto: on CUDA)."""
-    setting = params["sweep"]["batched"]
-    if setting == "auto":
-        return resolve_device(params["device"]).type == "cuda"
-    return bool(setting)
-
-
 def group_runs(params: dict) -> list[tuple[int, int]]:
     """The (warm-up, seed) pairs one norm position's batched job trains, in a fixed order."""
     return [(warmup, seed) for warmup in params["sweep"]["warmups"] for seed in params["sweep"]["seeds"]]
@@ -164,14 +156,8 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
         buffers = {name for name, _ in model.named_buffers()}
         if unexpected or set(missing) - buffers:
             raise RuntimeError(f"batched weights do not fit the model: missing {missing}, unexpected {unexpected}")
-        meta = provenance.stamp(
-            run=sweep.run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
-            threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
-            diverged_step=result.diverged_step, resumed_from_step=0, wall_time_s=round(result.seconds, 2),
-            batched_group=group, group_wall_time_s=round(group_seconds, 2),
-            model_config=cfg.to_dict(), copy_task=params["copy_task"],
-            sweep={k: v for k, v in settings.items() if k not in ("norms", "warmups", "seeds")},
-        )
+        meta = sweep.run_meta(params, cfg, norm, warmup, seed, device, result,
+                              batched_group=group, group_wall_time_s=round(group_seconds, 2))
         write_run(Path(out_root) / sweep.run_name(norm, warmup, seed), result, model, meta)
         metas.append(meta)
     return metas

@@ -59,9 +59,15 @@ def sweep_batched(config: dict) -> bool:
         return bool(setting)
     if config["device"] == "cpu":
         return False
-    from .batched import sweep_batched as decide
+    from .runtime import resolve_device
 
-    return decide(config)
+    return resolve_device(config["device"]).type == "cuda"
+
+
+def sweep_group_files(config: dict, name: str) -> list[str]:
+    """One file of every run of a norm position (``{norm}`` left as a wildcard): a batched job's outputs."""
+    return [f"data/sweep/runs/{{norm}}-w{warmup}-s{seed}/{name}"
+            for warmup in config["sweep"]["warmups"] for seed in config["sweep"]["seeds"]]
 
 
 def training_settings(section: dict, *loop_keys: str) -> dict:

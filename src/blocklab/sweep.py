@@ -70,15 +70,21 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
         fused_adam=fast.fused_adam,
         desc=run_name(norm, warmup, seed),
     )
-    meta = provenance.stamp(
-        run=run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
-        threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
-        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
-        model_config=cfg.to_dict(), copy_task=task, sweep={k: v for k, v in sweep.items() if k not in ("norms", "warmups", "seeds")},
-    )
+    meta = run_meta(params, cfg, norm, warmup, seed, device, result)
     write_run(out_dir, result, model, meta)
     checkpoint.unlink(missing_ok=True)
     return meta
+
+
+def run_meta(params: dict, cfg: ModelConfig, norm: str, warmup: int, seed: int, device, result, **extra) -> dict:
+    """A finished sweep run's meta.json: what it is, how it ended, and the parameters and code that made it."""
+    return provenance.stamp(
+        run=run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
+        threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
+        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
+        **extra, model_config=cfg.to_dict(), copy_task=params["copy_task"],
+        sweep={k: v for k, v in params["sweep"].items() if k not in ("norms", "warmups", "seeds")},
+    )
 
 
 def classify(losses: pd.Series, vocab_size: int) -> str:

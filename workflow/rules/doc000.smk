@@ -22,9 +22,9 @@ if sweep_batched(config):
     # One job per norm position trains all its runs as one vmapped model (on a GPU a single run cannot fill it).
     rule train_copy_group:
         output:
-            loss=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/loss.csv", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
-            weights=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/model.safetensors", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
-            meta=expand("data/sweep/runs/{{norm}}-w{warmup}-s{seed}/meta.json", warmup=config["sweep"]["warmups"], seed=config["sweep"]["seeds"]),
+            loss=sweep_group_files(config, "loss.csv"),
+            weights=sweep_group_files(config, "model.safetensors"),
+            meta=sweep_group_files(config, "meta.json"),
         params:
             model=config["copy_model"],
             task=config["copy_task"],
