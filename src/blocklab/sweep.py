@@ -44,8 +44,12 @@ def build_copy_model(cfg: ModelConfig, seed: int) -> DecoderLM:
     return DecoderLM(cfg)
 
 
-def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu") -> dict:
-    """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``."""
+def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu",
+                   stop_when=None, stop_rule: str | None = None, **extra_meta) -> dict:
+    """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``.
+
+    ``stop_when`` (losses so far -> bool) may end the run early; ``stop_rule`` says in words what it tests (meta.json).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     task, sweep = params["copy_task"], params["sweep"]
@@ -67,10 +71,11 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
-        fused_adam=fast.fused_adam,
+        fused_adam=fast.fused_adam, stop_when=stop_when,
         desc=run_name(norm, warmup, seed),
     )
-    meta = run_meta(params, cfg, norm, warmup, seed, device, result)
+    meta = run_meta(params, cfg, norm, warmup, seed, device, result, **extra_meta,
+                    stopped_step=result.stopped_step, stop_reason=stop_reason(result, stop_rule))
     write_run(out_dir, result, model, meta)
     checkpoint.unlink(missing_ok=True)
     return meta
@@ -85,6 +90,15 @@ def run_meta(params: dict, cfg: ModelConfig, norm: str, warmup: int, seed: int, 
         **extra, model_config=cfg.to_dict(), copy_task=params["copy_task"],
         sweep={k: v for k, v in params["sweep"].items() if k not in ("norms", "warmups", "seeds")},
     )
+
+
+def stop_reason(result, stop_rule: str | None = None) -> str:
+    """Why a run ended: it diverged, an early-stop rule fired, or it trained its whole budget."""
+    if result.diverged_step:
+        return f"diverged at step {result.diverged_step}"
+    if result.stopped_step:
+        return f"early stop at step {result.stopped_step}: {stop_rule or 'stop rule'}"
+    return "trained the full budget"
 
 
 def classify(losses: pd.Series, vocab_size: int) -> str:

@@ -33,6 +33,7 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
     diverged_step: int | None = None
+    stopped_step: int | None = None  # set when ``stop_when`` ended training before ``steps``
     resumed_from: int = 0
     seconds: float = 0.0
 
@@ -80,6 +81,7 @@ def train(
     checkpoint_every: int = 100,
     compile: bool = False,
     fused_adam: bool = False,
+    stop_when: Callable[[list[float]], bool] | None = None,
     desc: str = "train",
 ) -> TrainResult:
     """Train ``model`` for ``steps`` Adam steps; resume from ``checkpoint`` if it exists.
@@ -87,6 +89,9 @@ def train(
     ``next_batch(generator)`` draws a batch from the data generator (its state is checkpointed);
     ``loss_fn(model, batch)`` returns a scalar loss. Training stops at the first non-finite loss (recorded as diverged).
     ``fused_adam`` updates every parameter in one kernel: the same Adam update up to float rounding, fewer memory passes.
+    ``stop_when(losses)`` is asked after every step with the losses so far; True ends training there (an early stop,
+    recorded in ``result.stopped_step``). It sees the restored losses after a resume, so a resumed run stops at the
+    same step as an uninterrupted one.
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=fused_adam or None)
     result = TrainResult()
@@ -112,6 +117,10 @@ def train(
         progress.update(1)
         if step % 50 == 0 or step == steps:
             log.info("%s: step %d/%d loss %.4f lr %.2e", desc, step, steps, loss, rate)
+        if stop_when is not None and step < steps and stop_when(result.losses):
+            result.stopped_step = step
+            log.info("%s: early stop at step %d (loss %.4f)", desc, step, loss)
+            break
         if checkpoint is not None and step % checkpoint_every == 0 and step < steps:
             result.seconds = time.perf_counter() - began
             _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step)
