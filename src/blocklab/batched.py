@@ -20,6 +20,7 @@ import torch
 from . import sweep
 from .fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
 from .params import load_params
+from .precision import autocast, check_precision
 from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
 from .train import TrainResult, warmup_factor, write_run
@@ -62,14 +63,15 @@ def adam_members(flat: torch.Tensor, grad: torch.Tensor, state: dict, lrs, step:
 
 
 def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]], steps: int, device="cpu",
-                             fast: FastPath = PLAIN) -> list[dict]:
+                             fast: FastPath = PLAIN, precision: str = "fp32") -> list[dict]:
     """Train several runs of one norm position as one member-stacked model (torch.func.vmap over stacked weights).
 
     ``runs`` are (warmup, seed) pairs. Each member draws its own batches from its own seeded generator and follows
     its own warm-up, so each reproduces ``train.train``'s run up to float rounding (tests/test_fast_path.py). A
     member whose loss turns non-finite is recorded as diverged at that step and keeps the weights it had there, as
     ``train.train`` would. Meant for one GPU, where per-run kernels are too small to fill the device; on the CPU it
-    only proves the numbers (it is no faster there).
+    only proves the numbers (it is no faster there). ``precision`` "bf16": forward and loss under bf16 autocast, the
+    stacked weights, gradients and Adam in fp32, as ``train.train`` does.
     """
     from torch.func import functional_call, stack_module_state, vmap
 
@@ -87,7 +89,7 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
     del models
 
     def member_loss(weights, bufs, inputs, targets):
-        return copy_loss(functional_call(template, (weights, bufs), (inputs,)), targets)
+        return copy_loss(functional_call(template, (weights, bufs), (inputs,)).float(), targets)
 
     batched_loss = vmap(member_loss)
     if fast.compile:
@@ -98,7 +100,8 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
         step_starts.append(time.perf_counter())
         batches = [copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g, device=device) for g in generators]
         inputs, targets = (torch.stack(parts) for parts in zip(*batches))
-        member_losses = batched_loss(stacked, buffers, inputs, targets)
+        with autocast(precision, device):
+            member_losses = batched_loss(stacked, buffers, inputs, targets)
         grads = torch.autograd.grad(member_losses.sum(), list(stacked.values()))
         grad = torch.cat([g.reshape(len(runs), -1) for g in grads], dim=1)
         for k, value in enumerate(member_losses.tolist()):
@@ -140,9 +143,10 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
     """
     settings = params["sweep"]
     device = resolve_device(device)
+    precision = check_precision(settings.get("precision", "fp32"), device)
     runs = group_runs(params)
     fast = replace(FastPath() if settings["fast_path"] else PLAIN, compile=settings["compile"])
-    members = train_copy_group_batched(params, norm, runs, settings["steps"], str(device), fast)
+    members = train_copy_group_batched(params, norm, runs, settings["steps"], str(device), fast, precision)
     cfg = sweep.copy_model_config(params, norm)
     group = [sweep.run_name(norm, warmup, seed) for warmup, seed in runs]
     group_seconds = sum(member["total_s"] for member in members)

@@ -14,6 +14,7 @@ from .fastpath import PLAIN, FastPath, apply_fast_path
 from .io import read_json, read_table, write_table
 from .models import DecoderLM
 from .params import load_params
+from .precision import check_precision
 from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
 from .train import train, write_run
@@ -49,12 +50,14 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``.
 
     ``stop_when`` (losses so far -> bool) may end the run early; ``stop_rule`` says in words what it tests (meta.json).
+    ``params["sweep"]["precision"]`` (fp32 | bf16; absent: fp32) is checked against the device before anything runs.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     task, sweep = params["copy_task"], params["sweep"]
     cfg = copy_model_config(params, norm)
     device = resolve_device(device)
+    precision = check_precision(sweep.get("precision", "fp32"), device)
     model = build_copy_model(cfg, seed).to(device)
     fast = FastPath() if sweep["fast_path"] else PLAIN
     apply_fast_path(model, fast)
@@ -65,13 +68,13 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
 
     def loss_fn(m, batch):
         inputs, targets = batch
-        return copy_loss(m(inputs), targets)
+        return copy_loss(m(inputs).float(), targets)  # the loss in fp32 also under bf16 autocast
 
     checkpoint = out_dir / "checkpoint.pt"
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
-        fused_adam=fast.fused_adam, stop_when=stop_when,
+        fused_adam=fast.fused_adam, precision=precision, stop_when=stop_when,
         desc=run_name(norm, warmup, seed),
     )
     meta = run_meta(params, cfg, norm, warmup, seed, device, result, **extra_meta,

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from .io import atomic_path
+from .precision import autocast
 
 log = logging.getLogger("blocklab.train")
 
@@ -38,9 +39,10 @@ class TrainResult:
     seconds: float = 0.0
 
 
-def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int) -> None:
+def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int, precision: str) -> None:
     state = {
         "step": step,
+        "precision": precision,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "data_rng": generator.get_state(),
@@ -81,6 +83,7 @@ def train(
     checkpoint_every: int = 100,
     compile: bool = False,
     fused_adam: bool = False,
+    precision: str = "fp32",
     stop_when: Callable[[list[float]], bool] | None = None,
     desc: str = "train",
 ) -> TrainResult:
@@ -89,6 +92,8 @@ def train(
     ``next_batch(generator)`` draws a batch from the data generator (its state is checkpointed);
     ``loss_fn(model, batch)`` returns a scalar loss. Training stops at the first non-finite loss (recorded as diverged).
     ``fused_adam`` updates every parameter in one kernel: the same Adam update up to float rounding, fewer memory passes.
+    ``precision`` "bf16" runs ``loss_fn`` (forward and loss) under bf16 autocast, weights and Adam staying fp32
+    (``blocklab.precision``); a checkpoint of the other precision is not resumed from (training starts afresh).
     ``stop_when(losses)`` is asked after every step with the losses so far; True ends training there (an early stop,
     recorded in ``result.stopped_step``). It sees the restored losses after a resume, so a resumed run stops at the
     same step as an uninterrupted one.
@@ -96,10 +101,14 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=fused_adam or None)
     result = TrainResult()
     start = 0
-    if checkpoint is not None and Path(checkpoint).exists():
+    saved_precision = _checkpoint_precision(Path(checkpoint)) if checkpoint is not None and Path(checkpoint).exists() else None
+    if saved_precision not in (None, precision):
+        log.warning("%s: checkpoint %s was trained in %s, this run is %s: starting afresh", desc, checkpoint,
+                    saved_precision, precision)
+    elif saved_precision is not None:
         start = result.resumed_from = _load_checkpoint(Path(checkpoint), model, optimizer, generator, result)
         log.info("%s: resumed from checkpoint at step %d", desc, start)
-    step_fn = _make_step(model, loss_fn, optimizer, compile)
+    step_fn = _make_step(model, loss_fn, optimizer, compile, precision)
     began = time.perf_counter() - result.seconds
     progress = tqdm(total=steps, initial=start, desc=desc, file=sys.stderr, disable=None, mininterval=2.0)
     for step in range(start + 1, steps + 1):
@@ -123,7 +132,7 @@ def train(
             break
         if checkpoint is not None and step % checkpoint_every == 0 and step < steps:
             result.seconds = time.perf_counter() - began
-            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step)
+            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision)
     progress.close()
     result.seconds = time.perf_counter() - began
     return result
@@ -141,13 +150,19 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     write_json(meta, Path(out_dir) / "meta.json")
 
 
-def _make_step(model, loss_fn, optimizer, compile: bool):
+def _checkpoint_precision(path: Path) -> str:
+    return torch.load(path, map_location="cpu", weights_only=True).get("precision", "fp32")
+
+
+def _make_step(model, loss_fn, optimizer, compile: bool, precision: str = "fp32"):
     # The compiled wrapper shares its parameters with ``model``, so checkpoints keep plain state-dict keys.
     forward_model = torch.compile(model, dynamic=False) if compile else model
+    device = next(model.parameters()).device
 
     def step(batch) -> float:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(forward_model, batch)
+        with autocast(precision, device):
+            loss = loss_fn(forward_model, batch)
         loss.backward()
         loss_value = loss.item()
         if math.isfinite(loss_value):

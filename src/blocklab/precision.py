@@ -1,0 +1,80 @@
+"""``sweep.precision``: fp32 (the default) or bf16 autocast with fp32 master weights and an fp32 loss.
+
+bf16 changes results (8 significand bits instead of 24), so it is part of a run's identity: it is in the training
+rule's params and in meta.json, and a run trained in one precision never resumes from a checkpoint of the other.
+It is allowed only where the hardware has bf16 units: on the CPU the AVX512-BF16 or AMX-BF16 instructions (without
+them oneDNN emulates bf16 and is slower than fp32), on CUDA a device for which ``torch.cuda.is_bf16_supported()``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from pathlib import Path
+
+import torch
+
+from .config import ConfigError
+
+PRECISIONS = ("fp32", "bf16")
+DEFAULT = "fp32"
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of the processor's bf16 instructions
+
+
+@functools.cache
+def cpu_bf16_units() -> tuple[str, ...]:
+    """The bf16 instruction sets this CPU has, by /proc/cpuinfo flags and torch's own CPU checks (empty: none)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                found.update(flag for flag in line.split(":", 1)[1].split() if flag in CPU_BF16_FLAGS)
+                break
+    checks = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_bf16": "_is_amx_tile_supported"}
+    for flag, check in checks.items():
+        with contextlib.suppress(Exception):
+            if getattr(torch.cpu, check)():
+                found.add(flag)
+    return tuple(sorted(found))
+
+
+def bf16_support(device) -> tuple[bool, str]:
+    """Whether ``device`` has bf16 units, and what was found (or what is missing), in words."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return False, "no CUDA device is available"
+        name = torch.cuda.get_device_name(torch.device(device))
+        if torch.cuda.is_bf16_supported():
+            return True, f"CUDA device {name} supports bf16"
+        return False, f"CUDA device {name} does not support bf16 (torch.cuda.is_bf16_supported() is False)"
+    if kind == "cpu":
+        units = cpu_bf16_units()
+        if units:
+            return True, f"CPU has {' and '.join(units)}"
+        return False, f"this CPU has neither of the bf16 instruction sets {list(CPU_BF16_FLAGS)} (/proc/cpuinfo flags)"
+    return False, f"bf16 is not supported on device type {kind!r} here"
+
+
+def check_precision(precision: str, device, key: str = "sweep.precision") -> str:
+    """Refuse an unknown precision, or bf16 where ``device`` has no bf16 units, with the key and the allowed values."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{key}={precision!r} is not allowed; allowed values: {list(PRECISIONS)}")
+    if precision == "bf16":
+        ok, why = bf16_support(device)
+        if not ok:
+            raise ConfigError(f"{key}='bf16' needs bf16 units on the training device ({torch.device(device)}), but {why};"
+                              f" allowed here: {key}='fp32'")
+    return precision
+
+
+def autocast(precision: str, device):
+    """The context to run forward + loss under: nothing for fp32, ``torch.autocast(device type, bfloat16)`` for bf16.
+
+    Parameters, gradients and the optimizer stay fp32 (autocast casts copies for the ops that run in bf16); the
+    caller casts the logits to float before the loss, so the loss and its gradient's start are computed in fp32.
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    raise ConfigError(f"sweep.precision={precision!r} is not allowed; allowed values: {list(PRECISIONS)}")
