@@ -1,0 +1,413 @@
+"""Answers to every problem part (document 000) and exercise (document 004), computed from the pipeline's data.
+
+Each answer function reads the tables through ``claims.Data`` and returns the values that fill its text template in
+``answers.yaml`` (one file for Korean and English). The verdict beside each answer is that of the claims table's rows
+(``data/claims/claims.csv``, the one place claims are judged); the two parts that have no claim row (problem 9 (c),
+problem 10 (b)) are judged here, by the rule given in their function.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
+
+ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")
+SENSITIVITY = {"summary": "sensitivity/summary.csv", "claims_by_setting": "sensitivity/claims_by_setting.csv"}
+COMPUTE = {}
+
+
+def texts() -> dict:
+    return yaml.safe_load(resources.files("blocklab").joinpath("answers.yaml").read_text(encoding="utf-8"))
+
+
+def computes(fn):
+    COMPUTE[fn.__name__.removeprefix("_")] = fn
+    return fn
+
+
+@dataclass
+class Answer:
+    key: str
+    problem: str
+    part: str
+    text: str
+    document_value: str
+    verdict: str
+    claim_ids: list = field(default_factory=list)
+    claim_verdicts: dict = field(default_factory=dict)
+
+    def markdown(self, lang: str = "ko") -> str:
+        t = texts()
+        label = lambda k: t["labels"][k][lang]  # noqa: E731
+        head = f"**{self.part}** " if self.part else ""
+        verdict = t["verdicts"][self.verdict][lang]
+        ids = f" ({label('claims')}: {', '.join(self.claim_ids)})" if self.claim_ids else ""
+        return (f'<div class="answer" data-answer="{self.key}" data-verdict="{self.verdict}">\n\n'
+                f"{head}{self.text}\n\n"
+                f"*{label('document')}:* {self.document_value} · *{label('verdict')}:* "
+                f'<span class="verdict" data-verdict="{self.verdict}">{verdict}</span>{ids}\n\n</div>')
+
+
+def combine(verdicts) -> str:
+    """One verdict for several claims: checkable ones decide; all equal -> that one; any agreement -> partly."""
+    judged = [v for v in verdicts if v != NOT_CHECKABLE]
+    if not judged:
+        return NOT_CHECKABLE
+    if len(set(judged)) == 1:
+        return judged[0]
+    return PARTLY if any(v in (REPRODUCED, PARTLY) for v in judged) else NOT_REPRODUCED
+
+
+# ---- number formatting: the same for both languages ------------------------------------------------------------------
+
+
+def num(value, digits: int = 3) -> str:
+    """Fixed decimals for ordinary sizes, 3 significant digits (no exponent below 1e-4) for small ones."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    value = float(value)
+    if value != 0 and abs(value) < 10 ** -digits * 10:
+        return f"{value:.3g}" if abs(value) >= 1e-4 else f"{value:.2e}"
+    return f"{value:.{digits}f}"
+
+
+def vector(values, digits: int = 3) -> str:
+    return ", ".join(num(0.0 if abs(v) < 0.5 * 10 ** -digits else v, digits) for v in values)
+
+
+def integer(value) -> str:
+    return f"{int(value):,}"
+
+
+def joined(items, lang: str) -> str:
+    return ("; " if lang == "en" else ", ").join(items)
+
+
+# ---- document 000: problem 9 -----------------------------------------------------------------------------------------
+
+
+def _scores(data: Data):
+    scores = data.table("problem9/scores.csv")
+    students = list(dict.fromkeys(scores["student"]))
+    return scores, students
+
+
+@computes
+def _p9a(data: Data, t: dict, lang: str) -> dict:
+    scores, students = _scores(data)
+    items = []
+    for student in students:
+        rows = scores[scores["student"] == student]
+        items.append(t["item"][lang].format(student=student, mean=num(rows["student_mean"].iloc[0], 1),
+                                            std=num(rows["student_std"].iloc[0]), z=vector(rows["per_student"])))
+    return {"subjects": "·".join(dict.fromkeys(scores["subject"])), "items": joined(items, lang)}
+
+
+@computes
+def _p9b(data: Data, t: dict, lang: str) -> dict:
+    scores, _ = _scores(data)
+    pair = scores[scores["in_pair"].astype(bool)]
+    students = list(dict.fromkeys(pair["student"]))
+    items = [t["item"][lang].format(student=s, z=vector(pair[pair["student"] == s]["per_subject_pair"]))
+             for s in students]
+    return {"pair": ", ".join(students), "items": joined(items, lang)}
+
+
+@computes
+def _p9c(data: Data, t: dict, lang: str) -> dict:
+    """Verdict: the document's reading holds when the pair's per-student rows are equal (to 1e-9) although their means
+    differ, and the third student's row differs from the first's by more than 0.1."""
+    scores, students = _scores(data)
+    pair = list(dict.fromkeys(scores[scores["in_pair"].astype(bool)]["student"]))
+    a, b = pair
+    c = next((s for s in students if s not in pair), None)
+    z = {s: scores[scores["student"] == s]["per_student"].to_numpy() for s in students}
+    mean = {s: scores[scores["student"] == s]["student_mean"].iloc[0] for s in students}
+    std = {s: scores[scores["student"] == s]["student_std"].iloc[0] for s in students}
+    ab_diff = float(np.abs(z[a] - z[b]).max())
+    shape_diff = float(np.abs(z[c] - z[a]).max()) if c else float("nan")
+    ok = ab_diff < 1e-9 and abs(mean[a] - mean[b]) > 0 and (c is None or shape_diff > 0.1)
+    values = {"a": a, "b": b, "c": c or "—", "ab_diff": num(ab_diff), "gap": num(abs(mean[a] - mean[b]), 1),
+              "mean_a": num(mean[a], 1), "mean_b": num(mean[b], 1), "std_a": num(std[a]), "std_b": num(std[b]),
+              "shape_diff": num(shape_diff)}
+    return values, REPRODUCED if ok else NOT_REPRODUCED
+
+
+# ---- document 000: problem 10 ----------------------------------------------------------------------------------------
+
+
+@computes
+def _p10a(data: Data, t: dict, lang: str) -> dict:
+    table = data.table("residual_sim/table.csv")
+    curve = data.table("residual_sim/curve.csv")
+    sim = data.params["residual_sim"]
+    items = [t["item"][lang].format(blocks=int(r.blocks), length=num(r.mean_length), sqrt=num(r.sqrt_L_plus_1))
+             for r in table.itertuples()]
+    sq_off = float((curve["mean_sq_length"] / (curve["blocks"] + 1) - 1).abs().max())
+    return {"dim": sim["dim"], "trials": integer(sim["trials"]), "items": joined(items, lang), "sq_off": f"{sq_off:.1%}"}
+
+
+@computes
+def _p10b(data: Data, t: dict, lang: str) -> dict:
+    """Verdict: the measured |Δ|/|h| at the deepest reported block within 10% of 1/√L (the document: 1/6 at 36)."""
+    curve = data.table("residual_sim/curve.csv").set_index("blocks")
+    last_block = int(max(data.params["residual_sim"]["report_blocks"]))
+    first, last = curve.loc[1, "rel_change"], curve.loc[last_block, "rel_change"]
+    inv = 1 / math.sqrt(last_block)
+    values = {"first": num(first), "last": num(last), "last_block": last_block, "inv": num(inv),
+              "turn_first": num(curve.loc[1, "turn_deg"], 1), "turn_last": num(curve.loc[last_block, "turn_deg"], 1)}
+    return values, REPRODUCED if abs(last / inv - 1) < 0.1 and last < first else NOT_REPRODUCED
+
+
+@computes
+def _p10c(data: Data, t: dict, lang: str) -> dict:
+    lm = data.table("probe/lm.csv")
+    items = []
+    for (model, prompt), g in lm.groupby(["model", "prompt"], sort=False):
+        g = g.set_index("layer").sort_index()
+        last_layer = int(g.index.max())
+        mid_layer = int(g.index[len(g) // 2])
+        growth = g.loc[last_layer, "token_norm_p50"] / g.loc[1, "token_norm_p50"]
+        items.append(t["item"][lang].format(
+            model=model, prompt=prompt, first=num(g.loc[1, "norm_of_mean"], 1), mid_layer=mid_layer,
+            mid=num(g.loc[mid_layer, "norm_of_mean"], 1), last_layer=last_layer, last=num(g.loc[last_layer, "norm_of_mean"], 1),
+            growth=num(growth, 1), random=num(math.sqrt((last_layer + 1) / 2), 1)))
+    copy = ""
+    if data.exists("probe/copy.csv"):
+        c = data.table("probe/copy.csv")
+        last = c[c["layer"] == c["layer"].max()]
+        by = last.groupby(["state", "norm"])["mean_token_norm"].mean()
+        norm_label = {n: texts()["labels"][f"norm_{n}"][lang] for n in ("post", "pre")}
+        pick = lambda state: ", ".join(f"{norm_label[n]} {num(v, 1)}" for n, v in by.loc[state].items())  # noqa: E731
+        if {"init", "trained"} <= set(by.index.get_level_values(0)):
+            copy = t["copy"][lang].format(layers=int(c["layer"].max()), init=pick("init"), trained=pick("trained"))
+    qwen = "" if lm["model"].str.contains("qwen", case=False).any() else t["qwen_missing"][lang]
+    return {"items": joined(items, lang), "copy": copy, "qwen": qwen}
+
+
+# ---- document 000: problem 11 ----------------------------------------------------------------------------------------
+
+
+def _case(lang: str, norm: str, warmup: int) -> str:
+    labels = texts()["labels"]
+    when = labels["no_warmup"][lang] if warmup == 0 else labels["warmup"][lang].format(steps=warmup)
+    return f"{labels['norm_' + norm][lang]} · {when}"
+
+
+def _outcomes(runs: pd.DataFrame, lang: str) -> str:
+    labels = texts()["labels"]
+    counts = runs.groupby(["norm", "warmup"], sort=True)["outcome"].agg(list)
+    parts = []
+    for (norm, warmup), outcomes in counts.items():
+        tally = pd.Series(outcomes).value_counts()
+        parts.append(f"{_case(lang, norm, warmup)} " + "/".join(
+            f"{labels['outcome'].get(o, {lang: o})[lang]} {n}" for o, n in tally.items()))
+    return "; ".join(parts)
+
+
+def first_below(curve: pd.DataFrame, threshold: float) -> float:
+    """The first step at which the loss is below ``threshold`` (NaN: never)."""
+    below = curve.loc[curve["loss"] < threshold, "step"]
+    return float(below.iloc[0]) if len(below) else float("nan")
+
+
+@computes
+def _p11a(data: Data, t: dict, lang: str) -> dict:
+    summary = data.table("sweep/summary.csv")
+    losses = data.table("sweep/losses.csv")
+    vocab = data.params["copy_task"]["vocab_size"]
+    chance = math.log(vocab)
+    runs = summary[(summary["norm"] == "post") & (summary["warmup"] == 0)].sort_values("seed")
+    labels = texts()["labels"]
+    stuck = 0
+    for run in runs["run"]:
+        curve = losses[losses["run"] == run]["loss"]
+        stuck += bool((curve.iloc[len(curve) // 10:] > 0.9 * chance).all())
+    finals = ", ".join(labels["seed_item"][lang].format(seed=r.seed, value=num(r.final_loss, 4)) for r in runs.itertuples())
+    return {"steps": integer(data.params["sweep"]["steps"]), "finals": finals, "vocab": vocab, "chance": num(chance),
+            "stuck": len(runs), "stuck_count": stuck, "outcomes": _outcomes(runs, lang)}
+
+
+@computes
+def _p11b(data: Data, t: dict, lang: str) -> dict:
+    summary = data.table("sweep/summary.csv")
+    losses = data.table("sweep/losses.csv")
+    vocab = data.params["copy_task"]["vocab_size"]
+    threshold = 0.1 * math.log(vocab)  # sweep.classify's "learned" line
+    labels = texts()["labels"]
+    items, at = [], []
+    doc_steps = [s for s in (100, 200, 300) if s <= losses["step"].max()]
+    for (norm, warmup), runs in summary.groupby(["norm", "warmup"], sort=True):
+        firsts = []
+        for r in runs.sort_values("seed").itertuples():
+            step = first_below(losses[losses["run"] == r.run], threshold)
+            firsts.append(labels["seed_item"][lang].format(
+                seed=r.seed, value=labels["never"][lang] if math.isnan(step) else integer(step)))
+        items.append(t["item"][lang].format(case=_case(lang, norm, warmup), steps=", ".join(firsts)))
+        if (norm, warmup) in {("post", max(data.params["sweep"]["warmups"])), ("pre", 0)}:
+            for step in doc_steps:
+                row = losses[(losses["norm"] == norm) & (losses["warmup"] == warmup) & (losses["step"] == step)]
+                at.append(t["step_item"][lang].format(case=_case(lang, norm, warmup), step=step,
+                                                      losses=vector(row.sort_values("seed")["loss"], 4)))
+    at_steps = (t["at_steps"][lang].format(items="; ".join(at)) if at
+                else t["no_steps"][lang].format(steps=integer(losses["step"].max())))
+    return {"threshold": num(threshold), "vocab": vocab, "items": "; ".join(items), "at_steps": at_steps,
+            "outcomes": _outcomes(summary, lang)}
+
+
+def sensitivity_present(data: Data) -> bool:
+    """The sensitivity study is in the report when params say so and its tables exist."""
+    section = data.params.get("sensitivity", {})
+    return bool(section.get("in_report")) and all(data.exists(p) for p in SENSITIVITY.values())
+
+
+@computes
+def _p11c(data: Data, t: dict, lang: str) -> dict:
+    summary = data.table("sweep/summary.csv")
+    p = data.params
+    post = summary[summary["norm"] == "post"]
+    pre = summary[(summary["norm"] == "pre") & (summary["warmup"] == 0)]
+    scope = t["scope"][lang].format(
+        layers=p["copy_model"]["n_layers"], width=p["copy_model"]["d_model"], lr=f"{p['sweep']['lr']:g}",
+        steps=integer(p["sweep"]["steps"]), seeds=summary["seed"].nunique(), post_runs=len(post),
+        post_failed=int((post["outcome"] != "learned").sum()), pre_runs=len(pre),
+        pre_learned=int((pre["outcome"] == "learned").sum()))
+    if not sensitivity_present(data):
+        return {"scope": scope, "sensitivity": t["sens_absent"][lang]}
+    return {"scope": scope, "sensitivity": _sensitivity_text(data, t, lang)}
+
+
+def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
+    """Per claim: its verdict in the default setting, how many settings agree with it, and the settings that do not."""
+    rows = []
+    for claim_id, g in by_setting.groupby("id", sort=False):
+        default = g[g["default"].astype(bool)]
+        ref = default["verdict"].iloc[0] if len(default) else g["verdict"].mode().iloc[0]
+        rows.append({"id": claim_id, "default_verdict": ref, "settings": len(g), "agree": int((g["verdict"] == ref).sum()),
+                     "robust": bool((g["verdict"] == ref).all()),
+                     "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in g[g["verdict"] != ref].itertuples())})
+    return pd.DataFrame(rows)
+
+
+def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
+    by_setting = data.table(SENSITIVITY["claims_by_setting"])
+    summary = data.table(SENSITIVITY["summary"])
+    robust = robustness(by_setting)
+    settings = list(dict.fromkeys(by_setting["setting"]))
+    changed = ", ".join(robust.loc[~robust["robust"], "id"]) or t["none"][lang]
+    choices = summary[summary["family"] == "choices"] if "family" in summary else summary
+    post0 = choices[(choices["norm"] == "post") & (choices["warmup"] == 0)]
+    labels = texts()["labels"]
+    post_by_setting = "; ".join(
+        f"{setting} " + "/".join(f"{labels['outcome'].get(o, {lang: o})[lang]} {n}" for o, n in g["outcome"].value_counts().items())
+        for setting, g in post0.groupby("setting", sort=False)) or t["none"][lang]
+    depth = ""
+    grid = summary[summary["family"] == "depth_lr"] if "family" in summary else summary.iloc[0:0]
+    if len(grid) and {"post", "pre"} <= set(grid["norm"]):
+        learned = grid.assign(ok=grid["outcome"] == "learned").groupby(["depth", "norm"])["ok"].mean().unstack("norm")
+        depth = t["depth"][lang].format(items=", ".join(
+            t["depth_item"][lang].format(depth=int(d), pre=f"{r['pre']:.0%}", post=f"{r['post']:.0%}")
+            for d, r in learned.sort_index().iterrows()))
+    return t["sens_present"][lang].format(n_settings=len(settings), settings=", ".join(settings), n_claims=len(robust),
+                                          robust=int(robust["robust"].sum()), changed=changed,
+                                          post_by_setting=post_by_setting, depth=depth)
+
+
+# ---- document 004 ----------------------------------------------------------------------------------------------------
+
+
+@computes
+def _e1(data: Data, t: dict, lang: str) -> dict:
+    blocks = data.table("param_counts/blocks.csv")
+    rows = blocks[blocks["case"] == "exercise1"].drop_duplicates("variant")
+    labels = texts()["labels"]["variant"]
+    items = [t["item"][lang].format(
+        variant=labels.get(r.variant, {lang: r.variant})[lang], closed=integer(r.closed_form_total), numel=integer(r.built_numel),
+        equal=t["equal" if r.closed_form_total == r.built_numel else "differ"][lang], approx=integer(r.document_approx),
+        rel=f"{r.document_approx_rel_error:+.2%}") for r in rows.itertuples()]
+    first = rows.iloc[0]
+    return {"d": int(first["d_model"]), "heads": int(first["n_heads"]), "ratio": f"{first['ffn_ratio']:g}",
+            "items": joined(items, lang)}
+
+
+@computes
+def _e2(data: Data, t: dict, lang: str) -> dict:
+    from .experiments.activation_norms import verdict
+
+    norms = data.table("activation_norms/norms.csv")
+    judged = verdict(norms)
+    depth = 12 if 12 in set(judged["depth"]) else int(judged["depth"].max())
+    rows = judged[judged["depth"] == depth].sort_values("norm")
+    labels = texts()["labels"]
+    items = [t["item"][lang].format(norm=labels[f"norm_{r.norm}"][lang], first=num(r.input_norm, 2),
+                                    last=num(r.last_norm, 2), growth=num(r.growth, 2),
+                                    verdict=t["explodes" if r.explodes else "bounded"][lang]) for r in rows.itertuples()]
+    return {"depth": depth, "seeds": norms["seed"].nunique(), "items": joined(items, lang),
+            "sqrt_d": num(rows["sqrt_d"].iloc[0], 1)}
+
+
+@computes
+def _e3(data: Data, t: dict, lang: str) -> dict:
+    from .experiments.reverse_copy import variant_table
+
+    summary = data.table("reverse_copy/summary.csv")
+    table = variant_table(summary[~summary["match_params"].astype(bool)]).set_index("variant")
+    labels = texts()["labels"]["variant"]
+    items = [t["item"][lang].format(variant=labels.get(v, {lang: v})[lang], loss=num(r.final_loss_mean),
+                                    std=num(r.final_loss_std)) for v, r in table.iterrows()]
+    rc = data.params["reverse_copy"]
+    values = {"layers": rc["n_layers"], "steps": integer(table["steps"].max()), "seeds": int(table["seeds"].max()),
+              "items": joined(items, lang), "diff": "—", "ppl_classic": "—", "ppl_modern": "—"}
+    if {"classic", "modern"} <= set(table.index):
+        classic, modern = table.loc["classic", "final_loss_mean"], table.loc["modern", "final_loss_mean"]
+        values.update(diff=f"{modern - classic:+.3f}", ppl_classic=num(math.exp(classic), 2),
+                      ppl_modern=num(math.exp(modern), 2))
+    return values
+
+
+# ---- the answers ------------------------------------------------------------------------------------------------------
+
+
+def answer(key: str, data: Data, claims: pd.DataFrame | None = None, lang: str = "ko") -> Answer:
+    """One answer: its text filled from ``data``, the document's value, and the verdict of its claims (``claims``: the
+    claims table; rows it lacks count as not checkable)."""
+    t = texts()
+    spec = t["answers"][key]
+    computed = COMPUTE[key](data, spec, lang)
+    values, own_verdict = computed if isinstance(computed, tuple) else (computed, None)
+    ids = list(spec["claims"])
+    table = claims.set_index("id") if claims is not None and len(claims) else pd.DataFrame(columns=["verdict"])
+    claim_verdicts = {i: table.loc[i, "verdict"] if i in table.index else NOT_CHECKABLE for i in ids}
+    verdict = own_verdict if own_verdict is not None else combine(claim_verdicts.values())
+    return Answer(key=key, problem=spec["problem"], part=spec["part"][lang], text=spec["text"][lang].format(**values),
+                  document_value=spec["document_value"][lang], verdict=verdict, claim_ids=ids,
+                  claim_verdicts=claim_verdicts)
+
+
+def answers_for(problem: str, data: Data, claims: pd.DataFrame | None = None, lang: str = "ko") -> list[Answer]:
+    spec = texts()["answers"]
+    return [answer(key, data, claims, lang) for key in ORDER if spec[key]["problem"] == problem]
+
+
+def problem_markdown(problem: str, lang: str = "ko") -> str:
+    """The problem's statement as the document asks it, as a quotation."""
+    p = texts()["problems"][problem]
+    return f"> **{texts()['labels']['question'][lang]}** — {p['question'][lang]}"
+
+
+def problem_title(problem: str, lang: str = "ko") -> str:
+    return texts()["problems"][problem]["title"][lang]
+
+
+def load(data_root: str | Path, params: dict) -> tuple[Data, pd.DataFrame | None]:
+    """The data and the claims table of a finished run."""
+    data = Data(data_root, params)
+    claims = data.table("claims/claims.csv") if data.exists("claims/claims.csv") else None
+    return data, claims
