@@ -29,7 +29,11 @@ class CausalAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale):
-        probs = torch.softmax(torch.baddbmm(mask, q, k.transpose(-1, -2), alpha=scale), dim=-1)
+        scores = torch.baddbmm(mask, q, k.transpose(-1, -2), alpha=scale)
+        if scores.dtype == torch.float32:
+            probs = torch.softmax(scores, dim=-1)
+        else:  # bf16 autocast: ATen's CPU softmax is ~2.5x slower in bf16 than fp32-out here (4.9 vs 1.8 ms a layer)
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
         ctx.save_for_backward(q, k, v, probs)
         ctx.scale = scale
         return torch.bmm(probs, v)
