@@ -279,7 +279,16 @@ def test_greedy_decode_equals_teacher_forced_argmax_of_its_own_output(params, va
     predicted = rc.greedy_decode(model, source, target.shape[1])
     forced = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
     with torch.no_grad():
-        assert torch.equal(model(source, forced).argmax(-1), predicted)
+        logits = model(source, forced)
+    # Two paths (one pass over 6 positions vs 6 growing passes) round the logits differently (~1e-6), so the argmax
+    # is only defined where the top two are further apart than that; there it must agree exactly. Where they are not,
+    # the greedy token must be one of the near-tied ones.
+    top2 = logits.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 1e-4
+    assert clear.float().mean() > 0.9  # almost every position is decided, so the check says something
+    assert torch.equal(logits.argmax(-1)[clear], predicted[clear])
+    picked = logits.gather(-1, predicted[..., None])[..., 0]
+    assert (top2[..., 0] - picked).max() <= 1e-4
 
 
 def test_train_reverse_cli_writes_all_artifacts_and_aggregates(params, params_file, tmp_path):
@@ -323,7 +332,7 @@ def test_train_reverse_cli_writes_all_artifacts_and_aggregates(params, params_fi
 
 
 def test_same_seed_gives_identical_losses(params, tmp_path):
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # exact: same path, same machine, one thread as a pipeline job (restored: conftest.py)
     a = rc.train_reverse_run(params, "rope", 0, tmp_path / "a")
     b = rc.train_reverse_run(params, "rope", 0, tmp_path / "b")
     c = rc.train_reverse_run(params, "rope", 1, tmp_path / "c")

@@ -146,8 +146,8 @@ def test_build_copy_model_is_seeded():
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     """Kill the real command with SIGKILL after a checkpoint, start it again: same losses and weights, bit for bit."""
     params_file = tmp_path / "params.yaml"
-    text = TINY.read_text().replace("  steps: 60", "  steps: 150").replace("  checkpoint_every: 20", "  checkpoint_every: 10")
-    params_file.write_text(text)
+    text = TINY.read_text(encoding="utf-8").replace("  steps: 60", "  steps: 150").replace("  checkpoint_every: 20", "  checkpoint_every: 10")
+    params_file.write_text(text, encoding="utf-8")  # the config has Korean comments: never the locale's codec
     cmd = [sys.executable, "-m", "blocklab.cli", "train-copy", "--params", str(params_file), "--norm", "pre",
            "--warmup", "20", "--seed", "0", "--threads", "1", "--out-dir"]
     subprocess.run(cmd + [str(tmp_path / "whole")], check=True, capture_output=True)
@@ -163,7 +163,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert not (tmp_path / "killed" / "meta.json").exists()  # nothing that looks finished
     subprocess.run(cmd + [str(tmp_path / "killed")], check=True, capture_output=True)
 
-    meta = (tmp_path / "killed" / "meta.json").read_text()
+    meta = (tmp_path / "killed" / "meta.json").read_text(encoding="utf-8")
     assert '"resumed_from_step": 0' not in meta
     assert (tmp_path / "whole" / "loss.csv").read_bytes() == (tmp_path / "killed" / "loss.csv").read_bytes()
     wa, wb = load_file(tmp_path / "whole" / "model.safetensors"), load_file(tmp_path / "killed" / "model.safetensors")
