@@ -148,7 +148,7 @@ def test_problem11_a_and_b():
     assert "ln 64 = 0.9 × 4.159" in a.text and a.verdict == REPRODUCED
     b = answers.answer("p11b", d, None, "en")
     assert "below 0.416" in b.text
-    assert "post-norm · no warm-up: seed 0 never, seed 1 never" in b.text
+    assert "post-norm · no warm-up: no seed ever" in b.text
     assert "post-norm · 20-step warm-up: seed 0 30, seed 1 31" in b.text and "pre-norm · no warm-up: seed 0 10, seed 1 11" in b.text
     assert "trains 60 steps only" in b.text  # no step 100: the document's steps cannot be read
 

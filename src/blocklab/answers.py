@@ -245,12 +245,12 @@ def _p11b(data: Data, t: dict, lang: str) -> dict:
     items, at = [], []
     doc_steps = [s for s in (100, 200, 300) if s <= losses["step"].max()]
     for (norm, warmup), runs in summary.groupby(["norm", "warmup"], sort=True):
-        firsts = []
-        for r in runs.sort_values("seed").itertuples():
-            step = first_below(losses[losses["run"] == r.run], threshold)
-            firsts.append(labels["seed_item"][lang].format(
-                seed=r.seed, value=labels["never"][lang] if math.isnan(step) else integer(step)))
-        items.append(t["item"][lang].format(case=_case(lang, norm, warmup), steps=", ".join(firsts)))
+        runs = runs.sort_values("seed")
+        steps = [first_below(losses[losses["run"] == r.run], threshold) for r in runs.itertuples()]
+        firsts = [labels["seed_item"][lang].format(seed=seed, value=labels["never"][lang] if math.isnan(step) else integer(step))
+                  for seed, step in zip(runs["seed"], steps)]
+        text = labels["all_never"][lang] if all(math.isnan(s) for s in steps) else ", ".join(firsts)
+        items.append(t["item"][lang].format(case=_case(lang, norm, warmup), steps=text))
         if (norm, warmup) in {("post", max(data.params["sweep"]["warmups"])), ("pre", 0)}:
             for step in doc_steps:
                 row = losses[(losses["norm"] == norm) & (losses["warmup"] == warmup) & (losses["step"] == step)]
