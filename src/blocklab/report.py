@@ -1,14 +1,69 @@
-"""The analysis report: which data each figure is drawn from, and running the notebook with papermill."""
+"""The analysis report: figures from cached data, each problem's question and answer, formatted tables, and the papermill
+run that turns notebooks/analysis.ipynb into reports/analysis.html (code hidden, project font embedded).
+
+Texts (headings, the documents' questions, column names) come from answers.yaml, in Korean and English.
+"""
 from __future__ import annotations
 
+import base64
+import hashlib
+import html
+import io
+import json
+import math
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from . import answers as answers_mod
+from .claims import DOCUMENT_SETUP, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
 from .io import atomic_path, read_table
 from .params import load_params
 from .pipeline import FIGURES
+
+VERDICT_ORDER = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_CHECKABLE)
+VERDICT_CLASS = {REPRODUCED: "v-ok", PARTLY: "v-partly", NOT_REPRODUCED: "v-no", NOT_CHECKABLE: "v-na"}
+SENSITIVITY_FIGURES = {  # drawn by the sensitivity family's own rule; shown here when the study is in the report
+    "sensitivity_phase": ["data/sensitivity/summary.csv"],
+    "sensitivity_loss_curves": ["data/sensitivity/losses.csv"],
+    "sensitivity_gradnorm": ["data/sensitivity/gradnorm.csv"],
+}
+
+# The report's sections in order: (key, document, figures, tables). Problems and exercises also carry answers.
+SECTIONS = [
+    ("gradnorm", "000", ["gradnorm_at_init"], []),
+    ("p9", "000", ["problem9_scores"], ["problem9"]),
+    ("p10", "000", ["problem10_residual_growth", "residual_growth_trained"], ["residual_sim"]),
+    ("p11", "000", ["loss_curves", "problem11_norm_warmup"], ["sweep"]),
+    ("params", "004", ["param_counts"], ["audit", "models"]),
+    ("e1", "004", [], []),
+    ("e2", "004", ["activation_norms"], []),
+    ("ablation", "004", ["residual_ablation"], []),
+    ("e3", "004", ["reverse_copy"], ["reverse_copy"]),
+]
+
+# table -> (data file, columns shown, decimals per column; "pct": percent, "int": thousands separators)
+TABLES = {
+    "problem9": ("problem9/scores.csv", ["student", "subject", "raw", "per_student", "per_subject_pair"],
+                 {"raw": 0, "per_student": 3, "per_subject_pair": 3}),
+    "residual_sim": ("residual_sim/table.csv", ["blocks", "mean_length", "std_length", "sqrt_L_plus_1", "rel_change",
+                                                "turn_deg"],
+                     {"mean_length": 3, "std_length": 3, "sqrt_L_plus_1": 3, "rel_change": 3, "turn_deg": 1}),
+    "sweep": ("sweep/summary.csv", ["norm", "warmup", "seed", "final_loss", "min_loss", "min_loss_step", "outcome",
+                                    "wall_time_s"],
+              {"final_loss": 4, "min_loss": 4, "min_loss_step": "int", "wall_time_s": 0}),
+    "audit": ("param_counts/audit.csv", ["step", "quantity", "document_expression", "document_value", "computed_value",
+                                         "relative_error", "verdict", "note"],
+              {"document_value": "int", "computed_value": "int", "relative_error": "pct"}),
+    "models": ("param_counts/models.csv", ["model", "layers", "d_model", "heads", "kv_heads", "ffn_ratio", "vocab_size",
+                                           "total_formula", "published_total"],
+               {"ffn_ratio": 2, "vocab_size": "int", "total_formula": "int", "published_total": "int"}),
+    "reverse_copy": ("reverse_copy/summary.csv", ["variant", "seeds", "steps", "n_params", "final_loss_mean",
+                                                  "final_loss_std", "seq_accuracy_mean"],
+                     {"n_params": "int", "final_loss_mean": 3, "final_loss_std": 3, "seq_accuracy_mean": "pct"}),
+}
 
 
 def _frames(data: Path, name: str) -> list[pd.DataFrame]:
@@ -48,11 +103,324 @@ def save_figure(name: str, params: dict, data: str | Path = "data", figs: str | 
                       params={"figures": params["figures"], "lang": lang or params["figures"]["lang"]})
 
 
+# ---- HTML pieces ---------------------------------------------------------------------------------------------------------
+
+
+def _fmt(value, how) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool,)) or not isinstance(value, (int, float)):
+        return str(value)
+    if how == "int":
+        return f"{value:,.0f}"
+    if how == "pct":
+        return f"{value:.1%}"
+    if isinstance(how, int):
+        if how >= 3 and value != 0 and abs(value) < 10 ** -(how - 1):
+            return f"{value:.2e}"
+        return f"{value:,.{how}f}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def table_html(frame: pd.DataFrame, columns: list[str], formats: dict, names: dict, lang: str, caption: str = "",
+               verdict_column: str | None = "verdict") -> str:
+    """A plain HTML table: readable column names, rounded numbers, rows coloured by their verdict when they have one."""
+    columns = [c for c in columns if c in frame.columns]
+    head = "".join(f"<th>{html.escape(names.get(c, {}).get(lang, c))}</th>" for c in columns)
+    rows = []
+    for record in frame[columns].to_dict("records"):
+        verdict = record.get(verdict_column) if verdict_column else None
+        cls = f' class="{VERDICT_CLASS.get(verdict, "")}"' if verdict in VERDICT_CLASS else ""
+        cells = "".join(f"<td>{html.escape(_fmt(record[c], formats.get(c)))}</td>" for c in columns)
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f'<table class="blocklab">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+class Report:
+    """Everything the notebook shows, as HTML strings (the notebook only displays them)."""
+
+    def __init__(self, params_path: str | Path, data_dir: str | Path = "data", figs_dir: str | Path = "figs",
+                 lang: str | None = None):
+        self.params_path = Path(params_path)
+        self.params = load_params(params_path)
+        self.lang = lang or self.params["figures"]["lang"]
+        self.data_dir, self.figs_dir = Path(data_dir), Path(figs_dir)
+        self.data, self.claims = answers_mod.load(self.data_dir, self.params)
+        self.texts = answers_mod.texts()
+        self.hash = hashlib.sha256(self.params_path.read_bytes()).hexdigest()[:16]
+        self.figure_number = 0
+
+    def t(self, *keys, **values) -> str:
+        node = self.texts["report"]
+        for key in keys:
+            node = node[key]
+        text = node[self.lang]
+        return text.format(**values) if values else text
+
+    def column_names(self) -> dict:
+        return self.texts["report"]["columns"]
+
+    # headings and the table of contents
+
+    def title(self, key: str) -> str:
+        if key in self.texts["problems"]:
+            return answers_mod.problem_title(key, self.lang)
+        return self.t("sections", key)
+
+    def anchor(self, key: str) -> str:
+        return f"sec-{key}"
+
+    def header(self) -> str:
+        from .provenance import code_version
+
+        p = self.params
+        commit = (code_version().get("git_commit") or "?")[:10]
+        run = self.t("run", params=self.params_path.name, hash=self.hash, commit=commit, lang=self.lang,
+                     layers=p["copy_model"]["n_layers"], width=p["copy_model"]["d_model"], steps=p["sweep"]["steps"],
+                     seeds=len(p["sweep"]["seeds"]))
+        differ = [f"{k}={p[k.split('.')[0]][k.split('.')[1]]} ({v})" for k, v in DOCUMENT_SETUP.items()
+                  if p[k.split(".")[0]][k.split(".")[1]] != v]
+        note = f'<p class="note">{html.escape(self.t("not_document", differ=", ".join(differ)))}</p>' if differ else ""
+        toc = []
+        for doc in ("000", "004"):
+            items = "".join(f'<li><a href="#{self.anchor(k)}">{html.escape(self.title(k))}</a></li>'
+                            for k, d, _, _ in SECTIONS if d == doc)
+            toc.append(f'<li><a href="#doc-{doc}">{html.escape(self.t(f"document_{doc}"))}</a><ul>{items}</ul></li>')
+        toc.append(f'<li><a href="#sec-claims">{html.escape(self.t("claims_title"))}</a></li>')
+        return (f'<h1 id="top">{html.escape(self.t("title"))}</h1><p>{html.escape(self.t("intro"))}</p>'
+                f'<p class="run">{html.escape(run)}</p>{note}'
+                f'<nav class="toc"><h2>{html.escape(self.t("toc"))}</h2><ul>{"".join(toc)}</ul></nav>')
+
+    def document_heading(self, doc: str) -> str:
+        return f'<h2 id="doc-{doc}">{html.escape(self.t(f"document_{doc}"))}</h2>'
+
+    # figures
+
+    def figure(self, name: str, draw: bool = True) -> str:
+        """The figure (redrawn into figs/ from its data when ``draw``) with a caption naming its data and parameters."""
+        path = self.figs_dir / f"{name}.png"
+        if draw:
+            path = save_figure(name, self.params, self.data_dir, self.figs_dir, self.lang)
+        if not path.exists():
+            return f'<p class="missing">{html.escape(self.t("missing_figure", name=name, path=str(path)))}</p>'
+        sidecar = json.loads(path.with_suffix(".json").read_text(encoding="utf-8")) if path.with_suffix(".json").exists() else {}
+        sources = [self._relative(s) for s in sidecar.get("sources", [])]
+        commit = (sidecar.get("git_commit") or "?")[:10]
+        self.figure_number += 1
+        encoded = base64.b64encode(path.read_bytes()).decode()
+        caption = (f"{self.t('figure')} {self.figure_number}. <code>figs/{name}.png</code> — {self.t('data')}: "
+                   + ", ".join(f"<code>{html.escape(s)}</code>" for s in sources)
+                   + f"; {self.t('params_hash')}: <code>{self.hash}</code>; {self.t('code')}: <code>{commit}</code>")
+        return (f'<figure class="blocklab" data-figure="{name}"><img alt="{name}" src="data:image/png;base64,{encoded}">'
+                f"<figcaption>{caption}</figcaption></figure>")
+
+    def _relative(self, source: str) -> str:
+        path = Path(source)
+        try:
+            return "data/" + path.resolve().relative_to(self.data_dir.resolve()).as_posix()
+        except ValueError:
+            return source
+
+    # sections
+
+    def question(self, key: str) -> str:
+        if key in self.texts["problems"]:
+            label, text = self.texts["labels"]["question"][self.lang], self.texts["problems"][key]["question"][self.lang]
+        else:
+            label, text = self.t("says"), self.t("statements", key)
+        return f'<blockquote class="question"><strong>{html.escape(label)}</strong> — {html.escape(text)}</blockquote>'
+
+    def table(self, name: str) -> str:
+        relative, columns, formats = TABLES[name]
+        if not self.data.exists(relative):
+            return ""
+        frame = self.data.table(relative)
+        if name == "reverse_copy":
+            from .experiments.reverse_copy import variant_table
+
+            frame = variant_table(frame[~frame["match_params"].astype(bool)])
+        if name == "problem9":
+            frame = frame.assign(per_subject_pair=frame["per_subject_pair"].where(frame["in_pair"].astype(bool)))
+        if "outcome" in frame:
+            labels = self.texts["labels"]["outcome"]
+            frame = frame.assign(outcome=frame["outcome"].map(lambda o: labels.get(o, {self.lang: o})[self.lang]))
+        if "norm" in frame:
+            frame = frame.assign(norm=frame["norm"].map(lambda n: self.texts["labels"].get(f"norm_{n}", {self.lang: n})[self.lang]))
+        if name == "audit":
+            labels = self.texts["labels"]["audit"]
+            frame = frame.assign(verdict_code=frame["verdict"].map({"right": REPRODUCED, "rough": PARTLY, "wrong": NOT_REPRODUCED}),
+                                 verdict=frame["verdict"].map(lambda v: labels.get(v, {self.lang: v})[self.lang]))
+        if "variant" in frame:
+            labels = self.texts["labels"]["variant"]
+            frame = frame.assign(variant=frame["variant"].map(lambda v: labels.get(v, {self.lang: v})[self.lang]))
+        caption = f"{self.t('table')}: data/{relative}"
+        verdict_column = "verdict_code" if name == "audit" else None  # the document's arithmetic: right, rough, wrong
+        return table_html(frame, columns, formats, self.column_names(), self.lang, caption, verdict_column)
+
+    def answers_html(self, key: str) -> str:
+        if key not in self.texts["problems"]:
+            return ""
+        parts = []
+        for a in answers_mod.answers_for(key, self.data, self.claims, self.lang):
+            parts.append(self._answer_html(a))
+        return f'<div class="answers" data-problem="{key}">{"".join(parts)}</div>'
+
+    def _answer_html(self, a) -> str:
+        labels, verdicts = self.texts["labels"], self.texts["verdicts"]
+        head = f"<strong>{html.escape(a.part)}</strong> " if a.part else f"<strong>{html.escape(labels['answer'][self.lang])}</strong> "
+        ids = f' <span class="ids">({html.escape(labels["claims"][self.lang])}: {", ".join(a.claim_ids)})</span>' if a.claim_ids else ""
+        return (f'<div class="answer {VERDICT_CLASS[a.verdict]}" data-answer="{a.key}" data-verdict="{a.verdict}">'
+                f"<p>{head}{html.escape(a.text)}</p>"
+                f'<p class="beside"><em>{html.escape(labels["document"][self.lang])}:</em> {html.escape(a.document_value)}'
+                f' · <em>{html.escape(labels["verdict"][self.lang])}:</em> '
+                f'<span class="verdict">{html.escape(verdicts[a.verdict][self.lang])}</span>{ids}</p></div>')
+
+    def section(self, key: str) -> str:
+        _, _, figures, tables = next(s for s in SECTIONS if s[0] == key)
+        parts = [f'<h3 id="{self.anchor(key)}">{html.escape(self.title(key))}</h3>', self.question(key)]
+        parts += [self.figure(name) for name in figures]
+        parts.append(self.answers_html(key))
+        parts += [self.table(name) for name in tables]
+        if key == "p11":
+            parts.append(self.sensitivity())
+        return f'<section class="blocklab" data-section="{key}">{"".join(parts)}</section>'
+
+    def sensitivity(self) -> str:
+        head = f'<h4 id="sec-sensitivity">{html.escape(self.t("sensitivity_title"))}</h4>'
+        if not answers_mod.sensitivity_present(self.data):
+            return f'{head}<p class="note" data-sensitivity="absent">{html.escape(self.t("sensitivity_absent"))}</p>'
+        parts = [head]
+        parts += [self.figure(name, draw=False) for name in SENSITIVITY_FIGURES]
+        by_setting = self.data.table(answers_mod.SENSITIVITY["claims_by_setting"])
+        verdicts = self.texts["verdicts"]
+        settings = list(dict.fromkeys(by_setting["setting"]))
+        pivot = by_setting.pivot_table(index=["id", "claim"], columns="setting", values="verdict", aggfunc="first", sort=False)
+        head_row = "".join(f"<th>{html.escape(s)}</th>" for s in settings)
+        rows = []
+        for (claim_id, claim), row in pivot.iterrows():
+            cells = "".join(f'<td class="{VERDICT_CLASS.get(row.get(s), "")}">'
+                            f'{html.escape(verdicts.get(row.get(s), {self.lang: str(row.get(s))})[self.lang])}</td>'
+                            for s in settings)
+            rows.append(f"<tr><td>{html.escape(claim_id)}</td><td>{html.escape(str(claim))}</td>{cells}</tr>")
+        names = self.column_names()
+        parts.append(f'<table class="blocklab sensitivity" data-sensitivity="present"><caption>{html.escape(self.t("sensitivity_table"))}</caption>'
+                     f"<thead><tr><th>{names['id'][self.lang]}</th><th>{names['claim'][self.lang]}</th>{head_row}</tr></thead>"
+                     f"<tbody>{''.join(rows)}</tbody></table>")
+        return "".join(parts)
+
+    # the claims table, grouped by document and section, coloured by verdict
+
+    def claims_table(self) -> str:
+        head = f'<h2 id="sec-claims">{html.escape(self.t("claims_title"))}</h2>'
+        if self.claims is None:
+            return head
+        claims = self.claims.assign(document=self.claims["document"].astype(str).str.zfill(3))
+        verdicts = self.texts["verdicts"]
+        counts = claims["verdict"].value_counts()
+        count_text = ", ".join(f"{verdicts[v][self.lang]} {counts[v]}" for v in VERDICT_ORDER if v in counts)
+        legend = "".join(f'<span class="chip {VERDICT_CLASS[v]}">{html.escape(verdicts[v][self.lang])}</span>'
+                         for v in VERDICT_ORDER)
+        parts = [head, f"<p>{html.escape(self.t('claims_intro', counts=count_text))}</p><p class='legend'>{legend}</p>"]
+        names = self.column_names()
+        columns = ["where", "id", "claim", "document_value", "measured", "verdict"]
+        for doc, group in claims.groupby("document", sort=True):
+            parts.append(f'<h3 id="claims-{doc}">{html.escape(self.t(f"document_{doc}"))}</h3>')
+            rows = []
+            for where, block in group.groupby("where", sort=False):
+                for i, r in enumerate(block.itertuples(index=False)):
+                    first = f'<td rowspan="{len(block)}" class="where">{html.escape(where)}</td>' if i == 0 else ""
+                    rows.append(f'<tr class="{VERDICT_CLASS.get(r.verdict, "")}" data-verdict="{html.escape(r.verdict)}">{first}'
+                                + "".join(f"<td>{html.escape(str(getattr(r, c)))}</td>" for c in columns[1:-1])
+                                + f'<td class="verdict">{html.escape(verdicts.get(r.verdict, {self.lang: r.verdict})[self.lang])}</td></tr>')
+            heads = "".join(f"<th>{html.escape(names[c][self.lang])}</th>" for c in columns)
+            parts.append(f'<table class="blocklab claims"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        return "".join(parts)
+
+
+# ---- the HTML file: code hidden, the project's font embedded -----------------------------------------------------------------
+
+CSS = """
+:root { --jp-content-font-family: 'NanumGothic', sans-serif; --jp-ui-font-family: 'NanumGothic', sans-serif; }
+body, .jp-RenderedHTMLCommon, .jp-Notebook { font-family: 'NanumGothic', sans-serif; }
+body { max-width: 1150px; margin: 0 auto; line-height: 1.6; }
+.jp-RenderedHTMLCommon table.blocklab { border-collapse: collapse; font-size: 0.95em; margin: 0.6em 0 1.4em; table-layout: auto; }
+.jp-RenderedHTMLCommon table.blocklab th, .jp-RenderedHTMLCommon table.blocklab td { border: 1px solid #ccc; padding: 3px 7px;
+  text-align: left; vertical-align: top; max-width: 36em; }
+.jp-RenderedHTMLCommon table.blocklab caption { caption-side: top; text-align: left; color: #555; font-size: 0.95em; }
+.v-ok { background: #dcf1dc; } .v-partly { background: #fff1bf; } .v-no { background: #f7d2d2; } .v-na { background: #ececec; }
+tr.v-ok td.verdict, tr.v-partly td.verdict, tr.v-no td.verdict { font-weight: bold; }
+td.where { background: #fafafa; font-weight: bold; }
+.chip { padding: 2px 8px; margin-right: 6px; border-radius: 4px; }
+figure.blocklab { margin: 1em 0 1.5em; } figure.blocklab img { max-width: 100%; height: auto; }
+figure.blocklab figcaption { font-size: 0.85em; color: #444; }
+blockquote.question { border-left: 4px solid #7a8fb8; background: #f4f6fb; margin: 0.5em 0 1em; padding: 0.5em 1em; }
+div.answer { border-left: 4px solid #999; padding: 0.3em 1em; margin: 0.6em 0; }
+div.answer.v-ok { border-color: #3c9a3c; } div.answer.v-partly { border-color: #c9a200; }
+div.answer.v-no { border-color: #c03b3b; } div.answer.v-na { border-color: #999; }
+div.answer p.beside { font-size: 0.9em; color: #333; } span.ids { color: #666; font-size: 0.9em; }
+nav.toc ul { margin: 0.2em 0; } p.note { background: #fff7e0; padding: 0.4em 0.8em; }
+"""
+
+
+def _font_face(text: str) -> str:
+    """@font-face rules for NanumGothic (regular and bold) from koreanize-matplotlib, subset to the characters used."""
+    import logging
+
+    import koreanize_matplotlib
+    from fontTools import subset
+
+    logging.getLogger("fontTools").setLevel(logging.ERROR)  # "TSI0 NOT subset": VTT sources, not needed to render
+
+    fonts = Path(koreanize_matplotlib.__file__).parent / "fonts"
+    chars = set(text) | {chr(c) for c in range(32, 127)}
+    rules = []
+    for weight, file in (("normal", "NanumGothic.ttf"), ("bold", "NanumGothicBold.ttf")):
+        options = subset.Options()
+        options.flavor = "woff"
+        options.layout_features = ["*"]
+        font = subset.load_font(str(fonts / file), options)
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(text="".join(sorted(chars)))
+        subsetter.subset(font)
+        buffer = io.BytesIO()
+        subset.save_font(font, buffer, options)
+        encoded = base64.b64encode(buffer.getvalue()).decode()
+        rules.append(f"@font-face {{ font-family: 'NanumGothic'; font-weight: {weight}; font-style: normal; "
+                     f"src: url(data:font/woff;base64,{encoded}) format('woff'); }}")
+    return "\n".join(rules)
+
+
+def finish_html(body: str, title: str | None = None) -> str:
+    """Add the report's style and the embedded font to an exported notebook (and its title)."""
+    if title:
+        body = re.sub(r"<title>.*?</title>", lambda _: f"<title>{html.escape(title)}</title>", body, count=1, flags=re.S)
+    visible = re.sub(r"data:[^\"')]+", "", re.sub(r"<script.*?</script>|<style.*?</style>", "", body, flags=re.S))
+    style = f'<style id="blocklab-style">\n{_font_face(visible)}\n{CSS}</style>'
+    return body.replace("</head>", style + "\n</head>", 1)
+
+
+def export_html(notebook_path) -> str:
+    """The executed notebook as HTML for readers: inputs (code), prompts and the notebook-only note hidden."""
+    import nbconvert
+    import nbformat
+
+    from traitlets.config import Config
+
+    config = Config()
+    config.TagRemovePreprocessor.enabled = True
+    config.TagRemovePreprocessor.remove_cell_tags = {"notebook-only"}  # the notebook's own note on how it works
+    exporter = nbconvert.HTMLExporter(config=config, exclude_input=True, exclude_input_prompt=True,
+                                      exclude_output_prompt=True)
+    notebook = nbformat.read(str(notebook_path), as_version=4)
+    body, _ = exporter.from_notebook_node(notebook)
+    lang = notebook.metadata.get("papermill", {}).get("parameters", {}).get("lang") or "ko"
+    return finish_html(body, answers_mod.texts()["report"]["title"].get(lang))
+
+
 def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: str, figs: str, data: str = "data",
                  lang: str | None = None) -> None:
     """Execute the analysis notebook with papermill (it writes every figure), then export it to HTML."""
-    import nbconvert
-    import nbformat
     import papermill
 
     params = load_params(params_path)
@@ -63,7 +431,7 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
         papermill.execute_notebook(
             notebook, str(tmp_nb), parameters=parameters, kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
         )
-        body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(tmp_nb, as_version=4))
+        body = export_html(tmp_nb)
         with atomic_path(out_html) as tmp_html:
             tmp_html.write_text(body, encoding="utf-8")
 

@@ -1,0 +1,193 @@
+"""Open the HTML report in headless Chromium, as a reader would, and report what it shows.
+
+Talks the Chrome DevTools protocol over ``--remote-debugging-pipe`` (file descriptors 3 and 4, NUL-terminated JSON), so
+it needs nothing beyond the standard library and Debian's ``chromium``. What it returns: every figure image and its
+natural size, visible code, the answers present, and which fonts actually rendered the Korean text
+(``CSS.getPlatformFontsForNode``: a glyph missing from the page's font shows up there as a fallback font).
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--remote-debugging-pipe"]
+
+# Evaluated in the page after load: what a reader sees.
+CHECK_JS = r"""
+(async () => {
+  await document.fonts.ready;
+  const imgs = [...document.querySelectorAll('figure.blocklab img')];
+  await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+  const visible = e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length)
+                       && getComputedStyle(e).visibility !== 'hidden';
+  const code = [...document.querySelectorAll('.jp-InputArea, .jp-CodeMirrorEditor, .jp-InputPrompt, div.input_area, .highlight')]
+               .filter(visible).length;
+  const faces = [...document.fonts].map(f => ({family: f.family.replace(/["']/g, ''), weight: f.weight, status: f.status}));
+  return {
+    title: document.title,
+    figures: imgs.map(i => ({figure: i.closest('figure').dataset.figure, complete: i.complete,
+                             width: i.naturalWidth, height: i.naturalHeight, shown: i.getBoundingClientRect().width})),
+    missing_figures: document.querySelectorAll('p.missing').length,
+    visible_code_elements: code,
+    text_has_code: /display\(HTML|from blocklab|import /.test(document.body.innerText),
+    answers: [...document.querySelectorAll('div.answer')].map(a => ({key: a.dataset.answer, verdict: a.dataset.verdict,
+                                                                   text: a.innerText})),
+    sections: [...document.querySelectorAll('section.blocklab')].map(s => s.dataset.section),
+    toc_links: [...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href')),
+    toc_targets_missing: [...document.querySelectorAll('nav.toc a')]
+        .filter(a => !document.getElementById(a.getAttribute('href').slice(1))).length,
+    claims_rows: document.querySelectorAll('table.claims tbody tr').length,
+    claims_coloured: document.querySelectorAll('table.claims tbody tr[class^="v-"]').length,
+    sensitivity: document.querySelector('[data-sensitivity]')?.dataset.sensitivity ?? null,
+    font_faces: faces,
+    body_font: getComputedStyle(document.querySelector('div.answer') || document.body).fontFamily,
+    height: document.documentElement.scrollHeight,
+  };
+})()
+"""
+
+# Elements whose Korean text must be drawn with the page's own font (no fallback, no replacement glyph).
+FONT_SELECTORS = ("h1", "blockquote.question", "div.answer p", "table.claims td", "figcaption", "nav.toc a")
+
+
+def find_chromium() -> str | None:
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class DevTools:
+    """A Chromium process and its DevTools pipe."""
+
+    def __init__(self, chromium: str, width: int = 1200, height: int = 900):
+        self.profile = tempfile.mkdtemp(prefix="blocklab-chromium-")
+        to_child_r, self.to_child = os.pipe()
+        self.from_child, from_child_w = os.pipe()
+        # move the child's ends well above 4, so that placing them at 3 and 4 cannot clobber one with the other
+        high_r, high_w = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 10)
+        os.close(to_child_r), os.close(from_child_w)
+
+        def place():
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        self.proc = subprocess.Popen(
+            [chromium, *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(3, 4),
+            preexec_fn=place)
+        os.close(high_r), os.close(high_w)
+        self.next_id, self.buffer, self.events = 0, b"", []
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 60.0) -> dict:
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.to_child, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read(timeout)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_event(self, method: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, event in enumerate(self.events):
+                if event.get("method") == method:
+                    return self.events.pop(i)
+            self.events.append(self._read(max(0.1, deadline - time.monotonic())))
+
+    def _read(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\0" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.poll() is not None else ""
+                raise TimeoutError(f"no DevTools message from Chromium within {timeout:.0f} s {err}")
+            ready, _, _ = select.select([self.from_child], [], [], left)
+            if ready:
+                chunk = os.read(self.from_child, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("Chromium closed the DevTools pipe")
+                self.buffer += chunk
+        raw, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(raw)
+
+    def close(self) -> None:
+        try:
+            os.write(self.to_child, json.dumps({"id": 0, "method": "Browser.close"}).encode() + b"\0")
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_child), os.close(self.from_child)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def inspect_report(html: str | Path, chromium: str | None = None, screenshot: str | Path | None = None,
+                   width: int = 1200) -> dict:
+    """Load ``html`` in headless Chromium; return what a reader sees (see CHECK_JS) plus ``fonts``: per element kind,
+    the platform fonts that rendered its text. ``screenshot``: write a full-page PNG there."""
+    chromium = chromium or find_chromium()
+    if not chromium:
+        raise FileNotFoundError("no Chromium found (Debian: apt-get install chromium)")
+    tools = DevTools(chromium, width=width)
+    try:
+        target = tools.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = tools.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "DOM", "CSS"):
+            tools.send(f"{domain}.enable", session=session)
+        tools.send("Page.navigate", {"url": Path(html).resolve().as_uri()}, session=session)
+        tools.wait_event("Page.loadEventFired", timeout=120)
+        result = tools.send("Runtime.evaluate", {"expression": CHECK_JS, "awaitPromise": True, "returnByValue": True},
+                            session=session)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"page check failed: {result['exceptionDetails']}")
+        seen = result["result"]["value"]
+        root = tools.send("DOM.getDocument", {"depth": 0}, session=session)["root"]["nodeId"]
+        fonts = {}
+        for selector in FONT_SELECTORS:
+            nodes = tools.send("DOM.querySelectorAll", {"nodeId": root, "selector": selector}, session=session)["nodeIds"]
+            used = {}
+            for node in nodes:
+                for font in tools.send("CSS.getPlatformFontsForNode", {"nodeId": node}, session=session)["fonts"]:
+                    name = font["familyName"] + (" (web font)" if font.get("isCustomFont") else "")
+                    used[name] = used.get(name, 0) + font["glyphCount"]
+            fonts[selector] = {"elements": len(nodes), "fonts": used}
+        seen["fonts"] = fonts
+        if screenshot:
+            tools.send("Emulation.setDeviceMetricsOverride",
+                       {"width": width, "height": int(seen["height"]), "deviceScaleFactor": 1, "mobile": False},
+                       session=session)
+            shot = tools.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                              session=session, timeout=120)
+            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        return seen
+    finally:
+        tools.close()
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("inspect-report", help="open the HTML report in headless Chromium and print what it shows")
+    p.add_argument("html", nargs="?", default="reports/analysis.html")
+    p.add_argument("--screenshot", default=None, help="also write a full-page PNG here")
+    p.add_argument("--width", type=int, default=1200)
+    p.set_defaults(func=lambda a: print(json.dumps(
+        {k: v for k, v in inspect_report(a.html, screenshot=a.screenshot, width=a.width).items() if k != "answers"},
+        indent=1, ensure_ascii=False)))
