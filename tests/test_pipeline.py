@@ -49,11 +49,8 @@ def jobs_after_edit(project, old, new) -> dict:
         path.write_text(text, encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def snake_project(tmp_path_factory):
-    project = make_scratch_project(tmp_path_factory.mktemp("snakemake") / "project")
-    run(["snakemake", "--cores", "2"], project)
-    return project
+# snake_project (the tiny DAG run with Snakemake, once per session) is in tiny_dag.py, via conftest.py: test_report.py
+# uses the same run.
 
 
 @pytest.fixture(scope="module")
