@@ -1,4 +1,10 @@
 # The claims table, then the analysis notebook (papermill) that redraws every figure from the cached data.
+# report(): `snakemake --report report.html` lists every figure with the rule, inputs, parameters and code that made it.
+
+report: "../report/workflow.rst"
+
+FIGURE_DOCUMENT = {name: "004" if name in ("param_counts", "activation_norms", "residual_ablation", "reverse_copy") else "000"
+                   for name in FIGURES}
 
 ANALYSIS_DATA = sorted({path for sources in FIGURES.values() for path in sources}) + [
     "data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
@@ -21,11 +27,15 @@ rule report:
         ANALYSIS_DATA,
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
-        figure_code=code_files("report", "figures/style", "figures/doc000", "figures/doc004", "figures/params", "figures/probe"),
+        figure_code=code_files("report", "answers", "figures/style", "figures/doc000", "figures/doc004", "figures/params",
+                               "figures/probe"),
+        answers="src/blocklab/answers.yaml",
     output:
-        figures=expand("figs/{figure}.png", figure=FIGURES),
+        figures=[report(f"figs/{name}.png", caption="../report/figure.rst", category=f"document {FIGURE_DOCUMENT[name]}",
+                        labels={"figure": name, "data": ", ".join(FIGURES[name])}) for name in FIGURES],
         notebook="reports/analysis.ipynb",
-        html="reports/analysis.html",
+        html=report("reports/analysis.html", caption="../report/analysis.rst", category="analysis report",
+                    labels={"file": "reports/analysis.html"}),
     params:
         figures=config["figures"],
     shell:
