@@ -27,6 +27,7 @@ COMMANDS = {
     "claims": "blocklab.claims",
     "report": "blocklab.report",
     "figure": "blocklab.report",
+    "inspect-report": "blocklab.browser",
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
     "gallery": "blocklab.gallery",
