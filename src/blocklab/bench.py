@@ -1,13 +1,19 @@
-"""`blocklab bench`: throughput of the copy-task sweep, the plain per-run loop against the fast path, in one run.
+"""`blocklab bench`: throughput of the copy-task sweep: the plain loop, a peer-style model, the fast path, bf16.
 
-Both paths train the sweep's own runs (norm x warm-up x seed) with ``train.train`` for a few steps. They run in
-interleaved rounds so that whatever else loads the machine slows both alike, and every number is reported next to
+Every lane trains the sweep's own runs (norm x warm-up x seed) with ``train.train`` for a few steps. They run in
+interleaved rounds so that whatever else loads the machine slows all alike, and every number is reported next to
 the fp32 matmul throughput measured in the same run:
 
     plain  one process, default torch threads, eager, the runs one after another (what a plain loop does)
+    plain-WxT  the plain model in the fast lane's process layout: separates layout from kernels
+    peer   the same model written as public GPT code is (blocklab.peer: fused qkv Linear, SDPA is_causal, nn.LayerNorm,
+           fused Adam), in the fast lane's process layout: what a careful user would write
     fast   W worker processes x T threads, each run afresh (dynamo reset, as a new pipeline job would), with
            FusedLayerNorm, ShortCausalAttention, fused Adam, a tuned allocator and optionally torch.compile
-    plain-WxT  (reference) the plain model in the fast lane's process layout: separates layout from kernels
+    bf16   the fast lane under bf16 autocast (sweep.precision: bf16), where the device has bf16 units
+
+Every speed-up is quoted against the fastest baseline (plain, plain-WxT, peer) in the same metric, never against a
+slower one; bf16 also against the fp32 fast lane.
 
 FLOPs of one training step (stated again in the output and in bench/README.md), with T = 2 * seq_len - 1 tokens:
     forward  = 2 * B*T * [L * (d*(H+2*KV)*hd + H*hd*d + n_ffn*d*hidden) + d*V]      every Linear: q,k,v,o,ffn,head
@@ -41,6 +47,8 @@ from .io import write_json
 from .batched import train_copy_group_batched
 from .fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
 from .params import load_params
+from .peer import build_peer_model
+from .precision import bf16_support, check_precision
 from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
 from .train import train
@@ -99,17 +107,24 @@ def _matmul_gflops(seconds: float, device: str = "cpu", size: int = MATMUL_SIZE)
     return 2 * size**3 * calls / elapsed / 1e9
 
 
-def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int, fast: FastPath, device="cpu") -> dict:
+def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int, fast: FastPath, device="cpu",
+                     model_kind: str = "blocklab", precision: str = "fp32") -> dict:
     """Train one sweep run for ``steps`` steps with ``train.train``, timing every step. Returns timings and losses.
 
     The model, data stream and loss are those of ``sweep.train_copy_run``; only checkpoints and files are left out.
+    ``model_kind`` "peer" trains ``blocklab.peer``'s model of the same size instead (``fast`` then only sets fused Adam
+    and compile); ``precision`` as ``sweep.precision``.
     """
     task, settings = params["copy_task"], params["sweep"]
     torch._dynamo.reset()  # a pipeline job is a fresh process: it compiles again (the on-disk caches still count)
     began = time.perf_counter()
     cfg = sweep.copy_model_config(params, norm)
-    model = sweep.build_copy_model(cfg, seed).to(device)
-    apply_fast_path(model, fast)
+    check_precision(precision, device)
+    if model_kind == "peer":
+        model = build_peer_model(cfg, seed).to(device)
+    else:
+        model = sweep.build_copy_model(cfg, seed).to(device)
+        apply_fast_path(model, fast)
     step_starts = []
 
     def next_batch(gen):
@@ -118,12 +133,12 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
 
     def loss_fn(m, batch):
         inputs, targets = batch
-        return copy_loss(m(inputs), targets)
+        return copy_loss(m(inputs).float(), targets)
 
     result = train(
         model, next_batch, loss_fn, steps=steps, lr=settings["lr"], warmup=warmup,
         generator=torch.Generator().manual_seed(seed), compile=fast.compile, fused_adam=fast.fused_adam,
-        desc=f"bench {norm}-w{warmup}-s{seed}",
+        precision=precision, desc=f"bench {norm}-w{warmup}-s{seed}",
     )
     ended = time.perf_counter()
     bounds = step_starts + [ended]
@@ -216,7 +231,8 @@ def _worker_main(argv) -> None:
             _reply({"gflops": _matmul_gflops(job["seconds"], job["device"])})
         elif job["op"] == "train":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
-            _reply(train_copy_steps(params, job["norm"], job["warmup"], job["seed"], job["steps"], fast, job["device"]))
+            _reply(train_copy_steps(params, job["norm"], job["warmup"], job["seed"], job["steps"], fast, job["device"],
+                                    job.get("model", "blocklab"), job.get("precision", "fp32")))
         elif job["op"] == "gemm_floor":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
             calls = capture_step_gemms(params, job["norm"], fast, job["device"])
@@ -226,7 +242,8 @@ def _worker_main(argv) -> None:
             replies = []
             for norm in dict.fromkeys(n for n, _, _ in job["runs"]):  # one stacked model per architecture
                 group = [(w, s) for n, w, s in job["runs"] if n == norm]
-                for reply in train_copy_group_batched(params, norm, group, job["steps"], job["device"], fast):
+                for reply in train_copy_group_batched(params, norm, group, job["steps"], job["device"], fast,
+                                                      job.get("precision", "fp32")):
                     reply.pop("weights")
                     replies.append(reply)
             _reply({"runs": replies})
@@ -344,16 +361,42 @@ class Lane:
     threads: int  # 0: torch's default (all cores)
     process_per_run: bool  # a pipeline job per run pays a process start per run; a plain loop pays it once
     batched: bool = False  # all runs of a round in one process, one vmapped model per norm position
+    model: str = "blocklab"  # or "peer": blocklab.peer's GPT-style model of the same size
+    precision: str = "fp32"  # sweep.precision of the lane
+
+    def describe(self) -> str:
+        what = "peer model, " + ("fused Adam" if self.fast.fused_adam else "Adam") if self.model == "peer" else self.fast.describe()
+        return what + (", bf16 autocast" if self.precision != "fp32" else "") + (", vmapped" if self.batched else "")
 
 
-def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: bool, device: str, batched: bool) -> list[Lane]:
-    """CPU: plain loop, [plain model in the fast layout], fast processes. CUDA: plain loop vs the batched model."""
+PEER_SETTINGS = FastPath(fused_layernorm=False, short_attention=False, fused_adam=True, allocator=False, compile=False)
+BASELINES = ("plain", "peer")  # lane-name prefixes of the baselines every speed-up is quoted against
+
+
+def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: bool, device: str, batched: bool,
+                  peer: bool = True, bf16: bool = False, compiled: bool = False) -> list[Lane]:
+    """CPU: plain loop, [plain model in the fast layout], [peer], fast processes, [bf16], [batched].
+
+    CUDA: per-run plain loop and [peer] (one process, one run after another), the batched (vmapped) model as "fast",
+    [batched under bf16 autocast], [batched with torch.compile]. ``fast.compile`` applies to the fast lane itself.
+    """
     lanes = [Lane("plain", PLAIN, 1, 0, False)]
     if device == "cuda":
-        return lanes + [Lane("fast", fast, 1, 0, False, batched=True)]
+        if peer:
+            lanes.append(Lane("peer", PEER_SETTINGS, 1, 0, False, model="peer"))
+        lanes.append(Lane("fast", fast, 1, 0, False, batched=True))
+        if bf16:
+            lanes.append(Lane("bf16", fast, 1, 0, False, batched=True, precision="bf16"))
+        if compiled and not fast.compile:
+            lanes.append(Lane("batched-compiled", FastPath(compile=True), 1, 0, False, batched=True))
+        return lanes
     if layout_reference:  # the pipeline's process layout without the fast path: separates layout from kernels
         lanes.append(Lane(f"plain-{workers}x{threads}", PLAIN, workers, threads, True))
+    if peer:
+        lanes.append(Lane("peer", PEER_SETTINGS, workers, threads, True, model="peer"))
     lanes.append(Lane("fast", fast, workers, threads, True))
+    if bf16:
+        lanes.append(Lane("bf16", fast, workers, threads, True, precision="bf16"))
     if batched:  # on the CPU a correctness demonstration of the GPU design, not a speed-up
         lanes.append(Lane("batched", fast, 1, 0, False, batched=True))
     return lanes
@@ -371,7 +414,7 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
     scratch = Path(tempfile.mkdtemp(prefix="blocklab-bench-"))
     base_env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # "default threads" means torch's own
     echo(f"bench: {len(todo)} runs x ({warmup_steps} warm-up + {steps} timed) steps; lanes: "
-         + "; ".join(f"{l.name} = {l.workers} process(es) x {l.threads or 'default'} thread(s) [{l.fast.describe()}]" for l in lanes)
+         + "; ".join(f"{l.name} = {l.workers} process(es) x {l.threads or 'default'} thread(s) [{l.describe()}]" for l in lanes)
          + f"; logs in {scratch}")
     pools = {}
     try:
@@ -395,13 +438,15 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
                 pool = pools[lane.name]
                 if lane.batched:
                     wall, (reply,) = _concurrent(pool, [{"op": "train_batched", "params": str(params_path), "steps": n_steps,
-                                                         "device": device, "runs": [[j["norm"], j["warmup"], j["seed"]] for j in jobs]}])
+                                                         "device": device, "precision": lane.precision,
+                                                         "runs": [[j["norm"], j["warmup"], j["seed"]] for j in jobs]}])
                     walls[lane.name] += wall
                     order = [f"{j['norm']}-w{j['warmup']}-s{j['seed']}" for j in jobs]
                     results[lane.name].extend(sorted(reply["runs"], key=lambda r: order.index(r["run"])))
                     continue
+                lane_jobs = [job | {"model": lane.model, "precision": lane.precision} for job in jobs]
                 for i in range(0, len(jobs), lane.workers):
-                    wall, replies = _concurrent(pool, jobs[i:i + lane.workers])
+                    wall, replies = _concurrent(pool, lane_jobs[i:i + lane.workers])
                     walls[lane.name] += wall
                     results[lane.name].extend(replies)
             echo(f"bench: {start + len(jobs)}/{len(todo)} runs  " + "  ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
@@ -431,7 +476,7 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
         rate, full_rate = run_steps / walls[lane.name], len(done) * full_steps / projected
         steady = statistics.median(_steady(r, warmup_steps) for r in done)
         summary[lane.name] = {
-            "fast_path": lane.fast.describe(), "processes": lane.workers, "threads_per_process": meta["threads"],
+            "fast_path": lane.describe(), "model": lane.model, "precision": lane.precision, "processes": lane.workers, "threads_per_process": meta["threads"],
             "allocator_tuned": meta["allocator"], "run_steps": run_steps, "wall_s": walls[lane.name],
             "run_steps_per_s": rate, "steady_step_s": steady, "steady_run_steps_per_s": lane.workers / steady,
             "run_overhead_s": statistics.median(max(0.0, r["total_s"] - len(r["step_s"]) * _steady(r, warmup_steps)) for r in done),
@@ -441,6 +486,8 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
             "projected_fraction_of_peak": full_rate * flops["step"] / 1e9 / peak,
         }
     plain, fast = summary["plain"], summary["fast"]
+    speedups = speedups_vs_baselines(summary)
+    best_steady = speedups["fast"]["steady"]["vs"]
     gemm_floor = None
     if floor:
         floor_step = statistics.median(r["step_s"] for r in floor)
@@ -450,6 +497,8 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
             "executed_flops_per_step": floor[0]["executed_flops"], "run_steps_per_s": floor_rate,
             "gflops": floor_rate * flops["step"] / 1e9, "fraction_of_peak": floor_rate * flops["step"] / 1e9 / peak,
             "ratio_vs_plain_steady": floor_rate / plain["steady_run_steps_per_s"],
+            "ratio_vs_best_baseline_steady": floor_rate / summary[best_steady]["steady_run_steps_per_s"],
+            "best_baseline_steady": best_steady,
             "share_of_fast_step": floor_step / fast["steady_step_s"],
         }
     return {
@@ -460,9 +509,13 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
         "matmul_peak_gflops": peak, "matmul_start": peak_start, "matmul_end": peak_end,
         "lanes": summary,
         "gemm_floor": gemm_floor,
-        "ratio_window": fast["run_steps_per_s"] / plain["run_steps_per_s"],
-        "ratio_projected": fast["projected_run_steps_per_s"] / plain["projected_run_steps_per_s"],
-        "ratio_steady": fast["steady_run_steps_per_s"] / plain["steady_run_steps_per_s"],
+        # fast against the fastest baseline lane (plain, plain-WxT, peer) of each metric, named in ratio_reference
+        "ratio_window": speedups["fast"]["window"]["ratio"],
+        "ratio_projected": speedups["fast"]["projected"]["ratio"],
+        "ratio_steady": speedups["fast"]["steady"]["ratio"],
+        "ratio_reference": {kind: r["vs"] for kind, r in speedups["fast"].items()},
+        "speedups": speedups,
+        "bf16_vs_fast": ({kind: summary["bf16"][m] / fast[m] for kind, m in RATE_METRICS.items()} if "bf16" in summary else None),
         "fraction_of_peak": fast["fraction_of_peak"], "projected_fraction_of_peak": fast["projected_fraction_of_peak"],
         "ratios_vs_each_lane": {
             ref: {"window": fast["run_steps_per_s"] / s["run_steps_per_s"],
@@ -478,6 +531,27 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
             for name, done in results.items() for r in done
         ],
     }
+
+
+RATE_METRICS = {"window": "run_steps_per_s", "projected": "projected_run_steps_per_s", "steady": "steady_run_steps_per_s"}
+
+
+def speedups_vs_baselines(summary: dict) -> dict:
+    """Every non-baseline lane's rate over the fastest baseline lane (plain, plain-WxT, peer) in each metric.
+
+    The reference is picked per metric (window, projected full sweep, steady step), so no ratio is quoted against a
+    baseline that another baseline beats in that metric.
+    """
+    baselines = [name for name in summary if name.startswith(BASELINES)]
+    out = {}
+    for name, lane in summary.items():
+        if name in baselines:
+            continue
+        out[name] = {}
+        for kind, metric in RATE_METRICS.items():
+            ref = max(baselines, key=lambda b: summary[b][metric])
+            out[name][kind] = {"vs": ref, "ratio": lane[metric] / summary[ref][metric]}
+    return out
 
 
 def _compare_losses(plain_runs: list[dict], fast_runs: list[dict]) -> dict:
@@ -510,20 +584,34 @@ def format_report(result: dict) -> str:
         f"FLOPs/step: {result['flops_per_step'] / 1e9:.2f} GFLOP; {result['flop_formula']}",
         f"fp32 matmul peak (best of start/end, one process on all threads or all workers): {result['matmul_peak_gflops']:.0f} GFLOPS",
         table,
-        f"fast vs plain: {result['ratio_window']:.2f}x in the bench window (setup and compile included),"
-        f" {result['ratio_projected']:.2f}x projected for the full sweep, {result['ratio_steady']:.2f}x in steady steps;"
-        f" fast reaches {100 * result['fraction_of_peak']:.0f}% of the matmul peak ({100 * result['projected_fraction_of_peak']:.0f}% projected)",
     ]
+    ref = result["ratio_reference"]
+    lines.append(
+        f"fast vs the fastest baseline (of {', '.join(n for n in result['lanes'] if n.startswith(BASELINES))}, per metric):"
+        f" {result['ratio_window']:.2f}x in the bench window (setup and compile included; vs {ref['window']}),"
+        f" {result['ratio_projected']:.2f}x projected for the full sweep (vs {ref['projected']}),"
+        f" {result['ratio_steady']:.2f}x in steady steps (vs {ref['steady']});"
+        f" fast reaches {100 * result['fraction_of_peak']:.0f}% of the matmul peak ({100 * result['projected_fraction_of_peak']:.0f}% projected)")
+    for name, r in result["speedups"].items():
+        if name != "fast":
+            lines.append(f"{name} vs the fastest baseline: {r['window']['ratio']:.2f}x window (vs {r['window']['vs']}),"
+                         f" {r['projected']['ratio']:.2f}x projected (vs {r['projected']['vs']}),"
+                         f" {r['steady']['ratio']:.2f}x steady (vs {r['steady']['vs']})")
+    if result.get("bf16_vs_fast"):
+        b = result["bf16_vs_fast"]
+        lines.append(f"bf16 vs fast (fp32, same layout): {b['window']:.2f}x window, {b['projected']:.2f}x projected,"
+                     f" {b['steady']:.2f}x steady (its GFLOPS and % peak above are against the fp32 matmul peak)")
     floor = result.get("gemm_floor")
     if floor:
         lines.append(
             f"GEMMs alone (the fast step's {floor['calls_per_step']} mm/addmm/bmm/baddbmm calls, replayed with nothing else in"
             f" each of {floor['processes']} processes): {floor['step_s']:.3g} s/step/proc = {floor['run_steps_per_s']:.3g}"
             f" run-steps/s, {floor['gflops']:.0f} GFLOPS = {100 * floor['fraction_of_peak']:.0f}% of peak,"
-            f" {floor['ratio_vs_plain_steady']:.2f}x plain steady: the ceiling of any path that keeps these products;"
+            f" {floor['ratio_vs_best_baseline_steady']:.2f}x {floor['best_baseline_steady']} steady: the ceiling of any fp32"
+            " path that keeps these products;"
             f" they are {100 * floor['share_of_fast_step']:.0f}% of the fast step")
     for ref, r in result["ratios_vs_each_lane"].items():
-        if ref != "plain":
+        if ref.startswith(BASELINES):
             lines.append(f"fast vs {ref}: {r['window']:.2f}x window, {r['projected']:.2f}x projected, {r['steady']:.2f}x steady")
     # The load at the end is mostly the bench's own workers; only the 1-minute load before it started says that
     # something else was running.
@@ -532,26 +620,33 @@ def format_report(result: dict) -> str:
         lines.append(f"note: the machine was busy before the bench started (1-minute load average {before:.1f} on {m['cores']}"
                      " cores): the multi-threaded plain lane suffers most from load, so also read the steady ratio and fast"
                      " vs the WxT reference lane")
+    why = {"peer": " (another model's weights and layout: not expected to agree)", "bf16": " (bf16 rounding)"}
     for name, diff in result["loss_diff_vs_plain"].items():
         lines.append(f"losses {name} vs plain, same runs and steps: max |diff| {diff['max_abs_loss_diff']:.2e},"
-                     f" max relative {diff['max_rel_loss_diff']:.2e}")
+                     f" max relative {diff['max_rel_loss_diff']:.2e}{why.get(name, '')}")
     return "\n".join(lines)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="copy-task sweep throughput: plain per-run loop vs the fast path, side by side")
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--steps", type=int, default=8, help="timed steps per run, after the warm-up steps")
+    p.add_argument("--steps", type=int, default=6, help="timed steps per run, after the warm-up steps")
     p.add_argument("--warmup-steps", type=int, default=2, help="untimed-for-steady-state steps per run (still counted)")
-    p.add_argument("--runs", type=int, default=12, help="how many of the sweep's runs (seed-major order)")
+    p.add_argument("--runs", type=int, default=8, help="how many of the sweep's runs (seed-major order)")
     p.add_argument("--workers", type=int, default=None, help="fast-path processes (default: cores // threads)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per fast-path process")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=FastPath().compile,
                    help="torch.compile in the fast path (compile time counts)")
+    p.add_argument("--compiled", action="store_true",
+                   help="CUDA: add a lane of the batched model under torch.compile (compile time counts)")
     p.add_argument("--device", default=None, help="auto | cpu | cuda (default: params device)")
     p.add_argument("--peak-seconds", type=float, default=3.0, help="length of each matmul-peak measurement")
     p.add_argument("--layout-ref", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the plain model in the fast path's process layout (separates layout from kernels)")
+    p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                   help="time the peer-style model (blocklab.peer) in the fast lane's layout: a baseline")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                   help="add the fast path under bf16 autocast (default: where the device has bf16 units)")
     p.add_argument("--batched", action="store_true",
                    help="CPU: add a lane training each norm's runs as one vmapped model (the GPU design; numbers only)")
     p.add_argument("--quick", action="store_true", help="2 runs x (1 + 3) steps, 1 s peak: a smoke check, not a result")
@@ -572,7 +667,11 @@ def _main(args) -> None:
         if not low <= value <= high:
             raise ConfigError(f"{name}={value} is not allowed; choose {low}..{high}")
     device = str(resolve_device(args.device or params["device"]))
-    lanes = default_lanes(workers, threads, FastPath(compile=args.compile), args.layout_ref, device, args.batched)
+    bf16 = bf16_support(device)[0] if args.bf16 is None else args.bf16
+    if bf16:
+        check_precision("bf16", device, key="--bf16")
+    lanes = default_lanes(workers, threads, FastPath(compile=args.compile), args.layout_ref, device, args.batched,
+                          peer=args.peer, bf16=bf16, compiled=args.compiled)
     result = run_bench(
         args.params, steps=args.steps, warmup_steps=args.warmup_steps, runs=args.runs, lanes=lanes,
         device=device, peak_seconds=args.peak_seconds,
