@@ -164,7 +164,9 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
         {"id": "c1", "setting": "s-default", "default": True, "verdict": REPRODUCED},
         {"id": "c1", "setting": "s-other", "default": False, "verdict": REPRODUCED},
         {"id": "c2", "setting": "s-default", "default": True, "verdict": REPRODUCED},
-        {"id": "c2", "setting": "s-other", "default": False, "verdict": NOT_REPRODUCED}])
+        {"id": "c2", "setting": "s-other", "default": False, "verdict": NOT_REPRODUCED},
+        {"id": "c3", "setting": "s-default", "default": True, "verdict": NOT_CHECKABLE},
+        {"id": "c3", "setting": "s-other", "default": False, "verdict": NOT_CHECKABLE}])
     summary = pd.DataFrame([
         {"family": "choices", "setting": "s-default", "norm": "post", "warmup": 0, "depth": 3, "outcome": "stuck"},
         {"family": "choices", "setting": "s-other", "norm": "post", "warmup": 0, "depth": 3, "outcome": "learned"},
@@ -172,8 +174,8 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
           for d, n, o in ((1, "pre", "learned"), (1, "post", "learned"), (3, "pre", "learned"), (3, "post", "stuck"))]])
     tables = {**tables, "sensitivity/claims_by_setting.csv": by_setting, "sensitivity/summary.csv": summary}
     present = answers.answer("p11c", data(tables, sensitivity={"in_report": True}), None, "en")
-    assert "2 settings: s-default, s-other" in present.text and "1 of 2 sweep claims keep their verdict" in present.text
-    assert "changes with the setting: c2." in present.text
+    assert "2 settings: s-default, s-other" in present.text and "1 of 3 sweep claims keep their verdict" in present.text
+    assert "(1 cannot be judged under any setting)" in present.text and "changes with the setting: c2." in present.text
     assert "s-default stuck 1; s-other learned 1" in present.text
     assert "1 blocks 100% vs 100%, 3 blocks 100% vs 0%" in present.text
 

@@ -285,13 +285,15 @@ def _p11c(data: Data, t: dict, lang: str) -> dict:
 
 
 def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
-    """Per claim: its verdict in the default setting, how many settings agree with it, and the settings that do not."""
+    """Per claim: its verdict in the default setting, how many settings agree with it, and the settings that do not.
+    ``robust``: judged under at least one setting, and the same verdict under every setting."""
     rows = []
     for claim_id, g in by_setting.groupby("id", sort=False):
         default = g[g["default"].astype(bool)]
         ref = default["verdict"].iloc[0] if len(default) else g["verdict"].mode().iloc[0]
+        checkable = bool((g["verdict"] != NOT_CHECKABLE).any())
         rows.append({"id": claim_id, "default_verdict": ref, "settings": len(g), "agree": int((g["verdict"] == ref).sum()),
-                     "robust": bool((g["verdict"] == ref).all()),
+                     "checkable": checkable, "robust": checkable and bool((g["verdict"] == ref).all()),
                      "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in g[g["verdict"] != ref].itertuples())})
     return pd.DataFrame(rows)
 
@@ -301,7 +303,7 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
     summary = data.table(SENSITIVITY["summary"])
     robust = robustness(by_setting)
     settings = list(dict.fromkeys(by_setting["setting"]))
-    changed = ", ".join(robust.loc[~robust["robust"], "id"]) or t["none"][lang]
+    changed = ", ".join(robust.loc[robust["checkable"] & ~robust["robust"], "id"]) or t["none"][lang]
     choices = summary[summary["family"] == "choices"] if "family" in summary else summary
     post0 = choices[(choices["norm"] == "post") & (choices["warmup"] == 0)]
     labels = texts()["labels"]
@@ -317,6 +319,7 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
             for d, r in learned.sort_index().iterrows()))
     return t["sens_present"][lang].format(n_settings=len(settings), settings=", ".join(settings), n_claims=len(robust),
                                           robust=int(robust["robust"].sum()), changed=changed,
+                                          uncheckable=int((~robust["checkable"]).sum()),
                                           post_by_setting=post_by_setting, depth=depth)
 
 
