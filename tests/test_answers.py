@@ -188,7 +188,7 @@ def test_exercise_answers():
                             "closed_form_total": 4195328, "built_numel": 4195328, "document_approx": 4194304.0,
                             "document_approx_rel_error": 4194304 / 4195328 - 1}])
     e1 = answers.answer("e1", data({"param_counts/blocks.csv": blocks}), claims_table(d004_exercise1=REPRODUCED), "en")
-    assert "4,195,328 by hand, 4,195,328 by numel (equal)" in e1.text and "4,194,304 (-0.02%)" in e1.text
+    assert "with RMSNorm, no biases, 4,195,328 by hand and 4,195,328 by numel (equal)" in e1.text and "the document's formula 4,194,304 (-0.02%)" in e1.text
     assert e1.verdict == REPRODUCED
     summary = pd.DataFrame([{"variant": v, "match_params": False, "seed": s, "steps": 100, "n_params": 1,
                              "final_loss": loss, "seq_accuracy": 0.5, "token_accuracy": 0.5}
@@ -205,7 +205,7 @@ def test_exercise2_reads_the_twelve_block_stack():
             for norm, value in (("post", lambda b: 4.0), ("pre", lambda b: 1.0 + b)) for b in range(13)]
     e2 = answers.answer("e2", data({"activation_norms/norms.csv": pd.DataFrame(rows)}), None, "en")
     assert "post-norm: input 4.00 → last block 4.00 (×1.00" in e2.text and "pre-norm: input 1.00 → last block 13.00 (×13.00" in e2.text
-    assert "√d = 4.0" in e2.text
+    assert "√d = 4.0" in e2.text and "changed ×13.00 over the 12 blocks" in e2.text
 
 
 def test_markdown_carries_the_verdict_and_the_document_value():

@@ -330,7 +330,7 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
 def _e1(data: Data, t: dict, lang: str) -> dict:
     blocks = data.table("param_counts/blocks.csv")
     rows = blocks[blocks["case"] == "exercise1"].drop_duplicates("variant")
-    labels = texts()["labels"]["variant"]
+    labels = t["variants"]
     items = [t["item"][lang].format(
         variant=labels.get(r.variant, {lang: r.variant})[lang], closed=integer(r.closed_form_total), numel=integer(r.built_numel),
         equal=t["equal" if r.closed_form_total == r.built_numel else "differ"][lang], approx=integer(r.document_approx),
@@ -352,8 +352,9 @@ def _e2(data: Data, t: dict, lang: str) -> dict:
     items = [t["item"][lang].format(norm=labels[f"norm_{r.norm}"][lang], first=num(r.input_norm, 2),
                                     last=num(r.last_norm, 2), growth=num(r.growth, 2),
                                     verdict=t["explodes" if r.explodes else "bounded"][lang]) for r in rows.itertuples()]
+    pre = rows[rows["norm"] == "pre"]
     return {"depth": depth, "seeds": norms["seed"].nunique(), "items": joined(items, lang),
-            "sqrt_d": num(rows["sqrt_d"].iloc[0], 1)}
+            "sqrt_d": num(rows["sqrt_d"].iloc[0], 1), "pre_growth": num(pre["growth"].iloc[0], 2) if len(pre) else "—"}
 
 
 @computes
