@@ -11,11 +11,14 @@ check_config(config)  # schema + cross-field checks: a bad value stops here, bef
 include: "workflow/rules/doc000.smk"
 include: "workflow/rules/doc004.smk"
 include: "workflow/rules/probe.smk"
+include: "workflow/rules/sensitivity.smk"
 include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
+        SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
         expand("figs/{figure}.png", figure=FIGURES),
         "reports/analysis.html",
         "data/claims/claims.csv",

@@ -5,7 +5,6 @@ tuned to match a document number, and a claim the data cannot decide (e.g. a ste
 """
 from __future__ import annotations
 
-import functools
 import math
 from importlib import resources
 from pathlib import Path
@@ -29,15 +28,17 @@ def check(fn):
 class Data:
     """Lazy access to the pipeline's tables under ``root``."""
 
-    def __init__(self, root: str | Path, params: dict):
+    def __init__(self, root: str | Path, params: dict, tables: dict[str, pd.DataFrame] | None = None):
         self.root, self.params = Path(root), params
+        self.tables = tables or {}  # tables given in memory (e.g. one sensitivity cell's runs) instead of files
 
-    @functools.cache
     def table(self, relative: str) -> pd.DataFrame:
-        return read_table(self.root / relative)
+        if relative not in self.tables:
+            self.tables[relative] = read_table(self.root / relative)
+        return self.tables[relative]
 
     def exists(self, relative: str) -> bool:
-        return (self.root / relative).exists()
+        return relative in self.tables or (self.root / relative).exists()
 
 
 class NotCheckable(Exception):
@@ -145,6 +146,25 @@ def failed_runs(data: Data, norm: str, expected: int):
     if failed == expected:
         return measured, REPRODUCED
     return measured, PARTLY if abs(failed - expected) <= 1 else NOT_REPRODUCED
+
+
+@check
+def depth_gap(data: Data):
+    """'The post-/pre-norm difference grows as blocks are stacked deeper': in the depth x learning-rate grid, the share
+    of pre-norm runs that learned minus the share of post-norm runs that learned, at each depth (over every learning
+    rate, warm-up and seed of the grid)."""
+    summary = data.table("sensitivity/summary.csv")
+    grid = summary[summary["family"] == "depth_lr"]
+    if grid.empty or set(grid["norm"]) != {"post", "pre"} or grid["depth"].nunique() < 2:
+        raise NotCheckable("the depth x learning-rate grid needs post and pre runs at two depths at least")
+    learned = grid.assign(ok=grid["outcome"] == "learned").groupby(["depth", "norm"])["ok"].mean().unstack("norm")
+    gap = (learned["pre"] - learned["post"]).sort_index()
+    runs = int(len(grid) / (grid["depth"].nunique() * 2))
+    measured = "; ".join(f"{d} blocks: pre {learned.loc[d, 'pre']:.0%} vs post {learned.loc[d, 'post']:.0%} learned"
+                         for d in gap.index) + f" ({runs} runs per depth and norm)"
+    grows = gap.iloc[-1] > gap.iloc[0]
+    monotone = bool((gap.diff().dropna() >= 0).all())
+    return measured, REPRODUCED if grows and monotone else PARTLY if grows else NOT_REPRODUCED
 
 
 # ---- gradient norms at initialization ----------------------------------------------------------------------------------
@@ -374,10 +394,21 @@ def swap_effect(data: Data, variant: str):
 # ---- the table ---------------------------------------------------------------------------------------------------------
 
 
+# The checks that read the sweep's tables (and gradient norms at init): their verdicts may hinge on the open choices,
+# so the sensitivity study re-judges them under every setting (claim x setting).
+SWEEP_CHECKS = ("final_losses_near_chance", "loss_at_step", "outcome_count", "failed_runs", "gradnorm_trend")
+
+
 def evaluate(data_root: str | Path, params: dict) -> pd.DataFrame:
-    data = Data(data_root, params)
+    return evaluate_data(Data(data_root, params))
+
+
+def evaluate_data(data: Data, only=None) -> pd.DataFrame:
+    """The claims table from ``data``; ``only``: the names of the checks to run (default: every claim)."""
     rows = []
     for claim in load_claims():
+        if only is not None and claim["check"] not in only:
+            continue
         try:
             measured, verdict = CHECKS[claim["check"]](data, **claim.get("args", {}))
         except NotCheckable as why:

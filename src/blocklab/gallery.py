@@ -8,6 +8,7 @@ runs' wall times and the claims' verdicts.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +28,9 @@ CAPTIONS = {
     "residual_ablation": "Document 004: gradient per layer at init with and without residual connections.",
     "reverse_copy": "Document 004: encoder–decoder reverse copy, classic vs each modern swap.",
     "param_counts": "Document 004: parameters of one block by part, closed form (= numel).",
+    "sensitivity_phase": "Sensitivity: steps to learn, post vs pre, over depth × learning rate (every seed in its cell).",
+    "sensitivity_loss_curves": "Sensitivity: the four norm × warm-up cases under each position signal and batch size.",
+    "sensitivity_gradnorm": "Sensitivity: gradient norm per block at init under each position signal.",
 }
 
 
@@ -47,6 +51,30 @@ def training_runs(data: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Beside the figures, the small tables they and the claims are computed from (data/ layout, a few MB), so that a reader
+# can re-plot (`blocklab figure NAME --data docs/gallery/data`) and re-judge (`blocklab claims --data docs/gallery/data`)
+# without retraining. Weights, checkpoints and per-run directories are not copied.
+SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
+                  "data/claims/claims.csv", "data/sensitivity/plan.csv", "data/sensitivity/summary.csv",
+                  "data/sensitivity/losses.csv", "data/sensitivity/gradnorm.csv",
+                  "data/sensitivity/claims_by_setting.csv"]
+
+
+def snapshot_tables(data: Path, out: Path) -> list[Path]:
+    """Copy every table the figures and claims read (those that exist) into ``out`` in the data/ layout."""
+    wanted = sorted({src for sources in FIGURES.values() for src in sources} | set(SNAPSHOT_EXTRA))
+    copied = []
+    for rel in wanted:
+        source = data / Path(rel).relative_to("data")
+        if source.exists():
+            target = out / Path(rel).relative_to("data")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(target) as tmp:
+                shutil.copyfile(source, tmp)
+            copied.append(target)
+    return copied
+
+
 def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str | None = None,
                   pipeline_wall_time: str | None = None) -> Path:
     from .report import save_figure
@@ -61,6 +89,16 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     for name in FIGURES:
         save_figure(name, shrunk, data, out, lang)
         sidecars[name] = read_json(out / f"{name}.json")
+
+    study = data / "sensitivity" / "summary.csv"
+    if study.exists():  # the sensitivity study was run: its figures too
+        from .experiments.sensitivity import FIGURES as STUDY_FIGURES, save_figures
+
+        save_figures(shrunk, data, out, lang)
+        for name in STUDY_FIGURES:
+            sidecars[name] = read_json(out / f"{name}.json")
+    snapshot = snapshot_tables(data, out / "data")
+    (out / "data" / "params.yaml").write_bytes(Path(params_file).read_bytes())
 
     runs = training_runs(data)
     commits = sorted({s.get("git_commit") or "?" for s in sidecars.values()})
@@ -86,7 +124,11 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     if claims_file.exists():
         verdicts = read_table(claims_file)["verdict"].value_counts()
         lines += ["", "Claims: " + ", ".join(f"{n} {v}" for v, n in verdicts.items()) + " (table: `data/claims/claims.csv`)."]
-    for name in FIGURES:
+    lines += ["", f"Tables behind every figure and claim: `data/` here ({len(snapshot)} files, "
+              f"{sum(p.stat().st_size for p in snapshot) / 1e6:.1f} MB, with the run's `params.yaml`); redraw with "
+              "`blocklab figure NAME --params docs/gallery/data/params.yaml --data docs/gallery/data`, re-judge with "
+              "`blocklab claims --params docs/gallery/data/params.yaml --data docs/gallery/data --out claims.csv`."]
+    for name in sidecars:
         sources = ", ".join(f"`{s}`" for s in sidecars[name]["sources"])
         lines += ["", f"## {name}", "", CAPTIONS.get(name, ""), "", f"![{name}]({name}.png)", "", f"Data: {sources}."]
     page = out / "README.md"

@@ -207,6 +207,9 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
             and (rc["d_model"] // rc["n_heads"]) % 2:
         problems.append(("reverse_copy.n_heads", f"the variants 'rope' and 'modern' need an even head dimension, got "
                          f"d_model/n_heads={rc['d_model'] // rc['n_heads']}; allowed: n_heads giving an even d_model/n_heads"))
+    from .experiments.sensitivity import check_problems
+
+    problems += check_problems(params)
     probe_model = params["probe"]["model"]
     if probe_model != SMOLLM2 and not Path(probe_model).is_dir():
         problems.append(("probe.model", f"{probe_model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))

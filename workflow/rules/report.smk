@@ -14,6 +14,7 @@ ANALYSIS_DATA = sorted({path for sources in FIGURES.values() for path in sources
 rule claims:
     input:
         ANALYSIS_DATA,
+        SENSITIVITY_TABLES["summary"] if config["sensitivity"]["in_report"] else [],  # the depth claim
         claims="src/blocklab/claims.yaml",
         code=code_files("claims"),
     output:
@@ -25,6 +26,7 @@ rule claims:
 rule report:
     input:
         ANALYSIS_DATA,
+        SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
         figure_code=code_files("report", "answers", "figures/style", "figures/doc000", "figures/doc004", "figures/params",

@@ -1,0 +1,407 @@
+"""What document 000 leaves open: the copy-task sweep under other position signals, batch sizes and precisions at the
+document's size, and a depth x learning-rate grid (the document's "the difference grows with depth").
+
+A *cell* is one setting of the open choices, named ``{position}-b{batch}-L{depth}-lr{lr}-{precision}``; each of its
+runs (norm x warm-up x seed) is an ordinary sweep run (``sweep.train_copy_run``: same code, artifacts, checkpoints,
+resume, provenance) in ``data/sensitivity/runs/<cell>/<norm>-w<warmup>-s<seed>/``. A run identical to a main-sweep run
+is not trained again: the plan points at ``data/sweep/runs/...`` instead. Runs at the document's size (its depth and
+learning rate, i.e. ``copy_model.n_layers`` and ``sweep.lr``) train the full ``sweep.steps``; the other depth x lr cells
+stop early once the loss has stayed below ``sensitivity.early_stop.loss_below`` for ``for_steps`` steps in a row.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import ConfigError
+from ..io import read_json, read_table, write_json, write_table
+from ..params import load_params
+from ..provenance import stamp
+
+log = logging.getLogger("blocklab.sensitivity")
+
+ROOT = "data/sensitivity"
+RUNS = f"{ROOT}/runs"
+TABLES = {"losses": f"{ROOT}/losses.csv", "summary": f"{ROOT}/summary.csv",
+          "claims_by_setting": f"{ROOT}/claims_by_setting.csv"}
+GRADNORM = f"{ROOT}/gradnorm.csv"
+PLAN = f"{ROOT}/plan.csv"  # every planned run and its directory: made by every pipeline run, studied or not
+FIGURES = {  # figure -> the tables it is drawn from
+    "sensitivity_phase": [TABLES["summary"]],
+    "sensitivity_loss_curves": [TABLES["losses"]],
+    "sensitivity_gradnorm": [GRADNORM],
+}
+CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
+
+
+@dataclass(frozen=True)
+class Cell:
+    position: str
+    batch_size: int
+    depth: int
+    lr: float
+    precision: str = "fp32"
+
+    @property
+    def name(self) -> str:
+        return f"{self.position}-b{self.batch_size}-L{self.depth}-lr{self.lr:g}-{self.precision}"
+
+    @classmethod
+    def parse(cls, name: str) -> "Cell":
+        match = re.fullmatch(r"([a-z]+)-b(\d+)-L(\d+)-lr([0-9.e+-]+)-(fp32|bf16)", name)
+        if not match:
+            raise ConfigError(f"--cell={name!r} is not a cell name; allowed: {{position}}-b{{batch}}-L{{depth}}-lr{{lr}}-"
+                              "{fp32|bf16}, e.g. learned-b32-L24-lr0.001-fp32")
+        position, batch, depth, lr, precision = match.groups()
+        return cls(position, int(batch), int(depth), float(lr), precision)
+
+
+def default_precision(params: dict) -> str:
+    return params["sweep"].get("precision", "fp32")
+
+
+def default_cell(params: dict) -> Cell:
+    """The main sweep's own setting."""
+    return Cell(params["copy_model"]["position"], params["copy_task"]["batch_size"], params["copy_model"]["n_layers"],
+                params["sweep"]["lr"], default_precision(params))
+
+
+def at_document_size(params: dict, cell: Cell) -> bool:
+    """The document's depth and learning rate: such runs never stop early (its claims include what follows learning)."""
+    return cell.depth == params["copy_model"]["n_layers"] and cell.lr == params["sweep"]["lr"]
+
+
+def cell_params(params: dict, cell: Cell) -> dict:
+    """params.yaml with the cell's choices in place: what ``train_copy_run`` trains."""
+    out = copy.deepcopy(params)
+    out["copy_model"]["position"] = cell.position
+    out["copy_model"]["n_layers"] = cell.depth
+    out["copy_task"]["batch_size"] = cell.batch_size
+    out["sweep"]["lr"] = cell.lr
+    if cell.precision != "fp32" or "precision" in out["sweep"]:
+        out["sweep"]["precision"] = cell.precision
+    return out
+
+
+def run_identity(params: dict, cell_name: str) -> dict:
+    """Everything that decides a cell's numbers (Snakemake's params for the training rule): a change retrains it."""
+    cell = Cell.parse(cell_name)
+    p = cell_params(params, cell)
+    training = {k: v for k, v in p["sweep"].items() if k not in ("norms", "warmups", "seeds", "checkpoint_every",
+                                                                   "compile", "fast_path", "batched")}
+    early = None if at_document_size(params, cell) else params["sensitivity"]["early_stop"]
+    return {"model": p["copy_model"], "task": p["copy_task"], "training": training, "early_stop": early}
+
+
+def early_stop_rule(params: dict, cell: Cell):
+    """(callable, words) for a depth x lr cell, (None, None) at the document's size."""
+    if at_document_size(params, cell):
+        return None, None
+    rule = params["sensitivity"]["early_stop"]
+    below, n = rule["loss_below"], rule["for_steps"]
+
+    def stop(losses: list[float]) -> bool:
+        return len(losses) >= n and all(value < below for value in losses[-n:])
+
+    return stop, f"loss < {below:g} for {n} consecutive steps"
+
+
+def steps_to_learn(losses: pd.Series, steps: pd.Series, below: float, for_steps: int) -> float:
+    """The first step of the first run of ``for_steps`` consecutive losses below ``below`` (NaN: never)."""
+    streak = 0
+    for step, value in zip(steps, losses):
+        streak = streak + 1 if value < below else 0
+        if streak == for_steps:
+            return float(step - for_steps + 1)
+    return float("nan")
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------------------
+
+
+def plan(params: dict) -> pd.DataFrame:
+    """Every run of the study: family (choices | depth_lr), the cell, norm, warm-up, seed and its run directory."""
+    sens, sweep = params["sensitivity"], params["sweep"]
+    base = default_cell(params)
+    rows = []
+    choices = sens["choices"]
+    for position in choices["positions"]:
+        for batch in choices["batch_sizes"]:
+            for precision in choices.get("precisions", [base.precision]):
+                cell = Cell(position, batch, base.depth, base.lr, precision)
+                for norm in sweep["norms"]:
+                    for warmup in sweep["warmups"]:
+                        for seed in choices["seeds"]:
+                            rows.append(("choices", cell, norm, warmup, seed))
+    grid = sens["depth_lr"]
+    for depth in grid["depths"]:
+        for lr in grid["lrs"]:
+            cell = Cell(base.position, base.batch_size, depth, float(lr), base.precision)
+            for norm in grid["norms"]:
+                for warmup in grid["warmups"]:
+                    for seed in grid["seeds"]:
+                        rows.append(("depth_lr", cell, norm, warmup, seed))
+    records = []
+    for family, cell, norm, warmup, seed in rows:
+        in_main = (cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"])
+        run = f"{norm}-w{warmup}-s{seed}"
+        run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
+        records.append({"family": family, "setting": cell.name, **asdict(cell), "norm": norm, "warmup": warmup,
+                        "seed": seed, "run": run, "run_dir": run_dir, "main_sweep": in_main})
+    columns = ["family", "setting", "position", "batch_size", "depth", "lr", "precision", "norm", "warmup", "seed",
+               "run", "run_dir", "main_sweep"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def run_dirs(params: dict) -> list[str]:
+    """Each run directory once (a run can belong to both families: the default cell at the document's size)."""
+    return list(dict.fromkeys(plan(params)["run_dir"]))
+
+
+# ---- aggregation ------------------------------------------------------------------------------------------------------
+
+LOSS_AT = (100, 200, 300)
+
+
+def aggregate(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy per-step losses and one summary row per (family, run) of the plan, read from the runs' own files."""
+    from ..sweep import classify
+
+    root = Path(root)
+    rule = params["sensitivity"]["early_stop"]
+    curves, rows = [], []
+    planned = plan(params)
+    for row in planned.itertuples(index=False):
+        meta = read_json(root / row.run_dir / "meta.json")
+        loss = read_table(root / row.run_dir / "loss.csv")
+        ident = {k: getattr(row, k) for k in ("family", "setting", "position", "batch_size", "depth", "lr",
+                                             "precision", "norm", "warmup", "seed", "run")}
+        curves.append(loss[["step", "loss"]].assign(**ident))
+        vocab = meta["copy_task"]["vocab_size"]
+        diverged = meta.get("diverged_step")
+        stopped = meta.get("stopped_step")
+        outcome = "diverged" if diverged or not len(loss) else classify(loss["loss"], vocab)
+        if stopped and not diverged:
+            outcome = "learned"  # the stop rule fired: the loss stayed below its threshold (the run has learned)
+        at = {f"loss_at_{s}": float(loss.loc[loss["step"] == s, "loss"].iloc[0]) if (loss["step"] == s).any()
+              else float("nan") for s in LOSS_AT}
+        rows.append({
+            **ident, **at,
+            "final_loss": float(loss["loss"].iloc[-1]) if len(loss) else float("nan"),
+            "min_loss": float(loss["loss"].min()) if len(loss) else float("nan"),
+            "outcome": outcome,
+            "steps_to_learn": steps_to_learn(loss["loss"], loss["step"], rule["loss_below"], rule["for_steps"]),
+            "trained_steps": int(loss["step"].max()) if len(loss) else 0,
+            "stop_reason": meta.get("stop_reason") or ("diverged" if diverged else "trained the full budget"),
+            "main_sweep": bool(row.main_sweep),
+            "wall_time_s": meta["wall_time_s"],
+            "run_dir": row.run_dir,
+        })
+    losses = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
+    return losses, pd.DataFrame(rows)
+
+
+def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
+    """One choices cell's runs in the main sweep's table layout, so the sweep's claim checks read them unchanged."""
+    s = summary[(summary["family"] == "choices") & (summary["setting"] == setting)].copy()
+    s["run"] = s["norm"] + "-w" + s["warmup"].astype(str) + "-s" + s["seed"].astype(str)
+    l = losses[(losses["family"] == "choices") & (losses["setting"] == setting)].copy()
+    l["run"] = l["norm"] + "-w" + l["warmup"].astype(str) + "-s" + l["seed"].astype(str)
+    return l, s.sort_values(["norm", "warmup", "seed"], ignore_index=True)
+
+
+def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame, gradnorm: pd.DataFrame) -> pd.DataFrame:
+    """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs."""
+    from .. import claims
+
+    rows = []
+    settings = summary.loc[summary["family"] == "choices", ["setting", "position", "batch_size", "precision"]]
+    for setting in settings.drop_duplicates("setting").itertuples(index=False):
+        cell = Cell.parse(setting.setting)
+        sweep_losses, sweep_summary = as_sweep_tables(losses, summary, setting.setting)
+        tables = {"sweep/losses.csv": sweep_losses, "sweep/summary.csv": sweep_summary,
+                  "gradnorm/gradnorm.csv": gradnorm[gradnorm["position"] == cell.position]}
+        data = claims.Data(".", cell_params(params, cell), tables=tables)
+        table = claims.evaluate_data(data, only=claims.SWEEP_CHECKS)
+        seeds = sorted(sweep_summary["seed"].unique())
+        for claim in table.itertuples(index=False):
+            rows.append({"id": claim.id, "where": claim.where, "claim": claim.claim, "setting": setting.setting,
+                         "position": setting.position, "batch_size": setting.batch_size,
+                         "precision": setting.precision, "seeds": len(seeds),
+                         "default": setting.setting == default_cell(params).name, "measured": claim.measured,
+                         "verdict": claim.verdict})
+    return pd.DataFrame(rows)
+
+
+def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim: its verdict under the default setting and whether every other setting agrees."""
+    rows = []
+    for claim_id, group in by_setting.groupby("id", sort=False):
+        default = group[group["default"]]
+        verdicts = group.set_index("setting")["verdict"]
+        rows.append({"id": claim_id, "claim": group["claim"].iloc[0],
+                     "default_verdict": default["verdict"].iloc[0] if len(default) else None,
+                     "robust": verdicts.nunique() == 1,
+                     "verdicts": "; ".join(f"{s}: {v}" for s, v in verdicts.items())})
+    return pd.DataFrame(rows)
+
+
+def gradnorm_by_position(params: dict) -> pd.DataFrame:
+    """Gradient norms at init (the gradnorm section's init, norms and seeds) under each position signal of the study."""
+    from .gradnorm import gradnorm_frame
+
+    parts = []
+    for position in params["sensitivity"]["choices"]["positions"]:
+        p = copy.deepcopy(params)
+        p["copy_model"]["position"] = position
+        parts.append(gradnorm_frame(p).assign(position=position))
+    return pd.concat(parts, ignore_index=True)[["position", "norm", "seed", "block", "grad_norm", "loss"]]
+
+
+# ---- figures ----------------------------------------------------------------------------------------------------------
+
+
+def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
+    from ..figures import sensitivity as draw
+    from ..figures import style
+
+    lang = lang or params["figures"]["lang"]
+    data = Path(data)
+    where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731  (the tables' paths under another data dir)
+    table = lambda rel: read_table(where(rel))  # noqa: E731
+    vocab = params["copy_task"]["vocab_size"]
+    rule = params["sensitivity"]["early_stop"]
+    made = {
+        "sensitivity_phase": lambda: draw.phase_figure(table(TABLES["summary"]), lang=lang, budget=params["sweep"]["steps"],
+                                                     rule=rule),
+        "sensitivity_loss_curves": lambda: draw.loss_curves_by_setting_figure(table(TABLES["losses"]), lang=lang,
+                                                                             vocab_size=vocab,
+                                                                             default=default_cell(params).name),
+        "sensitivity_gradnorm": lambda: draw.gradnorm_by_position_figure(table(GRADNORM), lang=lang),
+    }
+    out = []
+    for name, build in made.items():
+        style.setup(lang)
+        out.append(style.save(build(), Path(figs) / f"{name}.png", dpi=params["figures"]["dpi"],
+                              sources=[str(where(s)) for s in FIGURES[name]],
+                              params={"figures": params["figures"], "lang": lang, "sensitivity": params["sensitivity"]}))
+    return out
+
+
+# ---- command line ------------------------------------------------------------------------------------------------------
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train-sensitivity", help="train one run of a sensitivity cell (open choices of document 000)")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--cell", required=True, help="e.g. learned-b32-L24-lr0.001-fp32")
+    p.add_argument("--norm", required=True, choices=["post", "pre"])
+    p.add_argument("--warmup", required=True, type=int)
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_train_main)
+
+    p = subparsers.add_parser("sensitivity-plan", help="list every run of the sensitivity study and where it lives")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=lambda a: write_table(plan(load_params(a.params)), a.out))
+
+    p = subparsers.add_parser("sensitivity-gradnorm", help="gradient norms at init under each position signal")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=_gradnorm_main)
+
+    p = subparsers.add_parser("aggregate-sensitivity", help="the study's loss and summary tables, and claim x setting")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.set_defaults(func=_aggregate_main)
+
+    p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--data", default="data")
+    p.add_argument("--figs", default="figs")
+    p.add_argument("--lang", choices=["ko", "en"], default=None)
+    p.set_defaults(func=_figures_main)
+
+
+def _train_main(args) -> None:
+    from ..runtime import set_threads
+    from ..sweep import train_copy_run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    params = load_params(args.params)
+    cell = Cell.parse(args.cell)
+    planned = plan(params)
+    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == args.norm)
+                   & (planned["warmup"] == args.warmup) & (planned["seed"] == args.seed)]
+    if mine.empty:
+        raise ConfigError(f"--cell={args.cell} --norm={args.norm} --warmup={args.warmup} --seed={args.seed} is not a run "
+                          f"of the sensitivity section of {args.params}; allowed cells: "
+                          f"{sorted(planned['setting'].unique())}")
+    set_threads(args.threads or params["threads_per_run"])
+    stop, words = early_stop_rule(params, cell)
+    meta = train_copy_run(cell_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
+                          stop_when=stop, stop_rule=words, sensitivity_cell=asdict(cell) | {"name": cell.name})
+    log.info("%s/%s %s (%s) in %.1f s", cell.name, meta["run"], meta["status"], meta["stop_reason"], meta["wall_time_s"])
+
+
+def _figures_main(args) -> None:
+    for path in save_figures(load_params(args.params), args.data, args.figs, args.lang):
+        print(path)
+
+
+def _gradnorm_main(args) -> None:
+    from ..runtime import set_threads
+
+    params = load_params(args.params)
+    set_threads(params["threads_per_run"])
+    frame = gradnorm_by_position(params)
+    write_table(frame, args.out)
+    write_json(stamp(artifact=args.out.name, positions=params["sensitivity"]["choices"]["positions"],
+                     params={k: params[k] for k in ("copy_task", "copy_model", "gradnorm")}),
+               args.out.with_suffix(".json"))
+
+
+def _aggregate_main(args) -> None:
+    params = load_params(args.params)
+    root = args.root
+    losses, summary = aggregate(params, root)
+    gradnorm = read_table(root / GRADNORM)
+    by_setting = claims_by_setting(params, losses, summary, gradnorm)
+    write_table(losses.round({"loss": 6}), root / TABLES["losses"])
+    write_table(summary, root / TABLES["summary"])
+    write_table(by_setting, root / TABLES["claims_by_setting"])
+    log.info("%d runs, %d claim x setting verdicts", len(summary), len(by_setting))
+
+
+def check_problems(params: dict) -> list[tuple[str, str]]:
+    """Cross-field checks of the sensitivity section (params.validate_params calls this): (key, message) pairs."""
+    sens = params.get("sensitivity")
+    if sens is None:
+        return []
+    problems = []
+    chance = math.log(params["copy_task"]["vocab_size"])
+    rule, steps = sens["early_stop"], params["sweep"]["steps"]
+    if rule["loss_below"] >= chance:
+        problems.append(("sensitivity.early_stop.loss_below",
+                         f"{rule['loss_below']} is not below chance ln(copy_task.vocab_size) = {chance:.3f}, so it would "
+                         f"stop an untrained run; allowed: a number in (0, {chance:.3f})"))
+    if rule["for_steps"] > steps:
+        problems.append(("sensitivity.early_stop.for_steps",
+                         f"{rule['for_steps']} exceeds sweep.steps={steps}, so the rule could never fire; allowed: 1..{steps}"))
+    for i, warmup in enumerate(sens["depth_lr"]["warmups"]):
+        if warmup > steps:
+            problems.append((f"sensitivity.depth_lr.warmups[{i}]", f"{warmup} is longer than training (sweep.steps={steps}); "
+                             f"allowed: 0..{steps}"))
+    d, heads = params["copy_model"]["d_model"], params["copy_model"]["n_heads"]
+    if "rope" in sens["choices"]["positions"] and not d % heads and (d // heads) % 2:
+        problems.append(("sensitivity.choices.positions", f"'rope' needs an even head dimension d_model/n_heads={d // heads}; "
+                         "allowed: another position or an even head dimension"))
+    return problems

@@ -1,0 +1,289 @@
+"""The sensitivity study: its plan, early stop, tables, claim x setting, bad input, and the tiny family in Snakemake."""
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from blocklab import claims
+from blocklab.experiments import sensitivity as sens
+from blocklab.params import ParamsError, load_params, validate_params
+from blocklab.smoke import make_scratch_project
+from blocklab.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL = load_params(ROOT / "params.yaml")
+TINY = load_params(ROOT / "configs/tiny.yaml")
+
+
+# ---- the plan ------------------------------------------------------------------------------------------------------
+
+
+def test_cell_names_round_trip_and_bad_names_are_refused():
+    cell = sens.Cell("learned", 64, 12, 3e-4, "bf16")
+    assert cell.name == "learned-b64-L12-lr0.0003-bf16" and sens.Cell.parse(cell.name) == cell
+    with pytest.raises(Exception, match="not a cell name"):
+        sens.Cell.parse("learned-32")
+    assert re.fullmatch(sens.CELL_PATTERN, cell.name)
+
+
+def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
+    plan = sens.plan(FULL)
+    base = sens.default_cell(FULL).name
+    main = plan[plan["main_sweep"]]
+    # the default cell, seed 0, at both warm-ups and norms: in both families, pointing at data/sweep/runs
+    assert set(main["setting"]) == {base} and set(main["seed"]) == {0}
+    assert all(d.startswith("data/sweep/runs/") for d in main["run_dir"])
+    assert len(main) == 2 * 2 * 2  # choices and depth_lr both contain post/pre x w0/w400 of the default cell
+    assert not plan.loc[~plan["main_sweep"], "run_dir"].str.startswith("data/sweep/").any()
+    # every other run has a directory of its own, and none is planned twice
+    dirs = sens.run_dirs(FULL)
+    assert len(dirs) == len(set(dirs)) == plan["run_dir"].nunique()
+    choices = plan[plan["family"] == "choices"]
+    assert len(choices) == 2 * 3 * 2 * 2 * 1  # positions x batch sizes x norms x warm-ups x seeds
+
+
+def test_only_runs_off_the_documents_size_stop_early():
+    stop, words = sens.early_stop_rule(FULL, sens.Cell("learned", 16, 24, 1e-3))
+    assert stop is None and words is None  # the document's depth and learning rate: any batch, any position
+    stop, words = sens.early_stop_rule(FULL, sens.Cell("sinusoidal", 32, 6, 3e-3))
+    rule = FULL["sensitivity"]["early_stop"]
+    n, below = rule["for_steps"], rule["loss_below"]
+    assert f"{below:g}" in words and str(n) in words
+    assert not stop([below / 2] * (n - 1)) and stop([4.0] + [below / 2] * n)
+    assert not stop([below / 2] * (n - 1) + [below * 2])
+
+
+def test_identity_changes_with_what_decides_the_numbers_only():
+    name = "learned-b16-L24-lr0.001-fp32"
+    base = sens.run_identity(FULL, name)
+    more = copy.deepcopy(FULL)
+    more["sensitivity"]["choices"]["batch_sizes"].append(128)  # another cell: this one's identity is unchanged
+    more["sensitivity"]["depth_lr"]["lrs"].append(1e-2)
+    assert sens.run_identity(more, name) == base
+    deeper = copy.deepcopy(FULL)
+    deeper["copy_model"]["d_model"] = 256
+    assert sens.run_identity(deeper, name) != base
+    assert base["model"]["position"] == "learned" and base["task"]["batch_size"] == 16 and base["early_stop"] is None
+    assert sens.run_identity(FULL, "learned-b32-L6-lr0.001-fp32")["early_stop"] == FULL["sensitivity"]["early_stop"]
+
+
+def test_steps_to_learn_is_the_first_step_of_the_first_long_enough_run_below_the_threshold():
+    steps = pd.Series(range(1, 11))
+    losses = pd.Series([4, 0.01, 4, 0.01, 0.01, 0.01, 4, 0.01, 0.01, 0.01])
+    assert sens.steps_to_learn(losses, steps, below=0.05, for_steps=3) == 4
+    assert sens.steps_to_learn(losses, steps, below=0.05, for_steps=4) != sens.steps_to_learn(losses, steps, 0.05, 3)
+    assert math.isnan(sens.steps_to_learn(losses, steps, below=0.05, for_steps=4))
+
+
+# ---- early stop in the training loop ---------------------------------------------------------------------------------
+
+
+def _tiny_problem(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 1)
+    x = torch.randn(64, 4)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+
+    def next_batch(gen):
+        idx = torch.randint(0, 64, (16,), generator=gen)
+        return x[idx], y[idx]
+
+    return model, next_batch, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
+
+
+def test_early_stop_ends_training_at_the_first_step_the_rule_holds_and_resumes_to_the_same_step(tmp_path):
+    rule = lambda losses: len(losses) >= 3 and all(v < 1.0 for v in losses[-3:])  # noqa: E731
+    model, next_batch, loss_fn = _tiny_problem()
+    whole = train(model, next_batch, loss_fn, steps=400, lr=0.05, warmup=0, generator=torch.Generator().manual_seed(0),
+                  stop_when=rule)
+    assert whole.stopped_step is not None and whole.stopped_step == len(whole.losses) < 400
+    assert all(v < 1.0 for v in whole.losses[-3:]) and not rule(whole.losses[:-1])
+
+    calls = {"n": 0}
+    model, next_batch, loss_fn = _tiny_problem()
+
+    def interrupted(gen):
+        calls["n"] += 1
+        if calls["n"] == whole.stopped_step - 2:
+            raise KeyboardInterrupt  # killed a few steps before the rule would fire, after a checkpoint
+        return next_batch(gen)
+
+    ckpt = tmp_path / "checkpoint.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(model, interrupted, loss_fn, steps=400, lr=0.05, warmup=0, generator=torch.Generator().manual_seed(0),
+              stop_when=rule, checkpoint=ckpt, checkpoint_every=2)
+    model, next_batch, loss_fn = _tiny_problem()
+    resumed = train(model, next_batch, loss_fn, steps=400, lr=0.05, warmup=0,
+                    generator=torch.Generator().manual_seed(0), stop_when=rule, checkpoint=ckpt, checkpoint_every=2)
+    assert resumed.resumed_from > 0
+    assert resumed.stopped_step == whole.stopped_step and resumed.losses == whole.losses  # same path: bit-identical
+
+
+# ---- claims --------------------------------------------------------------------------------------------------------
+
+
+def _grid_summary(learned: dict) -> pd.DataFrame:
+    """A hand-made depth x lr summary: learned[(depth, norm)] = how many of 4 runs learned."""
+    rows = []
+    for (depth, norm), k in learned.items():
+        for i in range(4):
+            rows.append({"family": "depth_lr", "depth": depth, "norm": norm, "lr": [1e-3, 3e-3][i % 2],
+                         "warmup": [0, 400][i // 2], "seed": 0, "outcome": "learned" if i < k else "stuck"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("learned, verdict", [
+    ({(2, "pre"): 4, (2, "post"): 4, (12, "pre"): 4, (12, "post"): 2, (24, "pre"): 4, (24, "post"): 1}, "reproduced"),
+    ({(2, "pre"): 4, (2, "post"): 4, (12, "pre"): 4, (12, "post"): 1, (24, "pre"): 4, (24, "post"): 2}, "partly"),
+    ({(2, "pre"): 4, (2, "post"): 1, (24, "pre"): 4, (24, "post"): 4}, "not reproduced"),
+    ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 4}, "not reproduced"),
+])
+def test_depth_claim_on_hand_made_grids(learned, verdict):
+    data = claims.Data(".", FULL, tables={"sensitivity/summary.csv": _grid_summary(learned)})
+    measured, got = claims.CHECKS["depth_gap"](data)
+    assert got == verdict, measured
+    assert "24 blocks" in measured or "12 blocks" in measured or "2 blocks" in measured
+
+
+def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Hand-made runs of one choices cell at the document's size: three seeds of every norm x warm-up case."""
+    cell = sens.Cell.parse(setting)
+    curves, rows = [], []
+    for norm in ("post", "pre"):
+        for warmup in (0, 400):
+            for seed in range(3):
+                final = post_w0_final if (norm, warmup) == ("post", 0) else 1e-3
+                loss = [4.16] * 150 + [final] * 1050
+                ident = dict(family="choices", setting=setting, position=cell.position, batch_size=cell.batch_size,
+                             depth=24, lr=1e-3, precision="fp32", norm=norm, warmup=warmup, seed=seed,
+                             run=f"{norm}-w{warmup}-s{seed}")
+                curves.append(pd.DataFrame({"step": range(1, 1201), "loss": loss}).assign(**ident))
+                rows.append({**ident, "final_loss": final, "min_loss": min(loss),
+                             "outcome": "stuck" if final > 4 else "learned"})
+    return pd.concat(curves, ignore_index=True), pd.DataFrame(rows)
+
+
+def test_claim_by_setting_judges_each_setting_on_its_own_runs():
+    a, b = "sinusoidal-b32-L24-lr0.001-fp32", "learned-b32-L24-lr0.001-fp32"
+    la, sa = _cell_runs(a, post_w0_final=4.1616)  # post-norm without warm-up stuck, as the document says
+    lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
+    gradnorm = pd.DataFrame([{"position": p, "norm": n, "seed": 0, "block": k, "grad_norm": 1.0, "loss": 4.2}
+                             for p in ("sinusoidal", "learned") for n in ("post", "pre") for k in range(1, 25)])
+    table = sens.claims_by_setting(FULL, pd.concat([la, lb]), pd.concat([sa, sb]), gradnorm)
+    verdict = table.set_index(["id", "setting"])["verdict"]
+    assert verdict[("d000-post-nowarm-stuck", a)] == "reproduced"
+    assert verdict[("d000-post-nowarm-stuck", b)] == "not reproduced"
+    assert set(table["setting"]) == {a, b} and table.loc[table["setting"] == a, "default"].all()
+    assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
+    robust = sens.robustness(table).set_index("id")
+    assert not robust.loc["d000-post-nowarm-stuck", "robust"]
+    assert robust.loc["d000-post-nowarm-stuck", "default_verdict"] == "reproduced"
+
+
+# ---- bad input -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edit, key, allowed", [
+    (lambda s: s["choices"].update(positions=["learnt"]), "sensitivity.choices.positions[0]", "allowed values"),
+    (lambda s: s["choices"].update(positions=[]), "sensitivity.choices.positions", "at least 1"),
+    (lambda s: s["choices"].update(batch_sizes=[16, 16]), "sensitivity.choices.batch_sizes", "repeated: 16"),
+    (lambda s: s["choices"].update(batch_sizes=[0]), "sensitivity.choices.batch_sizes[0]", ">= 1"),
+    (lambda s: s["depth_lr"].update(depths=[-2, 6]), "sensitivity.depth_lr.depths[0]", ">= 1"),
+    (lambda s: s["depth_lr"].update(lrs=[0.0, 1e-3]), "sensitivity.depth_lr.lrs[0]", "> 0"),
+    (lambda s: s["depth_lr"].update(lrs=[]), "sensitivity.depth_lr.lrs", "at least 1"),
+    (lambda s: s["early_stop"].update(for_steps=5000), "sensitivity.early_stop.for_steps", "never fire"),
+    (lambda s: s["early_stop"].update(loss_below=4.2), "sensitivity.early_stop.loss_below", "not below chance"),
+    (lambda s: s["early_stop"].update(loss_below=0), "sensitivity.early_stop.loss_below", "> 0"),
+    (lambda s: s.pop("early_stop"), "sensitivity", "missing required key(s) ['early_stop']"),
+])
+def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
+    params = copy.deepcopy(FULL)
+    edit(params["sensitivity"])
+    with pytest.raises(ParamsError) as err:
+        validate_params(params)
+    assert key in str(err.value) and allowed in str(err.value), str(err.value)
+
+
+def test_training_a_run_outside_the_plan_or_with_bad_params_fails_before_any_compute(tmp_path):
+    from blocklab.cli import main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "marker").write_text("kept")
+    assert main(["train-sensitivity", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
+                 "--norm", "pre", "--warmup", "0", "--seed", "0", "--out-dir", str(out)]) == 2
+    bad = copy.deepcopy(FULL)
+    bad["sensitivity"]["depth_lr"]["depths"] = [0]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad, allow_unicode=True), encoding="utf-8")
+    assert main(["train-sensitivity", "--params", str(path), "--cell", "learned-b16-L24-lr0.001-fp32",
+                 "--norm", "pre", "--warmup", "0", "--seed", "0", "--out-dir", str(out)]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["marker"]
+
+
+# ---- the tiny family, end to end in Snakemake ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from test_pipeline import run
+
+    project = make_scratch_project(tmp_path_factory.mktemp("sensitivity") / "project")
+    run(["snakemake", "--cores", "2", "sensitivity"], project)
+    return project
+
+
+def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs(study):
+    summary = pd.read_csv(study / sens.TABLES["summary"])
+    plan = sens.plan(TINY)
+    assert len(summary) == len(plan)
+    assert set(summary.loc[summary["main_sweep"], "run_dir"]) <= {f"data/sweep/runs/{r}" for r in plan["run"]}
+    trained = {str(p.parent.relative_to(study)) for p in (study / sens.RUNS).glob("*/*/meta.json")}
+    assert trained == set(plan.loc[~plan["main_sweep"], "run_dir"])  # nothing identical to the main sweep trained twice
+    reasons = set(summary["stop_reason"])
+    assert any(r.startswith("early stop at step") for r in reasons), reasons  # tiny's rule fires for some cells
+    assert not summary.loc[summary["family"] == "choices", "stop_reason"].str.startswith("early").any()
+    for row in summary[summary["stop_reason"].str.startswith("early")].itertuples():
+        meta = json.loads((study / row.run_dir / "meta.json").read_text())
+        assert meta["stopped_step"] == row.trained_steps < TINY["sweep"]["steps"] and row.outcome == "learned"
+        assert meta["sensitivity_cell"]["name"] == row.setting
+    by_setting = pd.read_csv(study / sens.TABLES["claims_by_setting"])
+    assert set(by_setting["setting"]) == set(plan.loc[plan["family"] == "choices", "setting"])
+    assert {"position", "batch_size", "precision", "verdict"} <= set(by_setting.columns)
+    for figure in sens.FIGURES:
+        assert (study / "figs" / f"{figure}.png").stat().st_size > 10_000
+        sidecar = json.loads((study / "figs" / f"{figure}.json").read_text())
+        assert sidecar["sources"] and sidecar["params"]["sensitivity"] == TINY["sensitivity"]
+
+
+def jobs_after_edit(project, old, new) -> dict:
+    """The jobs `snakemake sensitivity` would run after replacing ``old`` by ``new`` in params.yaml (then restored)."""
+    from test_pipeline import run
+
+    path = Path(project) / "params.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    try:
+        out = run(["snakemake", "--dry-run", "--cores", "2", "sensitivity"], project).stdout
+    finally:
+        path.write_text(text, encoding="utf-8")
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_adding_a_value_trains_only_the_new_runs(study):
+    jobs = jobs_after_edit(study, "    lrs: [1.0e-3, 3.0e-3]\n", "    lrs: [1.0e-3, 3.0e-3, 1.0e-2]\n")
+    new_runs = len(TINY["sensitivity"]["depth_lr"]["depths"]) * 2 * 1 * 1  # depths x norms x warm-ups x seeds
+    assert jobs.get("train_sensitivity") == new_runs and "train_copy" not in jobs, jobs
+    jobs = jobs_after_edit(study, "    seeds: [0]\n", "    seeds: [0, 1]\n")  # choices.seeds: seed 1 is in the main sweep
+    # the default cell's seed-1 runs are the main sweep's own (train_copy); only the learned cell trains here
+    assert jobs.get("train_copy") == 2 * 2 and jobs.get("train_sensitivity") == 2 * 2, jobs

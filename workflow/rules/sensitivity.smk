@@ -1,0 +1,87 @@
+# What document 000 leaves open (issue 13): the sweep under other position signals, batch sizes and precisions at the
+# document's size, and a depth x learning-rate grid. `snakemake --cores 4 sensitivity`; part of `all` (and so of
+# `dvc repro`) when sensitivity.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
+from blocklab.experiments.sensitivity import PLAN as SENSITIVITY_PLAN, CELL_PATTERN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, run_dirs as sensitivity_run_dirs, run_identity
+
+SENSITIVITY_RUNS = sensitivity_run_dirs(config)
+SENSITIVITY_OUTPUTS = [SENSITIVITY_PLAN, *SENSITIVITY_TABLES.values(), *expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES)]
+
+
+# The plan (every cell, run and directory) is cheap and made by every pipeline run, so data/sensitivity exists for DVC
+# even when the study itself is not part of `all`.
+rule sensitivity_plan:
+    input:
+        code_files("experiments/sensitivity"),
+    output:
+        SENSITIVITY_PLAN,
+    params:
+        sensitivity=config["sensitivity"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
+    shell:
+        "blocklab sensitivity-plan --params {PARAMS_FILE} --out {output}"
+
+
+rule train_sensitivity:
+    output:
+        loss="data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/loss.csv",
+        weights="data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/model.safetensors",
+        meta="data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/meta.json",
+    wildcard_constraints:
+        cell=CELL_PATTERN,
+    params:
+        # only what decides this cell's numbers: adding a value to an axis trains the new cells alone
+        run=lambda wildcards: run_identity(config, wildcards.cell),
+    log:
+        "data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/train.log",
+    threads: config["threads_per_run"]
+    resources:
+        mem_mb=2000,
+        runtime=480,
+    shell:
+        "blocklab train-sensitivity --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
+        " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
+        " 2> {log}"
+
+
+rule sensitivity_gradnorm:
+    input:
+        code_files(*MODEL_CODE, "experiments/gradnorm", "experiments/sensitivity"),
+    output:
+        SENSITIVITY_GRADNORM,
+    params:
+        positions=config["sensitivity"]["choices"]["positions"],
+        gradnorm=config["gradnorm"], model=config["copy_model"], task=config["copy_task"],
+    threads: config["threads_per_run"]
+    shell:
+        "blocklab sensitivity-gradnorm --params {PARAMS_FILE} --out {output}"
+
+
+rule aggregate_sensitivity:
+    input:
+        [f"{run}/meta.json" for run in SENSITIVITY_RUNS],
+        SENSITIVITY_GRADNORM,
+        code=code_files("experiments/sensitivity", "claims"),
+        claims="src/blocklab/claims.yaml",
+    output:
+        *SENSITIVITY_TABLES.values(),
+    params:
+        sensitivity=config["sensitivity"],
+    shell:
+        "blocklab aggregate-sensitivity --params {PARAMS_FILE}"
+
+
+rule sensitivity_figures:
+    input:
+        *SENSITIVITY_TABLES.values(),
+        SENSITIVITY_GRADNORM,
+        code=code_files("experiments/sensitivity", "figures/sensitivity", "figures/style"),
+    output:
+        expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES),
+    params:
+        figures=config["figures"],
+    shell:
+        "blocklab sensitivity-figures --params {PARAMS_FILE} --data data --figs figs"
+
+
+rule sensitivity:
+    input:
+        SENSITIVITY_OUTPUTS,
