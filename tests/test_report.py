@@ -127,3 +127,26 @@ def test_snakemake_report_lists_every_figure_with_its_rule(snake_project, tmp_pa
         assert f'"{rule}"' in page, rule
     assert "blocklab report --params" in page and "blocklab train-copy --params" in page  # the rules' code
     assert '"dpi"' in page  # the report rule's params (figures section)
+
+
+def test_figures_keep_text_off_the_data_and_in_one_language():
+    """Issue 14's two figures: the copy-model legend sits below its axes (it covered the curves and the y label), and
+    the Korean parameter-count figure has no English word in its title."""
+    from blocklab.figures.params import block_breakdown_figure
+    from blocklab.figures.probe import residual_growth_figure
+
+    layers = list(range(5))
+    lm = pd.DataFrame({"model": "m", "prompt": "ko", "layer": layers, "norm_of_mean": [1, 2, 4, 8, 16.0],
+                       "token_norm_p50": [1, 2, 4, 8, 16.0], "sqrt_ref_norm_of_mean": [1, 1.4, 1.7, 2, 2.2]})
+    copy = pd.DataFrame([{"norm": n, "state": s, "seed": 0, "layer": l, "mean_token_norm": 5 + l * (n == "pre"),
+                          "sqrt_ref_token_norm": 5 * (l + 1) ** 0.5}
+                         for n in ("post", "pre") for s in ("init", "trained") for l in layers])
+    fig = residual_growth_figure(lm, copy, "ko")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent()
+        assert legend.y1 <= ax.get_window_extent().y0, "legend overlaps its axes"
+    blocks = pd.DataFrame([{"case": "grid", "variant": "modern", "ffn_kind": "swiglu", "d_model": 64, "ffn_ratio": 4.0,
+                            "attention": 16384, "ffn": 49152, "norms": 128, "built_numel": 65664}])
+    title = block_breakdown_figure(blocks, lang="ko").axes[0].get_title()
+    assert "modern" not in title and not re.search("[A-Za-z]{5,}", title.replace("RMSNorm", "")), title

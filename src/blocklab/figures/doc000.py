@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
 from . import style
@@ -61,8 +62,10 @@ def gradnorm_figure(gradnorm_df: pd.DataFrame, lang: str = "ko"):
         first, last_block = part["block"].min(), part["block"].max()
         ax.set_xlabel(text(lang, f"블록 번호 ({first}: 입력 쪽, {last_block}: 출력 쪽)",
                            f"block ({first}: input side, {last_block}: output side)"))
-        ax.set_ylim(bottom=0)
-        ax.legend(loc="upper right", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # block numbers (a 3-block stack had 1.25, 1.5, ...)
+        ax.legend(loc="best", fontsize=9)  # wherever it covers the fewest lines (upper right hid the last block's value)
+    top = gradnorm_df["grad_norm"].max()
+    axes[0, 0].set_ylim(0, top * 1.3)  # headroom for the last block's value and the legend
     axes[0, 0].set_ylabel(text(lang, "MLP 둘째 층 무게의 그래디언트 크기", "grad norm of 2nd MLP weight"))
     fig.suptitle(text(lang, "학습을 시작할 때 블록마다의 그래디언트 (자비에 초기화)",
                       "Gradient per block at initialization (Xavier init)"), y=1.02)
