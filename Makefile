@@ -7,7 +7,7 @@ PIP_VERSION := 26.3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: install run smoke test bench gallery lock
+.PHONY: install run smoke test bench gpu-check gallery lock
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,12 @@ test: install
 
 bench: install
 	$(BIN)/blocklab bench
+
+# On a CUDA machine (the lent H200; no install there, its own python3): the CUDA tests, the bench's GPU lanes and the
+# 12-run sweep with its wall time, into $$OUT/gpu_check.txt; stops at once, naming CUDA, where there is none.
+# First, where pip reaches a registry: `bash scripts/gpu_check.sh wheels` (the wheels that machine lacks, into .whl/).
+gpu-check:
+	bash scripts/gpu_check.sh
 
 # After a full default run: redraw its figures into docs/gallery (kept in git) with parameters, code and wall times.
 gallery: install

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 U = 2.0**-8  # bf16 unit roundoff (8 significand bits)
 BIN = Path(sys.executable).parent
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device (these run in scripts/gpu_check.sh on a GPU machine)")
 
 needs_cpu_bf16 = pytest.mark.skipif(
     not cpu_bf16_units(),
@@ -45,22 +47,26 @@ needs_cpu_bf16 = pytest.mark.skipif(
 )
 
 
-def _params(precision: str, steps: int | None = None) -> dict:
+def _params(precision: str, steps: int | None = None, device: str = "cpu") -> dict:
     params = copy.deepcopy(load_params(TINY))
     params["sweep"]["precision"] = precision
-    params["device"] = "cpu"
+    params["device"] = device
     if steps is not None:
         params["sweep"]["steps"] = steps
     return params
 
 
-@needs_cpu_bf16
+def _device_params(device):
+    return pytest.param(device, marks=needs_cuda if device == "cuda" else needs_cpu_bf16, id=device)
+
+
+@pytest.mark.parametrize("device", [_device_params("cpu"), _device_params("cuda")])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_bf16_losses_track_fp32_within_rounding(tmp_path, norm):
+def test_bf16_losses_track_fp32_within_rounding(tmp_path, norm, device):
     torch.set_num_threads(1)
     losses = {}
     for precision in ("fp32", "bf16"):
-        meta = train_copy_run(_params(precision), norm, 0, 0, tmp_path / precision)
+        meta = train_copy_run(_params(precision, device=device), norm, 0, 0, tmp_path / precision, device)
         assert meta["sweep"]["precision"] == precision
         losses[precision] = pd.read_csv(tmp_path / precision / "loss.csv")["loss"]
     fp32, bf16 = losses["fp32"], losses["bf16"]
@@ -134,6 +140,23 @@ def test_checkpoint_of_the_other_precision_is_not_resumed(tmp_path):
     assert meta["resumed_from_step"] == 0 and meta["sweep"]["precision"] == "bf16"
 
 
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_batched_group_reproduces_the_per_run_jobs(tmp_path, precision):
+    """The GPU layout (sweep.batched): each vmapped member gives its per-run job's losses on the same device."""
+    from blocklab.batched import train_copy_group_batched
+    from blocklab.fastpath import FastPath
+
+    params = _params(precision, device="cuda")
+    runs, steps = [(0, 0), (20, 1)], params["sweep"]["steps"]
+    members = train_copy_group_batched(params, "pre", runs, steps, "cuda", FastPath(), precision)
+    rtol = 1e-4 if precision == "fp32" else 4 * U  # fp32: other kernels (math attention), same arithmetic
+    for (warmup, seed), member in zip(runs, members):
+        train_copy_run(params, "pre", warmup, seed, tmp_path / f"w{warmup}-s{seed}", "cuda")
+        alone = pd.read_csv(tmp_path / f"w{warmup}-s{seed}" / "loss.csv")["loss"]
+        assert member["losses"] == pytest.approx(alone.tolist(), rel=rtol)
+
+
 def _snakemake(project, *args):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg",
            "PYTHONPATH": f"{Path(project) / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -150,6 +173,7 @@ def _planned(project, target) -> dict:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
+@pytest.mark.skipif(not (BIN / "snakemake").exists(), reason="Snakemake is not installed beside this python")
 def test_switching_precision_plans_the_training_jobs_again(tmp_path):
     """The cache treats fp32 and bf16 as different runs: after an fp32 sweep, bf16 retrains every run (and only then)."""
     project = make_scratch_project(tmp_path / "project")
