@@ -287,12 +287,18 @@ def test_fused_adam_makes_the_same_update():
 
 
 @pytest.mark.slow
-def test_compiled_training_matches_eager():
+def test_compiled_training_matches_eager(tmp_path, monkeypatch):
     """torch.compile (sweep.compile) changes kernels, not the numbers: same losses within LOSS_RTOL.
 
     Inductor generates its own fused C++ loops (vectorized for the ISA that ATEN_CPU_CAPABILITY allows), so this is
     a cross-path comparison like fast vs plain, over 8 steps: LOSS_RTOL's reason holds as it is.
+
+    It compiles into a cache of its own: torch 2.13 reuses kernels from its on-disk cache (/tmp/torchinductor_$USER)
+    that were built under another ATEN_CPU_CAPABILITY, and they corrupt the heap (seen here: avx2 kernels run in a
+    default AVX-512 process abort with "malloc_consolidate(): invalid chunk size"); see docs/portability.md.
     """
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
     cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, vocab_size=12, max_len=12, position="sinusoidal")
 
     def run(compile_: bool):
