@@ -4,6 +4,15 @@
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <command>`.
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_files, sweep_batched, sweep_group_files, training_settings
 
+# "Kill it and start it again": a hard kill (SIGKILL, power loss, OOM) leaves .snakemake/locks/ behind. The main
+# process holds an flock for its whole life, taken here, before Snakemake looks at its own locks; if no other run of
+# this directory holds it, those locks are stale and are removed (blocklab.pipeline.hold_run_lock). Jobs skip this.
+if workflow.is_main_process:
+    from snakemake.logging import logger
+    from blocklab.pipeline import hold_run_lock
+
+    hold_run_lock(log=logger.warning)
+
 configfile: "params.yaml"
 check_config(config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
 

@@ -81,3 +81,45 @@ def training_settings(section: dict, *loop_keys: str) -> dict:
     ``IDENTITY_DEFAULTS`` at its old implicit value."""
     return {k: v for k, v in section.items()
             if k not in loop_keys and not (k in IDENTITY_DEFAULTS and v == IDENTITY_DEFAULTS[k])}
+
+
+# ---- stale Snakemake locks after a hard kill --------------------------------------------------------------------------
+# Snakemake marks a running directory with files in .snakemake/locks/ and removes them when it ends; a SIGKILL (power
+# loss, OOM killer, closed laptop) leaves them behind, and every later run refuses until `snakemake --unlock`. A lock
+# file cannot tell a dead run from a live one, but an flock can: the kernel releases it when its holder dies, however it
+# dies. So every main Snakemake process of this project holds a *shared* flock on RUN_LOCK for its whole life, taken
+# while the Snakefile is parsed, which is before Snakemake checks or writes its own locks. A process that gets the
+# flock *exclusively* therefore knows that no Snakemake process of this directory is alive, and that whatever is in
+# .snakemake/locks/ is stale. If it cannot, another run is live: the locks stay, and Snakemake refuses (or, for
+# targets that do not overlap, runs) exactly as it would without this.
+RUN_LOCK = ".snakemake/blocklab-run.lock"
+_held_run_locks: list = []  # the open lock files; never closed: the kernel releases them when the process ends
+
+
+def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
+    """Join the live runs of ``workdir`` (shared flock on RUN_LOCK for this process's life); if there are none,
+    remove the Snakemake locks a killed run left behind first. Returns the lock files removed.
+
+    Called from the Snakefile in Snakemake's main process only (``workflow.is_main_process``): the jobs it starts,
+    local or on a cluster, never parse the Snakefile in that mode and never write directory locks.
+    """
+    import fcntl
+
+    dot = Path(workdir) / ".snakemake"
+    dot.mkdir(exist_ok=True)
+    handle = open(dot / Path(RUN_LOCK).name, "a+")  # Python opens it close-on-exec: jobs do not inherit the lock
+    removed = []
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass  # another run of this directory is alive: its locks are real
+    else:
+        for stale in sorted((dot / "locks").glob("*.lock")):
+            stale.unlink(missing_ok=True)
+            removed.append(str(stale))
+    # Shared from here on (waits only while another starting run holds it exclusively for its few-ms cleanup).
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    _held_run_locks.append(handle)
+    if removed and log is not None:
+        log(f"blocklab: no run of this directory is alive; removed the Snakemake locks a killed run left: {', '.join(removed)}")
+    return removed
