@@ -64,8 +64,11 @@ def test_gradnorms_match_autograd_on_masked_copy_loss(norm_position):
     measured = measure_gradnorms(cfg, TASK, seed=3)
     loss, expected = reference_gradnorms(cfg, seed=3)
     assert list(measured["block"]) == [1, 2, 3]
+    # Two code paths (cross_entropy vs log_softmax + gather by hand): fp32 rounding of a mean over 8 x 8 terms and of
+    # log-sum-exp (vectorized exp/log differ by ISA), a few eps; 1e-5 leaves a wide margin, and the check still sees
+    # which loss was used (the unmasked loss's gradients differ by > 1e-3, below).
     np.testing.assert_allclose(measured["grad_norm"], expected, rtol=1e-5)
-    assert measured.attrs["loss"] == pytest.approx(loss, rel=1e-6)
+    assert measured.attrs["loss"] == pytest.approx(loss, rel=1e-5)
     # the unmasked loss gives different gradients, so the comparison above does see which loss was used
     _, unmasked = reference_gradnorms(cfg, seed=3, masked=False)
     assert not np.allclose(measured["grad_norm"], unmasked, rtol=1e-3)
