@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from blocklab import answers
 from blocklab.claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
