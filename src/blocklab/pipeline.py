@@ -113,6 +113,11 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         pass  # another run of this directory is alive: its locks are real
+    except OSError as error:  # a file system without flock (some network mounts): cannot tell, so touch nothing
+        handle.close()
+        if log is not None:
+            log(f"blocklab: cannot flock {RUN_LOCK} ({error}); after a hard kill, run `snakemake --unlock` once")
+        return removed
     else:
         for stale in sorted((dot / "locks").glob("*.lock")):
             stale.unlink(missing_ok=True)
