@@ -13,7 +13,6 @@ import yaml
 from blocklab import claims
 from blocklab.experiments import sensitivity as sens
 from blocklab.params import ParamsError, load_params, validate_params
-from blocklab.smoke import make_scratch_project
 from blocklab.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +44,11 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     dirs = sens.run_dirs(FULL)
     assert len(dirs) == len(set(dirs)) == plan["run_dir"].nunique()
     choices = plan[plan["family"] == "choices"]
-    assert len(choices) == 2 * 3 * 2 * 2 * 1  # positions x batch sizes x norms x warm-ups x seeds
+    cases = 2 * 2 * 1  # norms x warm-ups x seeds
+    bf16 = sens.available_precisions(FULL, ["bf16"]) == ["bf16"]  # bf16 at the default cell where the CPU has it
+    assert len(choices) == (2 * 3 + bf16) * cases  # positions x batch sizes (crossed), + the other precision
+    assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
+    assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {"sinusoidal-b32-L24-lr0.001-bf16"}
 
 
 def test_only_runs_off_the_documents_size_stop_early():
@@ -230,16 +233,8 @@ def test_training_a_run_outside_the_plan_or_with_bad_params_fails_before_any_com
 # ---- the tiny family, end to end in Snakemake ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    from test_pipeline import run
-
-    project = make_scratch_project(tmp_path_factory.mktemp("sensitivity") / "project")
-    run(["snakemake", "--cores", "2", "sensitivity"], project)
-    return project
-
-
-def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs(study):
+def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs(snake_project):
+    study = snake_project  # the tiny DAG (conftest.py) runs the study: configs/tiny.yaml has sensitivity.in_report: true
     summary = pd.read_csv(study / sens.TABLES["summary"])
     plan = sens.plan(TINY)
     assert len(summary) == len(plan)
@@ -262,28 +257,13 @@ def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs
         assert sidecar["sources"] and sidecar["params"]["sensitivity"] == TINY["sensitivity"]
 
 
-def jobs_after_edit(project, old, new) -> dict:
-    """The jobs `snakemake sensitivity` would run after replacing ``old`` by ``new`` in params.yaml (then restored)."""
-    from test_pipeline import run
+def test_adding_a_value_trains_only_the_new_runs(snake_project):
+    from test_pipeline import jobs_after_edit
 
-    path = Path(project) / "params.yaml"
-    text = path.read_text(encoding="utf-8")
-    assert old in text, old
-    path.write_text(text.replace(old, new, 1), encoding="utf-8")
-    try:
-        out = run(["snakemake", "--dry-run", "--cores", "2", "sensitivity"], project).stdout
-    finally:
-        path.write_text(text, encoding="utf-8")
-    if "Nothing to be done" in out:
-        return {}
-    table = out.split("Job stats:")[1].split("total")[0]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
-
-
-def test_adding_a_value_trains_only_the_new_runs(study):
+    study = snake_project
     jobs = jobs_after_edit(study, "    lrs: [1.0e-3, 3.0e-3]\n", "    lrs: [1.0e-3, 3.0e-3, 1.0e-2]\n")
     new_runs = len(TINY["sensitivity"]["depth_lr"]["depths"]) * 2 * 1 * 1  # depths x norms x warm-ups x seeds
     assert jobs.get("train_sensitivity") == new_runs and "train_copy" not in jobs, jobs
     jobs = jobs_after_edit(study, "    seeds: [0]\n", "    seeds: [0, 1]\n")  # choices.seeds: seed 1 is in the main sweep
-    # the default cell's seed-1 runs are the main sweep's own (train_copy); only the learned cell trains here
-    assert jobs.get("train_copy") == 2 * 2 and jobs.get("train_sensitivity") == 2 * 2, jobs
+    # the default cell's seed-1 runs are the main sweep's own, already trained; only the learned cell trains
+    assert "train_copy" not in jobs and jobs.get("train_sensitivity") == 2 * 2, jobs

@@ -153,6 +153,7 @@ def depth_gap(data: Data):
     """'The post-/pre-norm difference grows as blocks are stacked deeper': in the depth x learning-rate grid, the share
     of pre-norm runs that learned minus the share of post-norm runs that learned, at each depth (over every learning
     rate, warm-up and seed of the grid)."""
+    _require_document_setup(data)
     summary = data.table("sensitivity/summary.csv")
     grid = summary[summary["family"] == "depth_lr"]
     if grid.empty or set(grid["norm"]) != {"post", "pre"} or grid["depth"].nunique() < 2:

@@ -75,7 +75,8 @@ rule sensitivity_figures:
         SENSITIVITY_GRADNORM,
         code=code_files("experiments/sensitivity", "figures/sensitivity", "figures/style"),
     output:
-        expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES),
+        [report(f"figs/{name}.png", caption="../report/sensitivity_figure.rst", category="sensitivity (document 000)",
+                labels={"figure": name, "data": ", ".join(SENSITIVITY_FIGURES[name])}) for name in SENSITIVITY_FIGURES],
     params:
         figures=config["figures"],
     shell:

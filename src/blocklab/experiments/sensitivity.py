@@ -122,6 +122,20 @@ def steps_to_learn(losses: pd.Series, steps: pd.Series, below: float, for_steps:
     return float("nan")
 
 
+def available_precisions(params: dict, precisions: list[str]) -> list[str]:
+    """The precisions this machine's training device can run; bf16 without bf16 units is left out of the plan, with a
+    warning (the study is made of the rest), rather than failing its jobs one by one."""
+    if "bf16" not in precisions:
+        return list(precisions)
+    from ..precision import bf16_support
+    from ..runtime import resolve_device
+
+    ok, why = bf16_support(resolve_device(params["device"]))
+    if not ok:
+        log.warning("sensitivity.choices.precisions: bf16 left out of the study here: %s", why)
+    return [p for p in precisions if p != "bf16" or ok]
+
+
 # ---- the plan ----------------------------------------------------------------------------------------------------------
 
 
@@ -131,14 +145,18 @@ def plan(params: dict) -> pd.DataFrame:
     base = default_cell(params)
     rows = []
     choices = sens["choices"]
-    for position in choices["positions"]:
-        for batch in choices["batch_sizes"]:
-            for precision in choices.get("precisions", [base.precision]):
-                cell = Cell(position, batch, base.depth, base.lr, precision)
-                for norm in sweep["norms"]:
-                    for warmup in sweep["warmups"]:
-                        for seed in choices["seeds"]:
-                            rows.append(("choices", cell, norm, warmup, seed))
+    # positions x batch sizes, crossed (an effect of one may show only under a value of the other), at the default
+    # precision; each other precision at the default position and batch size (a faster arithmetic, not a choice of
+    # the document's: does it change any verdict?)
+    cells = [Cell(position, batch, base.depth, base.lr, base.precision)
+             for position in choices["positions"] for batch in choices["batch_sizes"]]
+    cells += [Cell(base.position, base.batch_size, base.depth, base.lr, precision)
+              for precision in available_precisions(params, choices.get("precisions", [])) if precision != base.precision]
+    for cell in dict.fromkeys(cells):
+        for norm in sweep["norms"]:
+            for warmup in sweep["warmups"]:
+                for seed in choices["seeds"]:
+                    rows.append(("choices", cell, norm, warmup, seed))
     grid = sens["depth_lr"]
     for depth in grid["depths"]:
         for lr in grid["lrs"]:
