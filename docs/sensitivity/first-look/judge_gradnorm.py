@@ -1,0 +1,15 @@
+"""First look (issue 13): the gradient-norm claims judged under each position signal, by the claims' own checks."""
+import pandas as pd
+from blocklab import claims
+from blocklab.params import load_params
+D = "docs/sensitivity/first-look"
+params = load_params("params.yaml")
+g = pd.read_csv(f"{D}/gradnorm.csv")
+rows = []
+for position, part in g.groupby("position"):
+    p = {**params, "copy_model": {**params["copy_model"], "position": position}}
+    t = claims.evaluate_data(claims.Data(".", p, tables={"gradnorm/gradnorm.csv": part}), only=("gradnorm_trend",))
+    rows.append(t.assign(position=position))
+out = pd.concat(rows)[["id", "claim", "position", "document_value", "measured", "verdict"]]
+out.to_csv(f"{D}/gradnorm_claims_by_position.csv", index=False)
+print(out[["id", "position", "measured", "verdict"]].to_string())
