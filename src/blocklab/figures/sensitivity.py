@@ -51,7 +51,7 @@ def phase_figure(summary: pd.DataFrame, lang: str = "ko", budget: int = 1200, ru
                 values[y, x] = np.median(runs["steps_to_learn"].fillna(np.inf))
             labels = ["-" if math.isnan(v) else f"{v:.0f}" for v in runs["steps_to_learn"]]
             ax.text(x, y, "·".join(labels), ha="center", va="center", fontsize=8.5,
-                    color="white" if not math.isnan(values[y, x]) and values[y, x] < budget * 0.45 else "black")
+                    color="white" if not math.isnan(values[y, x]) and values[y, x] > budget * 0.5 else "black")  # dark end of viridis_r
         image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=scale, origin="lower", aspect="auto")
         ax.set_xticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
         ax.set_yticks(range(len(depths)), [str(d) for d in depths])
