@@ -141,6 +141,8 @@ def available_precisions(params: dict, precisions: list[str]) -> list[str]:
 
 def plan(params: dict) -> pd.DataFrame:
     """Every run of the study: family (choices | depth_lr), the cell, norm, warm-up, seed and its run directory."""
+    from ..sweep import run_name
+
     sens, sweep = params["sensitivity"], params["sweep"]
     base = default_cell(params)
     rows = []
@@ -168,7 +170,7 @@ def plan(params: dict) -> pd.DataFrame:
     records = []
     for family, cell, norm, warmup, seed in rows:
         in_main = (cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"])
-        run = f"{norm}-w{warmup}-s{seed}"
+        run = run_name(norm, warmup, seed)
         run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
         records.append({"family": family, "setting": cell.name, **asdict(cell), "norm": norm, "warmup": warmup,
                         "seed": seed, "run": run, "run_dir": run_dir, "main_sweep": in_main})
@@ -227,10 +229,9 @@ def aggregate(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.Da
 
 def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
     """One choices cell's runs in the main sweep's table layout, so the sweep's claim checks read them unchanged."""
-    s = summary[(summary["family"] == "choices") & (summary["setting"] == setting)].copy()
-    s["run"] = s["norm"] + "-w" + s["warmup"].astype(str) + "-s" + s["seed"].astype(str)
-    l = losses[(losses["family"] == "choices") & (losses["setting"] == setting)].copy()
-    l["run"] = l["norm"] + "-w" + l["warmup"].astype(str) + "-s" + l["seed"].astype(str)
+    # both tables already name each run as the main sweep does (sweep.run_name), so the checks match them unchanged
+    s = summary[(summary["family"] == "choices") & (summary["setting"] == setting)]
+    l = losses[(losses["family"] == "choices") & (losses["setting"] == setting)]
     return l, s.sort_values(["norm", "warmup", "seed"], ignore_index=True)
 
 
