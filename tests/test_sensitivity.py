@@ -48,7 +48,7 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     bf16 = sens.available_precisions(FULL, ["bf16"]) == ["bf16"]  # bf16 at the default cell where the CPU has it
     assert len(choices) == (2 * 3 + bf16) * cases  # positions x batch sizes (crossed), + the other precision
     assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
-    assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {"sinusoidal-b32-L24-lr0.001-bf16"}
+    assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {base.replace("-fp32", "-bf16")}
 
 
 def test_only_runs_off_the_documents_size_stop_early():
