@@ -51,6 +51,29 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {base.replace("-fp32", "-bf16")}
 
 
+def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from_the_trained_ones(tmp_path):
+    planned = sens.plan(FULL).drop_duplicates("run_dir").set_index("run_dir")
+    steps = FULL["sweep"]["steps"]
+    finished = planned.index[planned["main_sweep"]][0]  # batch 32, 24 blocks
+    (tmp_path / finished).mkdir(parents=True)
+    (tmp_path / finished / "meta.json").write_text(json.dumps({"wall_time_s": 1200.0, "stopped_step": None}))
+    deep = planned[(planned["depth"] == 24) & (planned["batch_size"] == 16) & (planned["precision"] == "fp32")].index[0]
+    (tmp_path / deep).mkdir(parents=True)
+    torch.save({"step": 300, "seconds": 150.0}, tmp_path / deep / "checkpoint.pt")
+    frame = sens.progress(FULL, tmp_path).set_index("run_dir")
+    assert frame.loc[finished, "status"] == "finished" and frame.loc[finished, "steps_left"] == 0
+    assert frame.loc[deep, ["status", "steps_done", "steps_left", "seconds"]].tolist() == ["checkpointed", 300, steps - 300, 150.0]
+    assert (frame.drop([finished, deep])["status"] == "not started").all()
+    left = sens.projected_seconds(frame.reset_index()).set_axis(frame.index)
+    assert left[finished] == 0
+    # one factor for fp32: the median of the two trained runs' seconds per step per batch x (depth + 1)
+    per_unit = sorted([1200.0 / steps / (planned.loc[finished, "batch_size"] * 25), 150.0 / 300 / (16 * 25)])
+    unit = (per_unit[0] + per_unit[1]) / 2
+    assert left[deep] == pytest.approx((steps - 300) * 16 * 25 * unit)
+    shallow = frame[(frame["depth"] == 2) & (frame["status"] == "not started") & (frame["precision"] == "fp32")].index[0]
+    assert left[shallow] == pytest.approx(steps * frame.loc[shallow, "batch_size"] * 3 * unit)
+
+
 def test_only_runs_off_the_documents_size_stop_early():
     stop, words = sens.early_stop_rule(FULL, sens.Cell("learned", 16, 24, 1e-3))
     assert stop is None and words is None  # the document's depth and learning rate: any batch, any position

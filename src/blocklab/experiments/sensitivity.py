@@ -271,6 +271,61 @@ def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def progress(params: dict, root: str | Path = ".") -> pd.DataFrame:
+    """Where each planned run stands (the study may span sessions): finished, checkpointed at a step, or not started.
+
+    ``seconds`` is the run time spent so far (a finished run's ``wall_time_s``, a checkpoint's saved seconds), and
+    ``steps_left`` the most steps still to train (an early-stoppable run may need fewer).
+    """
+    import torch
+
+    root, steps = Path(root), params["sweep"]["steps"]
+    rows = []
+    for row in plan(params).drop_duplicates("run_dir").itertuples(index=False):
+        run_dir = root / row.run_dir
+        status, done, seconds = "not started", 0, 0.0
+        if (run_dir / "meta.json").exists():
+            meta = read_json(run_dir / "meta.json")
+            done = int(meta.get("stopped_step") or meta.get("diverged_step") or steps)
+            status, seconds = "finished", float(meta["wall_time_s"])
+        elif (run_dir / "checkpoint.pt").exists():
+            state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+            status, done, seconds = "checkpointed", int(state["step"]), float(state["seconds"])
+        rows.append({"setting": row.setting, "run": row.run, "batch_size": row.batch_size, "depth": row.depth,
+                     "precision": row.precision, "status": status, "steps_done": done,
+                     "steps_left": 0 if status == "finished" else steps - done, "seconds": seconds,
+                     "run_dir": row.run_dir})
+    return pd.DataFrame(rows)
+
+
+def projected_seconds(frame: pd.DataFrame) -> pd.Series:
+    """A projection of each run's remaining run time from the runs that have trained: seconds per step taken to scale
+    with batch size x (depth + 1) (the blocks plus embedding and head), one factor per precision (median over runs)."""
+    work = frame["batch_size"] * (frame["depth"] + 1)
+    trained = frame[frame["steps_done"] > 0]
+    per_unit = (trained["seconds"] / trained["steps_done"] / work[trained.index]).groupby(trained["precision"]).median()
+    fallback = per_unit.get("fp32", per_unit.max() if len(per_unit) else float("nan"))
+    unit = frame["precision"].map(per_unit).fillna(fallback)
+    return frame["steps_left"] * work * unit
+
+
+def _status_main(args) -> None:
+    params = load_params(args.params)
+    frame = progress(params, args.root)
+    frame["projected_s"] = projected_seconds(frame)
+    by_status = frame["status"].value_counts()
+    print(frame.groupby("setting", sort=False).agg(
+        runs=("run", "size"), finished=("status", lambda s: int((s == "finished").sum())),
+        steps_done=("steps_done", "sum"), hours=("seconds", lambda s: round(s.sum() / 3600, 2)),
+        projected_hours_left=("projected_s", lambda s: round(s.sum() / 3600, 2))).to_string())
+    jobs = max(1, args.cores // params["threads_per_run"])
+    spent, left = frame["seconds"].sum() / 3600, frame["projected_s"].sum() / 3600
+    print(f"\n{len(frame)} runs: " + ", ".join(f"{n} {s}" for s, n in by_status.items())
+          + f". Run time so far {spent:.2f} h (about {spent / jobs:.2f} h of wall time with {jobs} jobs side by side); "
+          f"at most {left:.2f} h of run time left (projected from the runs so far; early stops shorten it), "
+          f"about {left / jobs:.2f} h of wall time with {jobs} jobs.")
+
+
 def gradnorm_by_position(params: dict) -> pd.DataFrame:
     """Gradient norms at init (the gradnorm section's init, norms and seeds) under each position signal of the study."""
     from .gradnorm import gradnorm_frame
@@ -341,6 +396,12 @@ def register(subparsers) -> None:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
     p.set_defaults(func=_aggregate_main)
+
+    p = subparsers.add_parser("sensitivity-status", help="which runs of the study are finished, checkpointed or to do; hours")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
+    p.set_defaults(func=_status_main)
 
     p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
     p.add_argument("--params", default="params.yaml")
