@@ -196,7 +196,9 @@ def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.Dat
 
 
 def test_claim_by_setting_judges_each_setting_on_its_own_runs():
-    a, b = "sinusoidal-b32-L24-lr0.001-fp32", "learned-b32-L24-lr0.001-fp32"
+    a = sens.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
+    other = next(p for p in ("learned", "sinusoidal") if p != sens.default_cell(FULL).position)
+    b = a.replace(sens.default_cell(FULL).position, other, 1)
     la, sa = _cell_runs(a, post_w0_final=4.1616)  # post-norm without warm-up stuck, as the document says
     lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
     gradnorm = pd.DataFrame([{"position": p, "norm": n, "seed": 0, "block": k, "grad_norm": 1.0, "loss": 4.2}

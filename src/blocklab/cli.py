@@ -19,6 +19,7 @@ COMMANDS = {
     "sensitivity-plan": "blocklab.experiments.sensitivity",
     "aggregate-sensitivity": "blocklab.experiments.sensitivity",
     "sensitivity-figures": "blocklab.experiments.sensitivity",
+    "sensitivity-status": "blocklab.experiments.sensitivity",
     "residual-sim": "blocklab.experiments.residual_sim",
     "problem9": "blocklab.experiments.problem9",
     "param-counts": "blocklab.experiments.param_counts",
