@@ -1,5 +1,6 @@
 """The report's answers on hand-made data whose answers are known (every number in them comes from the data)."""
 import copy
+import math
 import string
 from pathlib import Path
 
@@ -177,6 +178,16 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
     assert "(1 cannot be judged under any setting)" in present.text and "changes with the setting: c2." in present.text
     assert "s-default stuck 1; s-other learned 1" in present.text
     assert "1 blocks 100% vs 100%, 3 blocks 100% vs 0%" in present.text
+    assert "jumped back" not in present.text  # a summary without the relapse columns (older tables): no sentence
+    # with them: a learned run that fell back above 10% of ln 64 = 0.416 counts; one that stayed below, or never learned, not
+    relapse = {("s-other", "post"): (5.28, 506), ("g1pre", "pre"): (0.02, 40), ("g1post", "post"): (0.3, 50)}
+    summary = summary.assign(run=summary["norm"] + "-w0-s0",
+                             relapse_loss=[relapse.get((s, n), (math.nan,))[0] for s, n in zip(summary["setting"], summary["norm"])],
+                             relapse_step=[relapse.get((s, n), (0, math.nan))[1] for s, n in zip(summary["setting"], summary["norm"])])
+    tables["sensitivity/summary.csv"] = summary
+    present = answers.answer("p11c", data(tables, sensitivity={"in_report": True}), None, "en")
+    assert ("above 10% of ln 64 (0.416) after they had learned (every run of the study): post-norm 1 of 2 "
+            "(s-other post-w0-s0 5.280 at step 506), pre-norm 0 of 1.") in present.text, present.text
 
 
 # ---- document 004 ------------------------------------------------------------------------------------------------------

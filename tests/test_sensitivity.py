@@ -266,6 +266,7 @@ def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs
     assert set(summary.loc[summary["main_sweep"], "run_dir"]) <= {f"data/sweep/runs/{r}" for r in plan["run"]}
     trained = {str(p.parent.relative_to(study)) for p in (study / sens.RUNS).glob("*/*/meta.json")}
     assert trained == set(plan.loc[~plan["main_sweep"], "run_dir"])  # nothing identical to the main sweep trained twice
+    assert {"relapse_loss", "relapse_step"} <= set(summary.columns)
     reasons = set(summary["stop_reason"])
     assert any(r.startswith("early stop at step") for r in reasons), reasons  # tiny's rule fires for some cells
     assert not summary.loc[summary["family"] == "choices", "stop_reason"].str.startswith("early").any()
@@ -292,3 +293,42 @@ def test_adding_a_value_trains_only_the_new_runs(snake_project):
     jobs = jobs_after_edit(study, "    seeds: [0]\n", "    seeds: [0, 1]\n")  # choices.seeds: seed 1 is in the main sweep
     # the default cell's seed-1 runs are the main sweep's own, already trained; only the learned cell trains
     assert "train_copy" not in jobs and jobs.get("train_sensitivity") == 2 * 2, jobs
+
+
+def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake_project, tmp_path, capsys):
+    import shutil
+
+    from blocklab.cli import main
+
+    shutil.copytree(snake_project / "data", tmp_path / "data")
+    study = pd.read_csv(snake_project / sens.TABLES["claims_by_setting"])
+    verdicts = lambda t: dict(zip(zip(t["id"], t["setting"]), t["verdict"]))  # noqa: E731
+    table, judged, cells = sens.finished_verdicts(TINY, tmp_path)
+    assert judged == cells == study["setting"].nunique() and verdicts(table) == verdicts(study)
+    # one run of a non-default cell is not finished (its meta.json is what marks a finished run): that cell drops out
+    base = sens.default_cell(TINY).name
+    plan = sens.plan(TINY)
+    other = plan[(plan["family"] == "choices") & (plan["setting"] != base)].iloc[0]
+    (tmp_path / other.run_dir / "meta.json").unlink()
+    table, judged, cells = sens.finished_verdicts(TINY, tmp_path)
+    assert judged == cells - 1 and other.setting not in set(table["setting"])
+    assert verdicts(table) == {k: v for k, v in verdicts(study).items() if k[1] != other.setting}
+    out = tmp_path / "so_far.csv"
+    assert main(["sensitivity-status", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(tmp_path),
+                 "--verdicts", "--out", str(out)]) == 0
+    assert f"{cells - 1} of {cells} open-choice cells" in capsys.readouterr().out
+    assert verdicts(pd.read_csv(out)) == verdicts(table)
+
+
+def test_relapse_is_the_worst_loss_after_the_run_had_learned():
+    steps = pd.Series(range(1, 11))
+    # learned at step 3 (3 steps below 0.05 from there), spiked at 7, recovered
+    losses = pd.Series([4.2, 0.3, 0.01, 0.02, 0.01, 0.03, 5.3, 3.8, 0.02, 0.001])
+    assert sens.relapse(losses, steps, below=0.05, for_steps=3) == (5.3, 7.0)
+    assert sens.relapse(losses.where(steps != 7, 0.04), steps, below=0.05, for_steps=3) == (3.8, 8.0)
+    # the streak itself is not a relapse: learned at 3 with for_steps 2, the worst afterwards is at step 7 too
+    assert sens.relapse(losses, steps, below=0.05, for_steps=2) == (5.3, 7.0)
+    never = sens.relapse(pd.Series([4.2, 0.01, 4.0]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
+    assert all(math.isnan(v) for v in never)
+    last = sens.relapse(pd.Series([4.2, 0.01, 0.01]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
+    assert all(math.isnan(v) for v in last)  # nothing after the run had learned

@@ -320,7 +320,29 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
     return t["sens_present"][lang].format(n_settings=len(settings), settings=", ".join(settings), n_claims=len(robust),
                                           robust=int(robust["robust"].sum()), changed=changed,
                                           uncheckable=int((~robust["checkable"]).sum()),
-                                          post_by_setting=post_by_setting, depth=depth)
+                                          post_by_setting=post_by_setting, depth=depth,
+                                          relapse=_relapse_text(summary, data.params, t, lang))
+
+
+def _relapse_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> str:
+    """How many of the study's runs that had learned jumped back above the sweep's "learned" line (10% of ln V, as
+    sweep.classify) afterwards: the document's "post-norm may wobble even with warm-up". Empty for tables without the
+    relapse columns (made before they existed)."""
+    if "relapse_loss" not in summary:
+        return ""
+    vocab = params["copy_task"]["vocab_size"]
+    line = 0.1 * math.log(vocab)
+    learned = summary[summary["relapse_loss"].notna()]
+    counts = {}
+    for norm in ("post", "pre"):
+        runs = learned[learned["norm"] == norm]
+        jumped = runs[runs["relapse_loss"] > line]
+        where = [t["relapse_item"][lang].format(setting=r.setting, run=r.run, step=integer(r.relapse_step),
+                                                loss=num(r.relapse_loss)) for r in jumped.itertuples()]
+        counts[norm] = {"n": len(runs), "k": len(jumped), "where": f" ({'; '.join(where)})" if where else ""}
+    return t["relapse"][lang].format(vocab=vocab, line=num(line), post_n=counts["post"]["n"], post_k=counts["post"]["k"],
+                                     post_where=counts["post"]["where"], pre_n=counts["pre"]["n"],
+                                     pre_k=counts["pre"]["k"], pre_where=counts["pre"]["where"])
 
 
 # ---- document 004 ----------------------------------------------------------------------------------------------------

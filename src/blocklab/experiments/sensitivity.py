@@ -122,6 +122,20 @@ def steps_to_learn(losses: pd.Series, steps: pd.Series, below: float, for_steps:
     return float("nan")
 
 
+def relapse(losses: pd.Series, steps: pd.Series, below: float, for_steps: int) -> tuple[float, float]:
+    """The worst loss after a run had learned (``for_steps`` consecutive losses below ``below``, as steps_to_learn),
+    and its step: how far it fell back (a spike it recovered from, or the document's collapse). (NaN, NaN): it never
+    learned, or nothing came after."""
+    learned = steps_to_learn(losses, steps, below, for_steps)
+    if math.isnan(learned):
+        return float("nan"), float("nan")
+    losses, steps = pd.Series(list(losses)), pd.Series(list(steps))
+    after = losses[steps >= learned + for_steps]
+    if after.empty:
+        return float("nan"), float("nan")
+    return float(after.max()), float(steps[after.idxmax()])
+
+
 def available_precisions(params: dict, precisions: list[str]) -> list[str]:
     """The precisions this machine's training device can run; bf16 without bf16 units is left out of the plan, with a
     warning (the study is made of the rest), rather than failing its jobs one by one."""
@@ -189,14 +203,15 @@ def run_dirs(params: dict) -> list[str]:
 LOSS_AT = (100, 200, 300)
 
 
-def aggregate(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Tidy per-step losses and one summary row per (family, run) of the plan, read from the runs' own files."""
+def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy per-step losses and one summary row per (family, run) of the plan (or of ``planned``, some of its rows),
+    read from the runs' own files."""
     from ..sweep import classify
 
     root = Path(root)
     rule = params["sensitivity"]["early_stop"]
     curves, rows = [], []
-    planned = plan(params)
+    planned = plan(params) if planned is None else planned
     for row in planned.itertuples(index=False):
         meta = read_json(root / row.run_dir / "meta.json")
         loss = read_table(root / row.run_dir / "loss.csv")
@@ -211,12 +226,14 @@ def aggregate(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.Da
             outcome = "learned"  # the stop rule fired: the loss stayed below its threshold (the run has learned)
         at = {f"loss_at_{s}": float(loss.loc[loss["step"] == s, "loss"].iloc[0]) if (loss["step"] == s).any()
               else float("nan") for s in LOSS_AT}
+        worst, worst_step = relapse(loss["loss"], loss["step"], rule["loss_below"], rule["for_steps"])
         rows.append({
             **ident, **at,
             "final_loss": float(loss["loss"].iloc[-1]) if len(loss) else float("nan"),
             "min_loss": float(loss["loss"].min()) if len(loss) else float("nan"),
             "outcome": outcome,
             "steps_to_learn": steps_to_learn(loss["loss"], loss["step"], rule["loss_below"], rule["for_steps"]),
+            "relapse_loss": worst, "relapse_step": worst_step,
             "trained_steps": int(loss["step"].max()) if len(loss) else 0,
             "stop_reason": meta.get("stop_reason") or ("diverged" if diverged else "trained the full budget"),
             "main_sweep": bool(row.main_sweep),
@@ -309,8 +326,27 @@ def projected_seconds(frame: pd.DataFrame) -> pd.Series:
     return frame["steps_left"] * work * unit
 
 
+def finished_verdicts(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, int, int]:
+    """Claim x setting for the open-choice cells whose runs have all finished, while the study is still training:
+    (the table, cells judged, cells planned). The same aggregation and checks as the study's own table."""
+    root = Path(root)
+    planned = plan(params)
+    status = progress(params, root).drop_duplicates("run_dir").set_index("run_dir")["status"]
+    choices = planned[planned["family"] == "choices"]
+    complete = choices.groupby("setting")["run_dir"].agg(lambda dirs: bool((status[dirs] == "finished").all()))
+    cells = choices["setting"].nunique()
+    judged = choices[choices["setting"].map(complete)]
+    if judged.empty or not (root / GRADNORM).exists():
+        return pd.DataFrame(), 0, cells
+    losses, summary = aggregate(params, root, planned=judged)
+    return claims_by_setting(params, losses, summary, read_table(root / GRADNORM)), judged["setting"].nunique(), cells
+
+
 def _status_main(args) -> None:
     params = load_params(args.params)
+    if args.verdicts:
+        _verdicts_main(params, args)
+        return
     frame = progress(params, args.root)
     frame["projected_s"] = projected_seconds(frame)
     by_status = frame["status"].value_counts()
@@ -324,6 +360,20 @@ def _status_main(args) -> None:
           + f". Run time so far {spent:.2f} h (about {spent / jobs:.2f} h of wall time with {jobs} jobs side by side); "
           f"at most {left:.2f} h of run time left (projected from the runs so far; early stops shorten it), "
           f"about {left / jobs:.2f} h of wall time with {jobs} jobs.")
+
+
+def _verdicts_main(params: dict, args) -> None:
+    table, judged, cells = finished_verdicts(params, args.root)
+    if table.empty:
+        print(f"No open-choice cell has finished all its runs yet (0 of {cells}), or {GRADNORM} is missing.")
+        return
+    wide = table.pivot_table(index="id", columns="setting", values="verdict", aggfunc="first", sort=False)
+    print(f"Claim x setting for the {judged} of {cells} open-choice cells whose runs have all finished "
+          f"(seeds per cell: {', '.join(sorted({str(n) for n in table['seeds']}))}); not the study's table until "
+          f"every cell has trained:\n")
+    print(wide.to_string())
+    if args.out:
+        write_table(table, args.out)
 
 
 def gradnorm_by_position(params: dict) -> pd.DataFrame:
@@ -401,6 +451,9 @@ def register(subparsers) -> None:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
     p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
+    p.add_argument("--verdicts", action="store_true",
+                   help="instead: claim x setting so far, for the open-choice cells whose runs have all finished")
+    p.add_argument("--out", type=Path, default=None, help="with --verdicts: also write that table (CSV)")
     p.set_defaults(func=_status_main)
 
     p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
