@@ -11,12 +11,12 @@ import time
 
 import torch
 
-from blocklab import sweep
-from blocklab.fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
+from blocklab.model.fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
+from blocklab.model.peer import build_peer_model
 from blocklab.params import load_params
-from blocklab.peer import build_peer_model
-from blocklab.precision import autocast
-from blocklab.tasks import copy_batch, copy_loss
+from blocklab.training import sweep
+from blocklab.training.precision import autocast
+from blocklab.training.tasks import copy_batch, copy_loss
 
 torch.set_num_threads(1)
 tune_allocator()  # process-wide: every lane gets it (the fast lane's allocator gain is not in these ratios)

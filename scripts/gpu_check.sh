@@ -105,7 +105,7 @@ BL=("$PY" -m blocklab.cli)
 if ! "$PY" - <<'EOF' 2>&1 | tee -a "$RESULT"; then
 import torch
 import jsonschema, yaml  # the package's own needs: a missing one is named here, not deep inside a step
-from blocklab.precision import bf16_support
+from blocklab.training.precision import bf16_support
 if not torch.cuda.is_available():
     raise SystemExit(0)  # plumbing test
 p = torch.cuda.get_device_properties(0)

@@ -1,8 +1,8 @@
 """Deliberately broken blocks for the reviewer's tests: each one breaks exactly one rule of document 004."""
 from torch import nn
 
-from blocklab.blocks import DecoderOnlyBlock, EncoderBlock
 from blocklab.config import ModelConfig
+from blocklab.model.blocks import DecoderOnlyBlock, EncoderBlock
 
 
 def leaky_decoder(d_model: int = 64) -> DecoderOnlyBlock:

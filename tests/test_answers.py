@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from blocklab import answers
-from blocklab.claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 from blocklab.experiments.problem9 import standardized_scores
 from blocklab.params import load_params
+from blocklab.reporting import answers
+from blocklab.reporting.claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 
 TINY = load_params(Path(__file__).parents[1] / "configs" / "tiny.yaml")
 

@@ -4,9 +4,9 @@ import torch
 from torch import nn
 
 from blocklab import ConfigError, DecoderBlock, DecoderLM, EncoderBlock, EncoderDecoder, ModelConfig
-from blocklab.blocks import DecoderOnlyBlock
-from blocklab.counting import block_params, count_parameters, decoder_lm_params, encoder_decoder_params
-from blocklab.layers import Attention, LayerNorm, RMSNorm
+from blocklab.model.blocks import DecoderOnlyBlock
+from blocklab.model.counting import block_params, count_parameters, decoder_lm_params, encoder_decoder_params
+from blocklab.model.layers import Attention, LayerNorm, RMSNorm
 
 D, HEADS, HIDDEN = 32, 4, 64
 # Our modules vs torch's are different kernels (torch's fused MHA / SDPA / native LayerNorm), compared on one forward

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blocklab import claims
 from blocklab.params import load_params
+from blocklab.reporting import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def sweep_data(root: Path, curves: dict):
 
 
 def claims_outcome(losses):
-    from blocklab.sweep import classify
+    from blocklab.training.sweep import classify
 
     return classify(pd.Series(losses), 64)
 

@@ -15,13 +15,13 @@ from torch import nn
 
 from blocklab import EncoderBlock, EncoderDecoder, ModelConfig
 from blocklab.cli import main
-from blocklab.counting import count_parameters, encoder_decoder_params
 from blocklab.experiments import activation_norms as an
 from blocklab.experiments import reverse_copy as rc
 from blocklab.figures import doc004
 from blocklab.io import read_json
+from blocklab.model.counting import count_parameters, encoder_decoder_params
 from blocklab.params import validate_params
-from blocklab.tasks import reverse_batch
+from blocklab.training.tasks import reverse_batch
 
 REPO = Path(__file__).resolve().parents[1]
 D, HEADS = 16, 2

@@ -26,14 +26,14 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from blocklab.bench import capture_step_gemms, copy_step_flops, time_gemm_floor, train_copy_steps
-from blocklab.fastpath import PLAIN, FastPath, fuse_layernorms, tune_allocator, use_short_causal_attention
 from blocklab.config import ModelConfig
-from blocklab.layers import Attention, LayerNorm
+from blocklab.model.fastpath import PLAIN, FastPath, fuse_layernorms, tune_allocator, use_short_causal_attention
+from blocklab.model.layers import Attention, LayerNorm
 from blocklab.params import load_params
-from blocklab import sweep
-from blocklab.sweep import build_copy_model, copy_model_config, train_copy_run
-from blocklab.tasks import copy_batch, copy_loss
-from blocklab.train import train
+from blocklab.training import sweep
+from blocklab.training.sweep import build_copy_model, copy_model_config, train_copy_run
+from blocklab.training.tasks import copy_batch, copy_loss
+from blocklab.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -407,10 +407,10 @@ def test_batched_runs_give_each_runs_own_losses():
 
 def test_batched_runs_isolate_a_diverging_member(monkeypatch):
     """A member that goes non-finite stops where train.train stops, keeps its weights, and leaves the others alone."""
-    import blocklab.sweep
+    import blocklab.training.sweep
     from blocklab.bench import train_copy_group_batched
 
-    original = blocklab.sweep.build_copy_model
+    original = blocklab.training.sweep.build_copy_model
 
     def poisoned(cfg, seed):
         model = original(cfg, seed)
@@ -421,9 +421,9 @@ def test_batched_runs_isolate_a_diverging_member(monkeypatch):
 
     steps, runs = 6, [(0, 0), (0, 1)]
     params = _params(steps)
-    monkeypatch.setattr(blocklab.sweep, "build_copy_model", poisoned)
+    monkeypatch.setattr(blocklab.training.sweep, "build_copy_model", poisoned)
     healthy, sick = train_copy_group_batched(params, "pre", runs, steps)
-    monkeypatch.setattr(blocklab.sweep, "build_copy_model", original)
+    monkeypatch.setattr(blocklab.training.sweep, "build_copy_model", original)
     alone = train_copy_steps(params, "pre", 0, 0, steps, PLAIN)
     torch.testing.assert_close(torch.tensor(healthy["losses"]), torch.tensor(alone["losses"]), rtol=LOSS_RTOL, atol=0)
     assert sick["diverged_step"] == 1 and sick["losses"] == []
@@ -444,8 +444,8 @@ def _saved_model(params, norm, seed, run_dir):
 
 def test_group_job_writes_every_runs_artifacts_with_the_per_run_losses(tmp_path):
     """`blocklab train-copy-group` (sweep.batched) gives each run the artifacts and losses of its own `train-copy` job."""
-    from blocklab.batched import group_runs, train_copy_group
-    from blocklab.sweep import aggregate, run_name
+    from blocklab.training.batched import group_runs, train_copy_group
+    from blocklab.training.sweep import aggregate, run_name
 
     params = _params(6, fast_path=True)
     held_out = _held_out(params["copy_task"])
@@ -497,7 +497,7 @@ class _SkipOneFusedStep(torch.optim.Adam):
 
 
 def _broken_attention_scale(monkeypatch):
-    import blocklab.fastpath as fastpath
+    import blocklab.model.fastpath as fastpath
 
     apply = fastpath.CausalAttentionFunction.apply
     monkeypatch.setattr(fastpath.CausalAttentionFunction, "apply",
@@ -507,7 +507,7 @@ def _broken_attention_scale(monkeypatch):
 def _broken_functional(monkeypatch, **overrides):
     import types
 
-    import blocklab.fastpath as fastpath
+    import blocklab.model.fastpath as fastpath
 
     functions = {"linear": torch.nn.functional.linear, "layer_norm": torch.nn.functional.layer_norm, **overrides}
     monkeypatch.setattr(fastpath, "F", types.SimpleNamespace(**functions))
@@ -534,7 +534,7 @@ def test_the_fast_path_comparisons_catch_a_broken_fast_path(defect, monkeypatch)
 
 
 def test_the_batched_comparison_catches_a_skipped_member_step(monkeypatch):
-    from blocklab import batched
+    from blocklab.training import batched
 
     update = batched.adam_members
 

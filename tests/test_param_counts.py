@@ -7,12 +7,13 @@ import pytest
 import torch
 import yaml
 
-from blocklab import cli, hf_config
-from blocklab.blocks import EncoderBlock
+from blocklab import cli
 from blocklab.config import ConfigError, ModelConfig
-from blocklab.counting import count_parameters
 from blocklab.experiments import param_counts
-from blocklab.models import DecoderLM
+from blocklab.model import hf_config
+from blocklab.model.blocks import EncoderBlock
+from blocklab.model.counting import count_parameters
+from blocklab.model.models import DecoderLM
 
 LLAMA3_8B_PUBLISHED = 8_030_261_248  # Hugging Face safetensors total of meta-llama/Meta-Llama-3-8B
 

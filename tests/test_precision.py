@@ -25,13 +25,13 @@ import pandas as pd
 import pytest
 import torch
 
-from blocklab import precision as precision_mod
 from blocklab.config import ConfigError
 from blocklab.params import ParamsError, load_params, validate_params
 from blocklab.pipeline import training_settings
-from blocklab.precision import autocast, check_precision, cpu_bf16_units
 from blocklab.smoke import make_scratch_project
-from blocklab.sweep import train_copy_run
+from blocklab.training import precision as precision_mod
+from blocklab.training.precision import autocast, check_precision, cpu_bf16_units
+from blocklab.training.sweep import train_copy_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -79,8 +79,8 @@ def test_bf16_losses_track_fp32_within_rounding(tmp_path, norm, device):
 
 @needs_cpu_bf16
 def test_bf16_autocast_keeps_weights_and_loss_fp32():
-    from blocklab.sweep import build_copy_model, copy_model_config
-    from blocklab.tasks import copy_batch, copy_loss
+    from blocklab.training.sweep import build_copy_model, copy_model_config
+    from blocklab.training.tasks import copy_batch, copy_loss
 
     params = _params("bf16")
     model = build_copy_model(copy_model_config(params, "pre"), 0)
@@ -128,7 +128,7 @@ def test_precision_is_part_of_the_rule_params_only_off_the_old_default():
 
 @needs_cpu_bf16
 def test_checkpoint_of_the_other_precision_is_not_resumed(tmp_path):
-    from blocklab import train as train_mod
+    from blocklab.training import train as train_mod
 
     run = tmp_path / "run"
     run.mkdir()
@@ -144,8 +144,8 @@ def test_checkpoint_of_the_other_precision_is_not_resumed(tmp_path):
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cuda_batched_group_reproduces_the_per_run_jobs(tmp_path, precision):
     """The GPU layout (sweep.batched): each vmapped member gives its per-run job's losses on the same device."""
-    from blocklab.batched import train_copy_group_batched
-    from blocklab.fastpath import FastPath
+    from blocklab.training.batched import train_copy_group_batched
+    from blocklab.model.fastpath import FastPath
 
     params = _params(precision, device="cuda")
     runs, steps = [(0, 0), (20, 1)], params["sweep"]["steps"]

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from blocklab import ConfigError, DecoderLM, ModelConfig
 from blocklab.cli import main
-from blocklab.probe import (
+from blocklab.experiments.probe import (
     capture_stream, decoder_layers, load_causal_lm, measure_residual, probe_copy_run, prompt_ids, stream_stats,
 )
 
@@ -173,7 +173,7 @@ def tiny_run(tmp_path, norm: str, seed: int = 3) -> tuple[Path, ModelConfig, Dec
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @torch.no_grad()
 def test_copy_probe_init_and_trained_match_direct_forward(tmp_path, norm):
-    from blocklab.tasks import copy_batch
+    from blocklab.training.tasks import copy_batch
 
     run, cfg, trained = tiny_run(tmp_path, norm)
     stats = probe_copy_run(run, batch_seed=7)

@@ -14,12 +14,12 @@ import pytest
 from tiny_dag import run_in_project
 from fontTools.ttLib import TTFont
 
-from blocklab import answers
-from blocklab.browser import find_chromium, inspect_report
-from blocklab.claims import Data
 from blocklab.params import load_params
 from blocklab.pipeline import FIGURES
-from blocklab.report import SENSITIVITY_FIGURES
+from blocklab.reporting import answers
+from blocklab.reporting.browser import find_chromium, inspect_report
+from blocklab.reporting.claims import Data
+from blocklab.reporting.report import SENSITIVITY_FIGURES
 
 CHROMIUM = find_chromium()
 if CHROMIUM is None and os.environ.get("BLOCKLAB_REQUIRE_BROWSER"):

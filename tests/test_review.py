@@ -7,10 +7,11 @@ import torch
 from torch import nn
 
 import broken_blocks
-from blocklab import cli, hf_config
+from blocklab import cli
 from blocklab.config import ConfigError, ModelConfig
-from blocklab.layers import LayerNorm, RMSNorm
-from blocklab.review import EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind, review_hf_config, review_module
+from blocklab.model import hf_config
+from blocklab.model.layers import LayerNorm, RMSNorm
+from blocklab.model.review import EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind, review_hf_config, review_module
 
 MODERN = {"n_kv_heads": 2, "ffn_kind": "swiglu", "norm_kind": "rmsnorm", "position": "rope", "bias": False}
 
@@ -23,7 +24,7 @@ def severities(review, check):
 
 
 def test_our_prenorm_encoder_passes():
-    review = review_module("blocklab.blocks:EncoderBlock", "encoder")
+    review = review_module("blocklab.model.blocks:EncoderBlock", "encoder")
     assert review.verdict == "pass" and review.exit_status == EXIT_PASS
     assert review.facts["norm_position"]["position"] == "pre"
     assert set(review.facts["norm_modules"].values()) == {"layernorm"}  # ModelConfig's default norm
@@ -35,14 +36,14 @@ def test_our_prenorm_encoder_passes():
 
 
 def test_our_causal_decoder_only_block_passes():
-    review = review_module("blocklab.blocks:DecoderOnlyBlock", "decoder")
+    review = review_module("blocklab.model.blocks:DecoderOnlyBlock", "decoder")
     assert review.verdict == "pass"
     assert severities(review, "causal mask") == ["pass"]
     assert review.facts["causal"]["without_caller_mask"]["max_leak"] == 0.0
 
 
 def test_modern_decoder_detected_as_gqa_rmsnorm_swiglu_rope():
-    review = review_module("blocklab.blocks:DecoderOnlyBlock", "decoder", kwargs=MODERN)
+    review = review_module("blocklab.model.blocks:DecoderOnlyBlock", "decoder", kwargs=MODERN)
     (attention,) = review.facts["attention"].values()
     assert (attention["kind"], attention["heads"], attention["kv_heads"]) == ("GQA", ModelConfig().n_heads, 2)
     assert set(review.facts["norm_modules"].values()) == {"rmsnorm"}
@@ -52,7 +53,7 @@ def test_modern_decoder_detected_as_gqa_rmsnorm_swiglu_rope():
 
 
 def test_our_encoder_decoder_block_cross_attention():
-    review = review_module("blocklab.blocks:DecoderBlock", "cross")
+    review = review_module("blocklab.model.blocks:DecoderBlock", "cross")
     cross = review.facts["cross_attention"]
     assert cross["memory_changes_output"] and cross["keeps_target_shape"]
     assert cross["cross_attention_modules"] == ["cross.sublayer"]  # DecoderBlock.cross is the cross-attention
@@ -104,13 +105,13 @@ def test_leaking_decoder_is_rejected():
 
 @pytest.mark.parametrize("depth, warmup, rejected", [(24, 0, True), (24, 4000, False), (12, 0, False)])
 def test_deep_post_norm_without_warmup_is_rejected(depth, warmup, rejected):
-    review = review_module("blocklab.blocks:EncoderBlock", "encoder", kwargs={"norm_position": "post"},
+    review = review_module("blocklab.model.blocks:EncoderBlock", "encoder", kwargs={"norm_position": "post"},
                            depth=depth, warmup_steps=warmup)
     assert (review.verdict == "reject") is rejected
 
 
 def test_ffn_ratio_one_is_flagged():
-    review = review_module("blocklab.blocks:EncoderBlock", "encoder", kwargs={"ffn_ratio": 1.0})
+    review = review_module("blocklab.model.blocks:EncoderBlock", "encoder", kwargs={"ffn_ratio": 1.0})
     assert review.facts["ffn"]["ratio"] == 1.0
     assert severities(review, "ffn ratio") == ["flag"] and review.verdict == "flag"
 
@@ -171,23 +172,23 @@ def test_qwen3_vl_text_config_review():
 
 def test_cli_exit_statuses_and_json(tmp_path, capsys):
     out = tmp_path / "review.json"
-    argv = ["review", "--module", "blocklab.blocks:EncoderBlock", "--role", "encoder", "--json", str(out)]
+    argv = ["review", "--module", "blocklab.model.blocks:EncoderBlock", "--role", "encoder", "--json", str(out)]
     assert cli.main(argv) == EXIT_PASS
     saved = json.loads(out.read_text())
     assert saved["verdict"] == "pass" and saved["exit_status"] == 0 and "code" in saved
     assert cli.main(["review", "--module", "broken_blocks:leaky_decoder", "--role", "decoder"]) == EXIT_REJECT
-    assert cli.main(["review", "--module", "blocklab.blocks:EncoderBlock", "--role", "encoder",
+    assert cli.main(["review", "--module", "blocklab.model.blocks:EncoderBlock", "--role", "encoder",
                      "--kwargs", '{"ffn_ratio": 1}']) == EXIT_FLAG
     assert cli.main(["review", "--hf-config", "llama3-8b"]) == EXIT_PASS
 
 
 @pytest.mark.parametrize("argv", [
     ["--module", "no_such_package.mod:Block", "--role", "encoder"],
-    ["--module", "blocklab.blocks:NoSuchBlock", "--role", "encoder"],
+    ["--module", "blocklab.model.blocks:NoSuchBlock", "--role", "encoder"],
     ["--hf-config", "/no/such/config.json"],
-    ["--module", "blocklab.blocks:EncoderBlock"],  # no role
-    ["--module", "blocklab.blocks:DecoderBlock", "--role", "decoder"],  # needs memory: cannot be called as block(x)
-    ["--module", "blocklab.blocks:EncoderBlock", "--role", "encoder", "--kwargs", "[1]"],
+    ["--module", "blocklab.model.blocks:EncoderBlock"],  # no role
+    ["--module", "blocklab.model.blocks:DecoderBlock", "--role", "decoder"],  # needs memory: cannot be called as block(x)
+    ["--module", "blocklab.model.blocks:EncoderBlock", "--role", "encoder", "--kwargs", "[1]"],
 ])
 def test_cli_user_errors_exit_3_with_one_line(argv, capsys):
     assert cli.main(["review", *argv]) == EXIT_USAGE
@@ -197,7 +198,7 @@ def test_cli_user_errors_exit_3_with_one_line(argv, capsys):
 
 def test_cli_bad_choice_exits_3():
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["review", "--module", "blocklab.blocks:EncoderBlock", "--role", "sideways"])
+        cli.main(["review", "--module", "blocklab.model.blocks:EncoderBlock", "--role", "sideways"])
     assert exit_info.value.code == EXIT_USAGE
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
-from blocklab import claims
 from blocklab.experiments import sensitivity as sens
 from blocklab.params import ParamsError, load_params, validate_params
-from blocklab.train import train
+from blocklab.reporting import claims
+from blocklab.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = load_params(ROOT / "params.yaml")

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from blocklab import DecoderLM, ModelConfig
 from blocklab.params import load_params
-from blocklab.sweep import aggregate, build_copy_model, classify, copy_model_config, train_copy_run
-from blocklab.tasks import copy_batch, copy_loss
-from blocklab.train import train, warmup_factor
+from blocklab.training.sweep import aggregate, build_copy_model, classify, copy_model_config, train_copy_run
+from blocklab.training.tasks import copy_batch, copy_loss
+from blocklab.training.train import train, warmup_factor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"

@@ -1,7 +1,7 @@
 """blocklab: re-run the transformer-block experiments of two textbook chapters and regenerate their figures."""
-from .blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock, PostNormResidual, PreNormResidual
 from .config import ConfigError, ModelConfig
-from .models import DecoderLM, EncoderDecoder
+from .model.blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock, PostNormResidual, PreNormResidual
+from .model.models import DecoderLM, EncoderDecoder
 
 __version__ = "0.1.0"
 __all__ = [

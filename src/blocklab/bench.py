@@ -6,8 +6,8 @@ the fp32 matmul throughput measured in the same run:
 
     plain  one process, default torch threads, eager, the runs one after another (what a plain loop does)
     plain-WxT  the plain model in the fast lane's process layout: separates layout from kernels
-    peer   the same model written as public GPT code is (blocklab.peer: fused qkv Linear, SDPA is_causal, nn.LayerNorm,
-           fused Adam), in the fast lane's process layout: what a careful user would write
+    peer   the same model written as public GPT code is (blocklab.model.peer: fused qkv Linear, SDPA is_causal,
+           nn.LayerNorm, fused Adam), in the fast lane's process layout: what a careful user would write
     fast   W worker processes x T threads, each run afresh (dynamo reset, as a new pipeline job would), with
            FusedLayerNorm, ShortCausalAttention, fused Adam, a tuned allocator and optionally torch.compile
     bf16   the fast lane under bf16 autocast (sweep.precision: bf16), where the device has bf16 units
@@ -41,17 +41,18 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import provenance, sweep
+from . import provenance
 from .config import ConfigError
 from .io import write_json
-from .batched import train_copy_group_batched
-from .fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
+from .model.fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
+from .model.peer import build_peer_model
 from .params import load_params
-from .peer import build_peer_model
-from .precision import bf16_support, check_precision
 from .runtime import resolve_device, set_threads
-from .tasks import copy_batch, copy_loss
-from .train import train
+from .training import sweep
+from .training.batched import train_copy_group_batched
+from .training.precision import bf16_support, check_precision
+from .training.tasks import copy_batch, copy_loss
+from .training.train import train
 
 RESULT_TAG = "BLOCKLAB-BENCH-RESULT "  # worker replies are the stdout lines that start with this; anything else is noise
 JSON_TAG = "bench-json: "
@@ -112,8 +113,8 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
     """Train one sweep run for ``steps`` steps with ``train.train``, timing every step. Returns timings and losses.
 
     The model, data stream and loss are those of ``sweep.train_copy_run``; only checkpoints and files are left out.
-    ``model_kind`` "peer" trains ``blocklab.peer``'s model of the same size instead (``fast`` then only sets fused Adam
-    and compile); ``precision`` as ``sweep.precision``.
+    ``model_kind`` "peer" trains ``blocklab.model.peer``'s model of the same size instead (``fast`` then only sets fused
+    Adam and compile); ``precision`` as ``sweep.precision``.
     """
     task, settings = params["copy_task"], params["sweep"]
     torch._dynamo.reset()  # a pipeline job is a fresh process: it compiles again (the on-disk caches still count)
@@ -361,7 +362,7 @@ class Lane:
     threads: int  # 0: torch's default (all cores)
     process_per_run: bool  # a pipeline job per run pays a process start per run; a plain loop pays it once
     batched: bool = False  # all runs of a round in one process, one vmapped model per norm position
-    model: str = "blocklab"  # or "peer": blocklab.peer's GPT-style model of the same size
+    model: str = "blocklab"  # or "peer": blocklab.model.peer's GPT-style model of the same size
     precision: str = "fp32"  # sweep.precision of the lane
 
     def describe(self) -> str:
@@ -644,7 +645,7 @@ def register(subparsers) -> None:
     p.add_argument("--layout-ref", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the plain model in the fast path's process layout (separates layout from kernels)")
     p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
-                   help="time the peer-style model (blocklab.peer) in the fast lane's layout: a baseline")
+                   help="time the peer-style model (blocklab.model.peer) in the fast lane's layout: a baseline")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="add the fast path under bf16 autocast (default: where the device has bf16 units)")
     p.add_argument("--batched", action="store_true",

@@ -10,9 +10,9 @@ from .config import ConfigError
 # Subcommand -> the module that defines it (with register(subparsers), setting `func` on its parser).
 # Only the module of the command being run is imported, so one broken or slow module never affects the others.
 COMMANDS = {
-    "train-copy": "blocklab.sweep",
-    "train-copy-group": "blocklab.batched",
-    "aggregate-sweep": "blocklab.sweep",
+    "train-copy": "blocklab.training.sweep",
+    "train-copy-group": "blocklab.training.batched",
+    "aggregate-sweep": "blocklab.training.sweep",
     "gradnorm": "blocklab.experiments.gradnorm",
     "train-sensitivity": "blocklab.experiments.sensitivity",
     "sensitivity-gradnorm": "blocklab.experiments.sensitivity",
@@ -27,16 +27,16 @@ COMMANDS = {
     "residual-ablation": "blocklab.experiments.activation_norms",
     "train-reverse": "blocklab.experiments.reverse_copy",
     "aggregate-reverse": "blocklab.experiments.reverse_copy",
-    "probe-residual": "blocklab.probe",
-    "probe-copy": "blocklab.probe",
-    "review": "blocklab.review",
-    "claims": "blocklab.claims",
-    "report": "blocklab.report",
-    "figure": "blocklab.report",
-    "inspect-report": "blocklab.browser",
+    "probe-residual": "blocklab.experiments.probe",
+    "probe-copy": "blocklab.experiments.probe",
+    "review": "blocklab.model.review",
+    "claims": "blocklab.reporting.claims",
+    "report": "blocklab.reporting.report",
+    "figure": "blocklab.reporting.report",
+    "inspect-report": "blocklab.reporting.browser",
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
-    "gallery": "blocklab.gallery",
+    "gallery": "blocklab.reporting.gallery",
 }
 
 

@@ -8,7 +8,7 @@ PROBED_RUNS = expand(
 
 rule probe_lm:
     input:
-        code_files("probe"),
+        code_files("experiments/probe"),
     output:
         "data/probe/lm.csv",
     params:
@@ -25,7 +25,7 @@ rule probe_lm:
 
 rule probe_copy:
     input:
-        code_files("probe"),
+        code_files("experiments/probe"),
         [f"{run}/model.safetensors" for run in PROBED_RUNS],
         [f"{run}/meta.json" for run in PROBED_RUNS],
     output:

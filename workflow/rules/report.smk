@@ -15,8 +15,8 @@ rule claims:
     input:
         ANALYSIS_DATA,
         SENSITIVITY_TABLES["summary"] if config["sensitivity"]["in_report"] else [],  # the depth claim
-        claims="src/blocklab/claims.yaml",
-        code=code_files("claims"),
+        claims="src/blocklab/reporting/claims.yaml",
+        code=code_files("reporting/claims"),
     output:
         "data/claims/claims.csv",
     shell:
@@ -29,9 +29,9 @@ rule report:
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
-        figure_code=code_files("report", "answers", "figures/style", "figures/doc000", "figures/doc004", "figures/params",
-                               "figures/probe"),
-        answers="src/blocklab/answers.yaml",
+        figure_code=code_files("reporting/report", "reporting/answers", "figures/style", "figures/doc000", "figures/doc004",
+                               "figures/params", "figures/probe"),
+        answers="src/blocklab/reporting/answers.yaml",
     output:
         figures=[report(f"figs/{name}.png", caption="../report/figure.rst", category=f"document {FIGURE_DOCUMENT[name]}",
                         labels={"figure": name, "data": ", ".join(FIGURES[name])}) for name in FIGURES],

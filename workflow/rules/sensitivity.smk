@@ -59,8 +59,8 @@ rule aggregate_sensitivity:
     input:
         [f"{run}/meta.json" for run in SENSITIVITY_RUNS],
         SENSITIVITY_GRADNORM,
-        code=code_files("experiments/sensitivity", "claims"),
-        claims="src/blocklab/claims.yaml",
+        code=code_files("experiments/sensitivity", "reporting/claims"),
+        claims="src/blocklab/reporting/claims.yaml",
     output:
         *SENSITIVITY_TABLES.values(),
     params:

@@ -1,7 +1,7 @@
 """First look (issue 13): the gradient-norm claims judged under each position signal, by the claims' own checks."""
 import pandas as pd
-from blocklab import claims
 from blocklab.params import load_params
+from blocklab.reporting import claims
 D = "docs/sensitivity/first-look"
 params = load_params("params.yaml")
 g = pd.read_csv(f"{D}/gradnorm.csv")

@@ -20,10 +20,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..blocks import EncoderBlock, PreNormResidual
 from ..config import ModelConfig
-from ..init import initialize
 from ..io import write_json, write_table
+from ..model.blocks import EncoderBlock, PreNormResidual
+from ..model.init import initialize
 from ..params import load_params
 from ..provenance import stamp
 from ..runtime import set_threads

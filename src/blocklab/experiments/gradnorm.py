@@ -11,12 +11,12 @@ import torch
 
 from ..config import ModelConfig
 from ..io import write_json, write_table
-from ..models import DecoderLM
+from ..model.models import DecoderLM
 from ..params import load_params
 from ..provenance import stamp
 from ..runtime import set_threads
-from ..sweep import copy_model_config
-from ..tasks import copy_batch, copy_loss
+from ..training.sweep import copy_model_config
+from ..training.tasks import copy_batch, copy_loss
 
 
 def measure_gradnorms(model_cfg: ModelConfig, task: dict, seed: int) -> pd.DataFrame:

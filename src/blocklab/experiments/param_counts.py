@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .. import hf_config
-from ..blocks import EncoderBlock
 from ..config import ModelConfig
-from ..counting import block_params, count_parameters, decoder_lm_params
 from ..io import write_json, write_table
+from ..model import hf_config
+from ..model.blocks import EncoderBlock
+from ..model.counting import block_params, count_parameters, decoder_lm_params
 from ..params import load_params
 from ..provenance import stamp
 

@@ -22,14 +22,14 @@ import torch
 
 from .. import provenance
 from ..config import ConfigError, ModelConfig
-from ..counting import count_parameters
 from ..io import read_json, read_table, write_table
-from ..models import EncoderDecoder
+from ..model.counting import count_parameters
+from ..model.models import EncoderDecoder
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
-from ..sweep import classify
-from ..tasks import copy_loss, reverse_batch
-from ..train import train, write_run
+from ..training.sweep import classify
+from ..training.tasks import copy_loss, reverse_batch
+from ..training.train import train, write_run
 
 log = logging.getLogger("blocklab.reverse_copy")
 

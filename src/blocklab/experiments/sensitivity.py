@@ -141,7 +141,7 @@ def available_precisions(params: dict, precisions: list[str]) -> list[str]:
     warning (the study is made of the rest), rather than failing its jobs one by one."""
     if "bf16" not in precisions:
         return list(precisions)
-    from ..precision import bf16_support
+    from ..training.precision import bf16_support
     from ..runtime import resolve_device
 
     ok, why = bf16_support(resolve_device(params["device"]))
@@ -155,7 +155,7 @@ def available_precisions(params: dict, precisions: list[str]) -> list[str]:
 
 def plan(params: dict) -> pd.DataFrame:
     """Every run of the study: family (choices | depth_lr), the cell, norm, warm-up, seed and its run directory."""
-    from ..sweep import run_name
+    from ..training.sweep import run_name
 
     sens, sweep = params["sensitivity"], params["sweep"]
     base = default_cell(params)
@@ -206,7 +206,7 @@ LOSS_AT = (100, 200, 300)
 def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses and one summary row per (family, run) of the plan (or of ``planned``, some of its rows),
     read from the runs' own files."""
-    from ..sweep import classify
+    from ..training.sweep import classify
 
     root = Path(root)
     rule = params["sensitivity"]["early_stop"]
@@ -254,7 +254,7 @@ def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
 
 def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame, gradnorm: pd.DataFrame) -> pd.DataFrame:
     """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs."""
-    from .. import claims
+    from ..reporting import claims
 
     rows = []
     settings = summary.loc[summary["family"] == "choices", ["setting", "position", "batch_size", "precision"]]
@@ -466,7 +466,7 @@ def register(subparsers) -> None:
 
 def _train_main(args) -> None:
     from ..runtime import set_threads
-    from ..sweep import train_copy_run
+    from ..training.sweep import train_copy_run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..io import atomic_path, read_table
+from ..params import load_params
+from ..pipeline import FIGURES
 from . import answers as answers_mod
 from .claims import DOCUMENT_SETUP, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
-from .io import atomic_path, read_table
-from .params import load_params
-from .pipeline import FIGURES
 
 VERDICT_ORDER = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_CHECKABLE)
 VERDICT_CLASS = {REPRODUCED: "v-ok", PARTLY: "v-partly", NOT_REPRODUCED: "v-no", NOT_CHECKABLE: "v-na"}
@@ -72,7 +72,7 @@ def _frames(data: Path, name: str) -> list[pd.DataFrame]:
 
 def build_figure(name: str, params: dict, data: str | Path = "data", lang: str | None = None):
     """Draw one figure of ``FIGURES`` from its cached data; returns the matplotlib Figure."""
-    from .figures import doc000, doc004, params as params_figs, probe, style
+    from ..figures import doc000, doc004, params as params_figs, probe, style
 
     lang = lang or params["figures"]["lang"]
     style.setup(lang)
@@ -95,7 +95,7 @@ def build_figure(name: str, params: dict, data: str | Path = "data", lang: str |
 
 def save_figure(name: str, params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None):
     """Draw and save ``figs/<name>.png`` with a JSON sidecar naming its data files and parameters."""
-    from .figures import style
+    from ..figures import style
 
     fig = build_figure(name, params, data, lang)
     sources = [str(Path(data) / Path(p).relative_to("data")) for p in FIGURES[name]]
@@ -172,7 +172,7 @@ class Report:
         return f"sec-{key}"
 
     def header(self) -> str:
-        from .provenance import code_version
+        from ..provenance import code_version
 
         p = self.params
         commit = (code_version().get("git_commit") or "?")[:10]
@@ -237,7 +237,7 @@ class Report:
             return ""
         frame = self.data.table(relative)
         if name == "reverse_copy":
-            from .experiments.reverse_copy import variant_table
+            from ..experiments.reverse_copy import variant_table
 
             frame = variant_table(frame[~frame["match_params"].astype(bool)])
         if name == "problem9":

@@ -8,14 +8,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import provenance
-from .config import ConfigError, ModelConfig
-from .fastpath import PLAIN, FastPath, apply_fast_path
-from .io import read_json, read_table, write_table
-from .models import DecoderLM
-from .params import load_params
+from .. import provenance
+from ..config import ConfigError, ModelConfig
+from ..io import read_json, read_table, write_table
+from ..model.fastpath import PLAIN, FastPath, apply_fast_path
+from ..model.models import DecoderLM
+from ..params import load_params
+from ..runtime import resolve_device, set_threads
 from .precision import check_precision
-from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
 from .train import train, write_run
 

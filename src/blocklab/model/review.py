@@ -40,10 +40,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import ConfigError, ModelConfig
+from ..io import write_json
+from ..provenance import stamp
 from . import hf_config
-from .config import ConfigError, ModelConfig
-from .io import write_json
-from .provenance import stamp
 
 EXIT_PASS, EXIT_FLAG, EXIT_REJECT, EXIT_USAGE = 0, 1, 2, 3
 ROLES = ("encoder", "decoder", "cross")
@@ -65,7 +65,7 @@ EXIT_HELP = """exit status:
 supported --module targets:
   torch.nn:TransformerEncoderLayer / TransformerDecoderLayer  built as cls(d_model, nhead=4,
       dim_feedforward=4*d_model, dropout=0, batch_first=True, **kwargs)
-  a class taking a ModelConfig (first argument named cfg/config), e.g. blocklab.blocks:EncoderBlock
+  a class taking a ModelConfig (first argument named cfg/config), e.g. blocklab.model.blocks:EncoderBlock
       built as cls(ModelConfig(d_model=..., n_heads=4, **kwargs))
   a class taking d_model (or dim / embed_dim / hidden_size) and optionally nhead / n_heads / num_heads
   a factory function, called with d_model=... when it accepts it, else with no arguments

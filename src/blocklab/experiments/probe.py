@@ -28,13 +28,13 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import provenance
-from .config import ConfigError, ModelConfig
-from .io import read_json, write_json, write_table
-from .models import DecoderLM
-from .params import SMOLLM2, load_params
-from .runtime import resolve_device, set_threads
-from .tasks import copy_batch
+from .. import provenance
+from ..config import ConfigError, ModelConfig
+from ..io import read_json, write_json, write_table
+from ..model.models import DecoderLM
+from ..params import SMOLLM2, load_params
+from ..runtime import resolve_device, set_threads
+from ..training.tasks import copy_batch
 
 log = logging.getLogger("blocklab.probe")
 
@@ -229,7 +229,7 @@ def probe_copy_run(run_dir, batch_seed: int = COPY_BATCH_SEED, build=None) -> pd
     meta = read_json(meta_path)
     cfg, seed = ModelConfig.from_dict(meta["model_config"]), int(meta["seed"])
     if build is None:
-        from .sweep import build_copy_model as build
+        from ..training.sweep import build_copy_model as build
     tokens = copy_probe_tokens(meta["copy_task"], batch_seed)
     init = measure_copy_model(build(cfg, seed), tokens).assign(state="init")
     trained = measure_copy_model(load_trained_weights(DecoderLM(cfg), weights), tokens).assign(state="trained")

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from .io import atomic_path
+from ..io import atomic_path
 from .precision import autocast
 
 log = logging.getLogger("blocklab.train")
@@ -93,7 +93,7 @@ def train(
     ``loss_fn(model, batch)`` returns a scalar loss. Training stops at the first non-finite loss (recorded as diverged).
     ``fused_adam`` updates every parameter in one kernel: the same Adam update up to float rounding, fewer memory passes.
     ``precision`` "bf16" runs ``loss_fn`` (forward and loss) under bf16 autocast, weights and Adam staying fp32
-    (``blocklab.precision``); a checkpoint of the other precision is not resumed from (training starts afresh).
+    (``blocklab.training.precision``); a checkpoint of the other precision is not resumed from (training starts afresh).
     ``stop_when(losses)`` is asked after every step with the losses so far; True ends training there (an early stop,
     recorded in ``result.stopped_step``). It sees the restored losses after a resume, so a resumed run stops at the
     same step as an uninterrupted one.
@@ -142,7 +142,7 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     """A finished run's artifacts: loss.csv and weights first, meta.json last (its presence marks a finished run)."""
     from safetensors.torch import save_file
 
-    from .io import write_json, write_table
+    from ..io import write_json, write_table
 
     write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), Path(out_dir) / "loss.csv")
     with atomic_path(Path(out_dir) / "model.safetensors") as tmp:

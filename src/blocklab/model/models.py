@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..config import ModelConfig
 from .blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock
-from .config import ModelConfig
 from .init import initialize
 from .layers import make_norm, make_position
 

@@ -1,7 +1,7 @@
 """Closed-form parameter counts from a configuration, term by term as document 004 writes them."""
 from __future__ import annotations
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 
 def norm_params(cfg: ModelConfig) -> int:

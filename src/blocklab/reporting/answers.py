@@ -24,7 +24,7 @@ COMPUTE = {}
 
 
 def texts() -> dict:
-    return yaml.safe_load(resources.files("blocklab").joinpath("answers.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load(resources.files("blocklab.reporting").joinpath("answers.yaml").read_text(encoding="utf-8"))
 
 
 def computes(fn):
@@ -364,7 +364,7 @@ def _e1(data: Data, t: dict, lang: str) -> dict:
 
 @computes
 def _e2(data: Data, t: dict, lang: str) -> dict:
-    from .experiments.activation_norms import verdict
+    from ..experiments.activation_norms import verdict
 
     norms = data.table("activation_norms/norms.csv")
     judged = verdict(norms)
@@ -381,7 +381,7 @@ def _e2(data: Data, t: dict, lang: str) -> dict:
 
 @computes
 def _e3(data: Data, t: dict, lang: str) -> dict:
-    from .experiments.reverse_copy import variant_table
+    from ..experiments.reverse_copy import variant_table
 
     summary = data.table("reverse_copy/summary.csv")
     table = variant_table(summary[~summary["match_params"].astype(bool)]).set_index("variant")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .config import ModelConfig
+from ..config import ModelConfig
 from .layers import Attention, make_ffn, make_norm
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import atomic_path, read_json, read_table
-from .params import load_params
-from .pipeline import FIGURES
+from ..io import atomic_path, read_json, read_table
+from ..params import load_params
+from ..pipeline import FIGURES
 
 CAPTIONS = {
     "loss_curves": "Copy-task loss, norm position × warm-up; seeds as thin lines, ln 64 dotted (document 000).",
@@ -92,7 +92,7 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
 
     study = data / "sensitivity" / "summary.csv"
     if study.exists():  # the sensitivity study was run: its figures too
-        from .experiments.sensitivity import FIGURES as STUDY_FIGURES, save_figures
+        from ..experiments.sensitivity import FIGURES as STUDY_FIGURES, save_figures
 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:

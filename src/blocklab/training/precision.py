@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ConfigError
+from ..config import ConfigError
 
 PRECISIONS = ("fp32", "bf16")
 DEFAULT = "fp32"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
+from ..model.fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
+from ..params import load_params
+from ..runtime import resolve_device, set_threads
 from . import sweep
-from .fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
-from .params import load_params
 from .precision import autocast, check_precision
-from .runtime import resolve_device, set_threads
 from .tasks import copy_batch, copy_loss
 from .train import TrainResult, warmup_factor, write_run
 

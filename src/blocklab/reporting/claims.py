@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .io import read_table, write_table
-from .params import load_params
+from ..io import read_table, write_table
+from ..params import load_params
 
 REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_CHECKABLE = "reproduced", "partly", "not reproduced", "not checkable here"
 CHECKS = {}
@@ -46,7 +46,7 @@ class NotCheckable(Exception):
 
 
 def load_claims() -> list[dict]:
-    return yaml.safe_load(resources.files("blocklab").joinpath("claims.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load(resources.files("blocklab.reporting").joinpath("claims.yaml").read_text(encoding="utf-8"))
 
 
 def fmt(values) -> str:
@@ -273,8 +273,8 @@ def encdec_shapes(data: Data):
     """Steps 3-4 computed here and now: cheap, and the shape is the claim."""
     import torch
 
-    from .config import ModelConfig
-    from .models import EncoderDecoder
+    from ..config import ModelConfig
+    from ..model.models import EncoderDecoder
 
     shapes = {}
     for name, swap in {"classic": dict(norm_kind="layernorm", ffn_kind="relu", position="sinusoidal"),
@@ -312,8 +312,8 @@ def arithmetic_audit(data: Data):
 
 @check
 def llama_scale(data: Data):
-    from .config import ModelConfig
-    from .counting import decoder_lm_params
+    from ..config import ModelConfig
+    from ..model.counting import decoder_lm_params
 
     models = data.table("param_counts/models.csv").set_index("model")
     if "llama3-8b" not in models.index:
@@ -333,7 +333,7 @@ def llama_scale(data: Data):
 
 @check
 def activation_norms(data: Data):
-    from .experiments.activation_norms import verdict
+    from ..experiments.activation_norms import verdict
 
     judged = verdict(data.table("activation_norms/norms.csv"))
     parts = [f"{r.norm} {r.depth} blocks: input {r.input_norm:.1f} -> {r.last_norm:.1f} (×{r.growth:.2f})"
@@ -346,7 +346,7 @@ def activation_norms(data: Data):
 
 @check
 def residual_ablation(data: Data, layers: int):
-    from .experiments.activation_norms import vanishing_summary
+    from ..experiments.activation_norms import vanishing_summary
 
     summary = vanishing_summary(data.table("activation_norms/residual_ablation.csv"))
     summary = summary[(summary["threshold"] == 1e-3) & (summary["target"] == summary["target"].iloc[0])]
@@ -371,7 +371,7 @@ def residual_ablation(data: Data, layers: int):
 
 @check
 def swap_effect(data: Data, variant: str):
-    from .experiments.reverse_copy import variant_table
+    from ..experiments.reverse_copy import variant_table
 
     summary = data.table("reverse_copy/summary.csv")
     table = variant_table(summary[~summary["match_params"].astype(bool)]).set_index("variant")

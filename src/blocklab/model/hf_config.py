@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import ConfigError, ModelConfig
+from ..config import ConfigError, ModelConfig
 
 SHIPPED = {"llama3-8b": "llama3-8b.json", "qwen3-vl-4b-text": "qwen3-vl-4b-text.json"}
 
@@ -104,7 +104,7 @@ class HFArchitecture:
 def shipped_path(name: str):
     if name not in SHIPPED:
         raise ConfigError(f"unknown shipped config {name!r}; allowed: {sorted(SHIPPED)}")
-    return resources.files("blocklab").joinpath("hf_configs", SHIPPED[name])
+    return resources.files("blocklab.model").joinpath("hf_configs", SHIPPED[name])
 
 
 def load_config_dict(source: str | Path | dict) -> dict:
