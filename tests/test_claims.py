@@ -60,6 +60,13 @@ def test_loss_at_step_judges_order_of_magnitude(tmp_path, document_params):
     assert claims.final_losses_near_chance(data, "pre", 0)[1] == claims.NOT_REPRODUCED
     assert claims.failed_runs(data, "post", expected=2)[1] == claims.REPRODUCED
     assert claims.failed_runs(data, "post", expected=4)[1] == claims.NOT_REPRODUCED
+    # a count the document gives over its own number of runs is undecidable over another number of runs
+    with pytest.raises(claims.NotCheckable, match="over 6 runs; this table has 2"):
+        claims.failed_runs(data, "post", expected=4, of=6)
+    assert claims.failed_runs(data, "post", expected=2, of=2)[1] == claims.REPRODUCED
+    with pytest.raises(claims.NotCheckable, match="over 3 runs; this table has 2"):
+        claims.outcome_count(data, "pre", 0, "learned", 1, of=3)
+    assert claims.outcome_count(data, "pre", 0, "learned", "all")[1] == claims.REPRODUCED  # "all" fits any count
 
 
 def test_other_setups_are_not_checkable(tmp_path, document_params):

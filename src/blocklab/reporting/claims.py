@@ -125,10 +125,19 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, low: float, high: flo
     return f"per seed {fmt(at)}", verdict
 
 
+def _require_document_count(runs: pd.DataFrame, of: int | None, what: str):
+    """A count the document gives over its own number of runs ("1 of 3 seeds", "4 of 6") is undecidable over another
+    number (e.g. the sensitivity study's one seed per cell): 0 of 1 neither agrees nor disagrees with 1 of 3."""
+    if of is not None and len(runs) != of:
+        raise NotCheckable(f"the document counts {what} over {of} runs; this table has {len(runs)} "
+                           f"({', '.join(runs['run'] + ': ' + runs['outcome'])})")
+
+
 @check
-def outcome_count(data: Data, norm: str, warmup: int, outcome: str, expected):
+def outcome_count(data: Data, norm: str, warmup: int, outcome: str, expected, of: int | None = None):
     _require_document_setup(data, warmup)
     runs = _runs(data, norm, warmup)
+    _require_document_count(runs, of, f"{outcome} {norm}-norm runs")
     count = int((runs["outcome"] == outcome).sum())
     want = len(runs) if expected == "all" else int(expected)
     measured = f"{count} of {len(runs)} {outcome} (outcomes: {', '.join(runs['outcome'])})"
@@ -138,9 +147,10 @@ def outcome_count(data: Data, norm: str, warmup: int, outcome: str, expected):
 
 
 @check
-def failed_runs(data: Data, norm: str, expected: int):
+def failed_runs(data: Data, norm: str, expected: int, of: int | None = None):
     _require_document_setup(data)
     runs = _runs(data, norm)
+    _require_document_count(runs, of, f"failed {norm}-norm runs")
     failed = int((runs["outcome"] != "learned").sum())
     measured = f"{failed} of {len(runs)} did not learn ({', '.join(runs['run'] + ': ' + runs['outcome'])})"
     if failed == expected:
