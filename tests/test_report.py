@@ -73,6 +73,27 @@ def test_every_answer_is_shown_with_the_numbers_of_the_data(seen, snake_project)
         assert "민감도 연구(" in shown["p11c"]["text"]
 
 
+def test_claim_by_setting_table_shows_every_verdict_its_measurement_and_the_agreement(snake_project):
+    import html as html_mod
+
+    from blocklab.experiments.sensitivity import robustness
+
+    data = snake_project / "data" / "sensitivity" / "claims_by_setting.csv"
+    if not load_params(snake_project / "params.yaml")["sensitivity"]["in_report"]:
+        pytest.skip("the tiny configuration does not put the study in the report")
+    by_setting = pd.read_csv(data, keep_default_na=False)
+    page = (snake_project / "reports" / "analysis.html").read_text(encoding="utf-8")
+    table = re.search(r'<table class="blocklab sensitivity".*?</table>', page, re.S).group(0)
+    rows = {re.search(r"<td>(.*?)</td>", r).group(1): r for r in re.findall(r"<tr><td>.*?</tr>", table, re.S)}
+    assert set(rows) == set(by_setting["id"])
+    titles = {claim_id: [html_mod.unescape(s) for s in re.findall(r'title="(.*?)"', row)] for claim_id, row in rows.items()}
+    for claim_id, group in by_setting.groupby("id", sort=False):  # each cell carries what was measured in its setting
+        assert titles[claim_id] == list(group["measured"])
+    agree = robustness(by_setting).set_index("id")
+    for claim_id, row in rows.items():
+        assert f'<td class="agree">{agree.loc[claim_id, "agree"]}/{agree.loc[claim_id, "settings"]}</td>' in row
+
+
 def embedded_font_characters(page: str) -> set[str]:
     """Every character the report's embedded @font-face fonts have a glyph for."""
     covered = set()

@@ -276,15 +276,20 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
 
 
 def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: its verdict under the default setting and whether every other setting agrees."""
+    """One row per claim: its verdict under the default setting (else the commonest), how many settings agree with
+    it, the settings that do not, and ``robust``: judged ("not checkable here" is no verdict) under at least one
+    setting, and the same verdict under every setting."""
+    from ..reporting.claims import NOT_CHECKABLE
+
     rows = []
     for claim_id, group in by_setting.groupby("id", sort=False):
-        default = group[group["default"]]
-        verdicts = group.set_index("setting")["verdict"]
-        rows.append({"id": claim_id, "claim": group["claim"].iloc[0],
-                     "default_verdict": default["verdict"].iloc[0] if len(default) else None,
-                     "robust": verdicts.nunique() == 1,
-                     "verdicts": "; ".join(f"{s}: {v}" for s, v in verdicts.items())})
+        default = group[group["default"].astype(bool)]
+        ref = default["verdict"].iloc[0] if len(default) else group["verdict"].mode().iloc[0]
+        checkable = bool((group["verdict"] != NOT_CHECKABLE).any())
+        rows.append({"id": claim_id, "default_verdict": ref,
+                     "settings": len(group), "agree": int((group["verdict"] == ref).sum()), "checkable": checkable,
+                     "robust": checkable and bool((group["verdict"] == ref).all()),
+                     "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in group[group["verdict"] != ref].itertuples())})
     return pd.DataFrame(rows)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..experiments.sensitivity import robustness
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 
 ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")
@@ -282,20 +283,6 @@ def _p11c(data: Data, t: dict, lang: str) -> dict:
     if not sensitivity_present(data):
         return {"scope": scope, "sensitivity": t["sens_absent"][lang]}
     return {"scope": scope, "sensitivity": _sensitivity_text(data, t, lang)}
-
-
-def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
-    """Per claim: its verdict in the default setting, how many settings agree with it, and the settings that do not.
-    ``robust``: judged under at least one setting, and the same verdict under every setting."""
-    rows = []
-    for claim_id, g in by_setting.groupby("id", sort=False):
-        default = g[g["default"].astype(bool)]
-        ref = default["verdict"].iloc[0] if len(default) else g["verdict"].mode().iloc[0]
-        checkable = bool((g["verdict"] != NOT_CHECKABLE).any())
-        rows.append({"id": claim_id, "default_verdict": ref, "settings": len(g), "agree": int((g["verdict"] == ref).sum()),
-                     "checkable": checkable, "robust": checkable and bool((g["verdict"] == ref).all()),
-                     "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in g[g["verdict"] != ref].itertuples())})
-    return pd.DataFrame(rows)
 
 
 def _sensitivity_text(data: Data, t: dict, lang: str) -> str:

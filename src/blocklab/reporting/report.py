@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
+from ..experiments.sensitivity import robustness
 from ..params import load_params
 from ..pipeline import FIGURES
 from . import answers as answers_mod
@@ -295,17 +296,24 @@ class Report:
         by_setting = self.data.table(answers_mod.SENSITIVITY["claims_by_setting"])
         verdicts = self.texts["verdicts"]
         settings = list(dict.fromkeys(by_setting["setting"]))
-        pivot = by_setting.pivot_table(index=["id", "claim"], columns="setting", values="verdict", aggfunc="first", sort=False)
+        judged = by_setting.set_index(["id", "setting"])
+        agree = robustness(by_setting).set_index("id")
         head_row = "".join(f"<th>{html.escape(s)}</th>" for s in settings)
         rows = []
-        for (claim_id, claim), row in pivot.iterrows():
-            cells = "".join(f'<td class="{VERDICT_CLASS.get(row.get(s), "")}">'
-                            f'{html.escape(verdicts.get(row.get(s), {self.lang: str(row.get(s))})[self.lang])}</td>'
-                            for s in settings)
-            rows.append(f"<tr><td>{html.escape(claim_id)}</td><td>{html.escape(str(claim))}</td>{cells}</tr>")
+        for claim_id, group in by_setting.groupby("id", sort=False):
+            cells = []
+            for s in settings:  # the verdict, and what was measured there on hovering it
+                verdict = judged["verdict"].get((claim_id, s))
+                measured = str(judged["measured"].get((claim_id, s), ""))
+                cells.append(f'<td class="{VERDICT_CLASS.get(verdict, "")}" title="{html.escape(measured)}">'
+                             f'{html.escape(verdicts.get(verdict, {self.lang: str(verdict)})[self.lang])}</td>')
+            a = agree.loc[claim_id]
+            rows.append(f"<tr><td>{html.escape(claim_id)}</td><td>{html.escape(str(group['claim'].iloc[0]))}</td>"
+                        f"{''.join(cells)}<td class=\"agree\">{a['agree']}/{a['settings']}</td></tr>")
         names = self.column_names()
         parts.append(f'<table class="blocklab sensitivity" data-sensitivity="present"><caption>{html.escape(self.t("sensitivity_table"))}</caption>'
-                     f"<thead><tr><th>{names['id'][self.lang]}</th><th>{names['claim'][self.lang]}</th>{head_row}</tr></thead>"
+                     f"<thead><tr><th>{names['id'][self.lang]}</th><th>{names['claim'][self.lang]}</th>{head_row}"
+                     f"<th>{html.escape(self.t('sensitivity_agree'))}</th></tr></thead>"
                      f"<tbody>{''.join(rows)}</tbody></table>")
         return "".join(parts)
 
