@@ -170,7 +170,7 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
     summary = pd.DataFrame([
         {"family": "choices", "setting": "s-default", "norm": "post", "warmup": 0, "depth": 3, "outcome": "stuck"},
         {"family": "choices", "setting": "s-other", "norm": "post", "warmup": 0, "depth": 3, "outcome": "learned"},
-        *[{"family": "depth_lr", "setting": f"g{d}{n}", "norm": n, "warmup": 0, "depth": d, "outcome": o}
+        *[{"family": "depth_lr", "setting": f"g{d}{n}", "norm": n, "warmup": 0, "depth": d, "lr": 1e-3, "outcome": o}
           for d, n, o in ((1, "pre", "learned"), (1, "post", "learned"), (3, "pre", "learned"), (3, "post", "stuck"))]])
     tables = {**tables, "sensitivity/claims_by_setting.csv": by_setting, "sensitivity/summary.csv": summary}
     present = answers.answer("p11c", data(tables, sensitivity={"in_report": True}), None, "en")
@@ -178,6 +178,7 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
     assert "(1 cannot be judged under any setting)" in present.text and "changes with the setting: c2." in present.text
     assert "s-default stuck 1; s-other learned 1" in present.text
     assert "1 blocks 100% vs 100%, 3 blocks 100% vs 0%" in present.text
+    assert "Post-norm without warm-up learned at 1 blocks, lr 0.001, and did not at 3 blocks, lr 0.001." in present.text
     assert "jumped back" not in present.text  # a summary without the relapse columns (older tables): no sentence
     # with them: a learned run that fell back above 10% of ln 64 = 0.416 counts; one that stayed below, or never learned, not
     relapse = {("s-other", "post"): (5.28, 506), ("g1pre", "pre"): (0.02, 40), ("g1post", "post"): (0.3, 50)}

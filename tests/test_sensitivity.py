@@ -332,3 +332,40 @@ def test_relapse_is_the_worst_loss_after_the_run_had_learned():
     assert all(math.isnan(v) for v in never)
     last = sens.relapse(pd.Series([4.2, 0.01, 0.01]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
     assert all(math.isnan(v) for v in last)  # nothing after the run had learned
+
+
+def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lacks(snake_project, tmp_path):
+    """The study from git without the trained runs: each family recorded on its own (sensitivity-snapshot), then
+    aggregated from the records (aggregate-sensitivity --from) gives the study's own summary and claim x setting,
+    exactly (the records keep every loss unrounded)."""
+    import shutil
+
+    from blocklab.cli import main
+    from blocklab.provenance import cpu_name
+
+    tiny = str(ROOT / "configs/tiny.yaml")
+    for family in ("choices", "depth_lr"):
+        assert main(["sensitivity-snapshot", "--params", tiny, "--root", str(snake_project), "--family", family,
+                     "--machine", "test CPU", "--out", str(tmp_path / family)]) == 0
+    runs = pd.concat([pd.read_csv(tmp_path / f / "runs.csv") for f in ("choices", "depth_lr")])
+    # the default cell's runs belong to both families: each snapshot recorded them
+    assert set(runs["run_dir"]) == set(sens.plan(TINY)["run_dir"])
+    assert set(runs["machine"]) == {cpu_name() or "test CPU"}  # meta.json names the processor; --machine fills a gap
+    with pytest.raises(sens.ConfigError, match="more than one snapshot"):
+        sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"])
+    shared = pd.read_csv(tmp_path / "depth_lr" / "runs.csv")
+    shared[~shared["run_dir"].str.startswith("data/sweep/")].to_csv(tmp_path / "depth_lr" / "runs.csv", index=False)
+
+    root = tmp_path / "study"
+    (root / sens.ROOT).mkdir(parents=True)
+    shutil.copy(snake_project / sens.GRADNORM, root / sens.GRADNORM)
+    assert main(["aggregate-sensitivity", "--params", tiny, "--root", str(root),
+                 "--from", str(tmp_path / "choices"), str(tmp_path / "depth_lr")]) == 0
+    for table in ("summary", "claims_by_setting"):
+        pd.testing.assert_frame_equal(*(pd.read_csv(r / sens.TABLES[table]) for r in (root, snake_project)))
+
+    # a snapshot that lacks a planned run is refused, naming it
+    short = pd.read_csv(tmp_path / "choices" / "runs.csv")
+    short.iloc[1:].to_csv(tmp_path / "choices" / "runs.csv", index=False)
+    with pytest.raises(sens.ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
+        sens.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))

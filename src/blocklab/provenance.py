@@ -33,9 +33,21 @@ def code_version() -> dict:
     return version
 
 
+def cpu_name() -> str | None:
+    """The processor as /proc/cpuinfo names it, with its family and model (results differ between processors)."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:40] if ":" in line)
+    except OSError:
+        return platform.processor() or None
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    name = info.get("model name") or platform.processor() or None
+    return f"{name} (family {info['cpu family']}, model {info['model']})" if name and "cpu family" in info else name
+
+
 @functools.cache
 def library_versions() -> dict:
-    versions = {"python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor()}
+    versions = {"python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor(),
+                "cpu": cpu_name()}
     for name in LIBRARIES:
         try:
             versions[name] = metadata.version(name)

@@ -201,27 +201,56 @@ def run_dirs(params: dict) -> list[str]:
 # ---- aggregation ------------------------------------------------------------------------------------------------------
 
 LOSS_AT = (100, 200, 300)
+# What a run's summary needs from its meta.json besides its losses: a snapshot (``record_runs``) keeps exactly these,
+# so a reader can re-aggregate and re-judge the study from git without the trained runs.
+RECORD_FIELDS = ("vocab_size", "diverged_step", "stopped_step", "stop_reason", "wall_time_s", "machine", "git_commit")
+RUN_KEY = ["setting", "run"]  # names a run of the plan once (a run shared by two families has one setting and run)
 
 
-def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _record(meta: dict) -> dict:
+    libraries, code = meta.get("libraries", {}), meta.get("code", {})
+    return {"vocab_size": meta["copy_task"]["vocab_size"], "diverged_step": meta.get("diverged_step"),
+            "stopped_step": meta.get("stopped_step"), "stop_reason": meta.get("stop_reason"),
+            "wall_time_s": meta["wall_time_s"], "machine": libraries.get("cpu") or None,
+            "git_commit": code.get("git_commit")}
+
+
+def _runs_from_dirs(root: Path, planned: pd.DataFrame):
+    for row in planned.itertuples(index=False):
+        yield row, _record(read_json(root / row.run_dir / "meta.json")), read_table(root / row.run_dir / "loss.csv")
+
+
+def _runs_from_records(records: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame):
+    records = records.drop_duplicates(RUN_KEY).set_index(RUN_KEY)
+    missing = [f"{s}/{r}" for s, r in planned[RUN_KEY].drop_duplicates().itertuples(index=False)
+               if (s, r) not in records.index]
+    if missing:
+        raise ConfigError(f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}"
+                          + (" ..." if len(missing) > 6 else "") + "; snapshot them (blocklab sensitivity-snapshot) "
+                          "or plan fewer (params.yaml, sensitivity)")
+    by_run = {key: part for key, part in losses.groupby(RUN_KEY, sort=False)}
+    for row in planned.itertuples(index=False):
+        record = {k: (None if pd.isna(v) else v) for k, v in records.loc[(row.setting, row.run)].to_dict().items()}
+        loss = by_run.get((row.setting, row.run), losses.iloc[:0])[["step", "loss"]].sort_values("step", ignore_index=True)
+        yield row, record, loss
+
+
+def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None,
+              records: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses and one summary row per (family, run) of the plan (or of ``planned``, some of its rows),
-    read from the runs' own files."""
+    read from the runs' own files, or from ``records``: (runs, losses) tables of snapshots (``read_records``)."""
     from ..training.sweep import classify
 
-    root = Path(root)
     rule = params["sensitivity"]["early_stop"]
     curves, rows = [], []
     planned = plan(params) if planned is None else planned
-    for row in planned.itertuples(index=False):
-        meta = read_json(root / row.run_dir / "meta.json")
-        loss = read_table(root / row.run_dir / "loss.csv")
+    runs = _runs_from_dirs(Path(root), planned) if records is None else _runs_from_records(*records, planned)
+    for row, record, loss in runs:
         ident = {k: getattr(row, k) for k in ("family", "setting", "position", "batch_size", "depth", "lr",
                                              "precision", "norm", "warmup", "seed", "run")}
         curves.append(loss[["step", "loss"]].assign(**ident))
-        vocab = meta["copy_task"]["vocab_size"]
-        diverged = meta.get("diverged_step")
-        stopped = meta.get("stopped_step")
-        outcome = "diverged" if diverged or not len(loss) else classify(loss["loss"], vocab)
+        diverged, stopped = record["diverged_step"], record["stopped_step"]
+        outcome = "diverged" if diverged or not len(loss) else classify(loss["loss"], record["vocab_size"])
         if stopped and not diverged:
             outcome = "learned"  # the stop rule fired: the loss stayed below its threshold (the run has learned)
         at = {f"loss_at_{s}": float(loss.loc[loss["step"] == s, "loss"].iloc[0]) if (loss["step"] == s).any()
@@ -235,13 +264,49 @@ def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None
             "steps_to_learn": steps_to_learn(loss["loss"], loss["step"], rule["loss_below"], rule["for_steps"]),
             "relapse_loss": worst, "relapse_step": worst_step,
             "trained_steps": int(loss["step"].max()) if len(loss) else 0,
-            "stop_reason": meta.get("stop_reason") or ("diverged" if diverged else "trained the full budget"),
+            "stop_reason": record["stop_reason"] or ("diverged" if diverged else "trained the full budget"),
             "main_sweep": bool(row.main_sweep),
-            "wall_time_s": meta["wall_time_s"],
+            "wall_time_s": record["wall_time_s"],
+            "machine": record["machine"],
             "run_dir": row.run_dir,
         })
     losses = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     return losses, pd.DataFrame(rows)
+
+
+def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None,
+                machine: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A snapshot of the finished runs among ``planned`` (default: the whole plan), small enough for git: (runs: one
+    row per run with what its summary needs from meta.json, losses: every step, summary: the study's own summary of
+    them). ``machine`` names the processor where the runs' meta.json does not (runs trained before it was recorded)."""
+    root = Path(root)
+    planned = plan(params) if planned is None else planned
+    finished = planned[[(root / d / "meta.json").exists() for d in planned["run_dir"]]]
+    rows, curves = [], []
+    for row, record, loss in _runs_from_dirs(root, finished.drop_duplicates("run_dir")):
+        rows.append({"setting": row.setting, "run": row.run, **record, "machine": record["machine"] or machine,
+                     "run_dir": row.run_dir})
+        curves.append(loss[["step", "loss"]].assign(setting=row.setting, precision=row.precision, run=row.run))
+    columns = [*RUN_KEY, *RECORD_FIELDS, "run_dir"]
+    runs = pd.DataFrame(rows, columns=columns)
+    losses = (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", *RUN_KEY]))
+    losses = losses[["setting", "precision", "run", "step", "loss"]]  # unrounded: re-aggregating gives the same numbers
+    _, summary = aggregate(params, root, planned=finished)
+    summary["machine"] = summary["run_dir"].map(runs.set_index("run_dir")["machine"])
+    return runs, losses, summary
+
+
+def read_records(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The (runs, losses) tables of one or more snapshot directories (``record_runs``), concatenated; a run recorded
+    twice is an error (which one would count?)."""
+    runs = pd.concat([read_table(Path(d) / "runs.csv").assign(snapshot=str(d)) for d in dirs], ignore_index=True)
+    twice = runs[runs.duplicated(RUN_KEY, keep=False)]
+    if len(twice):
+        first = twice.iloc[0]
+        raise ConfigError(f"run {first.setting}/{first.run} is in more than one snapshot: "
+                          f"{', '.join(twice[(twice.setting == first.setting) & (twice.run == first.run)].snapshot)}")
+    losses = pd.concat([read_table(Path(d) / "losses.csv") for d in dirs], ignore_index=True)
+    return runs, losses
 
 
 def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
@@ -450,7 +515,20 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("aggregate-sensitivity", help="the study's loss and summary tables, and claim x setting")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
+                   help="instead of the trained runs, the runs recorded in these snapshot directories (a run in one "
+                        "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
     p.set_defaults(func=_aggregate_main)
+
+    p = subparsers.add_parser("sensitivity-snapshot",
+                              help="record the finished runs of the study (losses and what their summary needs) in DIR")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--family", choices=["choices", "depth_lr"], default=None, help="only this family's runs")
+    p.add_argument("--setting", nargs="+", default=None, help="only these cells (e.g. learned-b32-L24-lr0.001-bf16)")
+    p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
+    p.set_defaults(func=_snapshot_main)
 
     p = subparsers.add_parser("sensitivity-status", help="which runs of the study are finished, checkpointed or to do; hours")
     p.add_argument("--params", default="params.yaml")
@@ -507,10 +585,30 @@ def _gradnorm_main(args) -> None:
                args.out.with_suffix(".json"))
 
 
+def _snapshot_main(args) -> None:
+    params = load_params(args.params)
+    planned = plan(params)
+    if args.family:
+        planned = planned[planned["family"] == args.family]
+    if args.setting:
+        unknown = sorted(set(args.setting) - set(planned["setting"]))
+        if unknown:
+            raise ConfigError(f"--setting: {', '.join(unknown)} not planned{' in ' + args.family if args.family else ''}"
+                              f"; allowed: {', '.join(planned['setting'].unique())}")
+        planned = planned[planned["setting"].isin(args.setting)]
+    runs, losses, summary = record_runs(params, args.root, planned, machine=args.machine)
+    write_table(runs, args.out / "runs.csv")
+    write_table(losses, args.out / "losses.csv")
+    write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), args.out / "summary.csv")
+    print(f"{len(runs)} finished of {planned['run_dir'].nunique()} planned runs recorded in {args.out}/ "
+          "(runs.csv, losses.csv, summary.csv)")
+
+
 def _aggregate_main(args) -> None:
     params = load_params(args.params)
     root = args.root
-    losses, summary = aggregate(params, root)
+    records = read_records(args.snapshots) if args.snapshots else None
+    losses, summary = aggregate(params, root, records=records)
     gradnorm = read_table(root / GRADNORM)
     by_setting = claims_by_setting(params, losses, summary, gradnorm)
     write_table(losses.round({"loss": 6}), root / TABLES["losses"])

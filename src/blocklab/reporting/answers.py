@@ -301,9 +301,13 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
     grid = summary[summary["family"] == "depth_lr"] if "family" in summary else summary.iloc[0:0]
     if len(grid) and {"post", "pre"} <= set(grid["norm"]):
         learned = grid.assign(ok=grid["outcome"] == "learned").groupby(["depth", "norm"])["ok"].mean().unstack("norm")
+        post0 = grid[(grid["norm"] == "post") & (grid["warmup"] == 0)]
+        cells = post0.assign(ok=post0["outcome"] == "learned").groupby(["depth", "lr"])["ok"].all()
+        named = lambda keep: "; ".join(t["cell_item"][lang].format(depth=int(d), lr=f"{lr:g}")  # noqa: E731
+                                       for (d, lr), ok in cells.items() if ok == keep) or t["none"][lang]
         depth = t["depth"][lang].format(items=", ".join(
             t["depth_item"][lang].format(depth=int(d), pre=f"{r['pre']:.0%}", post=f"{r['post']:.0%}")
-            for d, r in learned.sort_index().iterrows()))
+            for d, r in learned.sort_index().iterrows()), post_learned=named(True), post_failed=named(False))
     return t["sens_present"][lang].format(n_settings=len(settings), settings=", ".join(settings), n_claims=len(robust),
                                           robust=int(robust["robust"].sum()), changed=changed,
                                           uncheckable=int((~robust["checkable"]).sum()),
