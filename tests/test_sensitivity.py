@@ -229,6 +229,7 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     (lambda s: s["early_stop"].update(loss_below=4.2), "sensitivity.early_stop.loss_below", "not below chance"),
     (lambda s: s["early_stop"].update(loss_below=0), "sensitivity.early_stop.loss_below", "> 0"),
     (lambda s: s.pop("early_stop"), "sensitivity", "missing required key(s) ['early_stop']"),
+    (lambda s: s.update(from_snapshots=["no/such/snapshot"]), "sensitivity.from_snapshots", "sensitivity-snapshot"),
 ])
 def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
     params = copy.deepcopy(FULL)
@@ -369,3 +370,35 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     short.iloc[1:].to_csv(tmp_path / "choices" / "runs.csv", index=False)
     with pytest.raises(sens.ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
         sens.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
+
+
+def test_the_pipeline_makes_the_study_from_snapshots_and_trains_none_of_it(snake_project, tmp_path):
+    """sensitivity.from_snapshots: Snakemake makes the study's tables and figures from recorded runs, with no run of
+    the study trained (there are none in this copy), and they equal the tables made from the trained runs."""
+    import shutil
+
+    from tiny_dag import run_in_project
+
+    project = tmp_path / "project"
+    shutil.copytree(snake_project, project, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.rmtree(project / sens.RUNS)
+    for family in ("choices", "depth_lr"):  # the default cell's runs are in the choices snapshot only
+        run_in_project(["blocklab", "sensitivity-snapshot", "--root", str(snake_project), "--family", family,
+                        "--out", f"snaps/{family}"] + ([] if family == "choices" else
+                                                         ["--setting", *sorted(set(sens.plan(TINY).query(
+                                                             "family == 'depth_lr' and not main_sweep")["setting"]))]),
+                       project)
+    params = project / "params.yaml"
+    text = params.read_text(encoding="utf-8")
+    params.write_text(text.replace("  in_report: true", "  in_report: true\n  from_snapshots: [snaps/choices, snaps/depth_lr]", 1),
+                      encoding="utf-8")
+    for table in sens.TABLES.values():
+        (project / table).unlink()
+    done = run_in_project(["snakemake", "--cores", "2", "sensitivity"], project)
+    assert "train_sensitivity" not in done.stdout + done.stderr and "train_copy" not in done.stdout + done.stderr
+    assert not (project / sens.RUNS).exists()
+    for table in ("summary", "claims_by_setting"):
+        pd.testing.assert_frame_equal(*(pd.read_csv(r / sens.TABLES[table]) for r in (project, snake_project)))
+    assert "sensitivity_figures" in done.stdout + done.stderr  # the tables were remade, so the figures were redrawn
+    for figure in sens.FIGURES:
+        assert (project / "figs" / f"{figure}.png").stat().st_size > 10_000

@@ -1,9 +1,8 @@
 # What document 000 leaves open (issue 13): the sweep under other position signals, batch sizes and precisions at the
 # document's size, and a depth x learning-rate grid. `snakemake --cores 4 sensitivity`; part of `all` (and so of
 # `dvc repro`) when sensitivity.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
-from blocklab.experiments.sensitivity import PLAN as SENSITIVITY_PLAN, CELL_PATTERN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, run_dirs as sensitivity_run_dirs, run_identity
+from blocklab.experiments.sensitivity import PLAN as SENSITIVITY_PLAN, CELL_PATTERN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, aggregate_inputs as sensitivity_aggregate_inputs, run_identity
 
-SENSITIVITY_RUNS = sensitivity_run_dirs(config)
 SENSITIVITY_OUTPUTS = [SENSITIVITY_PLAN, *SENSITIVITY_TABLES.values(), *expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES)]
 
 
@@ -57,7 +56,8 @@ rule sensitivity_gradnorm:
 
 rule aggregate_sensitivity:
     input:
-        [f"{run}/meta.json" for run in SENSITIVITY_RUNS],
+        # every planned run's meta.json (they train first), or the snapshots of sensitivity.from_snapshots (none train)
+        sensitivity_aggregate_inputs(config),
         SENSITIVITY_GRADNORM,
         code=code_files("experiments/sensitivity", "reporting/claims"),
         claims="src/blocklab/reporting/claims.yaml",

@@ -198,6 +198,22 @@ def run_dirs(params: dict) -> list[str]:
     return list(dict.fromkeys(plan(params)["run_dir"]))
 
 
+SNAPSHOT_FILES = ("runs.csv", "losses.csv")
+
+
+def snapshots(params: dict) -> list[str]:
+    """``sensitivity.from_snapshots``: snapshot directories the study is aggregated from instead of its trained runs."""
+    return list(params["sensitivity"].get("from_snapshots") or [])
+
+
+def aggregate_inputs(params: dict) -> list[str]:
+    """What the study's tables are made from (the aggregation rule's input): every planned run's meta.json, or, with
+    ``sensitivity.from_snapshots``, the snapshots' files (then nothing of the study is trained)."""
+    if snapshots(params):
+        return [f"{d}/{name}" for d in snapshots(params) for name in SNAPSHOT_FILES]
+    return [f"{run}/meta.json" for run in run_dirs(params)]
+
+
 # ---- aggregation ------------------------------------------------------------------------------------------------------
 
 LOSS_AT = (100, 200, 300)
@@ -296,17 +312,18 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     return runs, losses, summary
 
 
-def read_records(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_records(dirs, losses: bool = True) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The (runs, losses) tables of one or more snapshot directories (``record_runs``), concatenated; a run recorded
-    twice is an error (which one would count?)."""
+    twice is an error (which one would count?). ``losses=False``: the runs table only (losses None)."""
     runs = pd.concat([read_table(Path(d) / "runs.csv").assign(snapshot=str(d)) for d in dirs], ignore_index=True)
     twice = runs[runs.duplicated(RUN_KEY, keep=False)]
     if len(twice):
         first = twice.iloc[0]
         raise ConfigError(f"run {first.setting}/{first.run} is in more than one snapshot: "
                           f"{', '.join(twice[(twice.setting == first.setting) & (twice.run == first.run)].snapshot)}")
-    losses = pd.concat([read_table(Path(d) / "losses.csv") for d in dirs], ignore_index=True)
-    return runs, losses
+    if not losses:
+        return runs, None
+    return runs, pd.concat([read_table(Path(d) / "losses.csv") for d in dirs], ignore_index=True)
 
 
 def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
@@ -607,7 +624,8 @@ def _snapshot_main(args) -> None:
 def _aggregate_main(args) -> None:
     params = load_params(args.params)
     root = args.root
-    records = read_records(args.snapshots) if args.snapshots else None
+    dirs = args.snapshots or [root / d for d in snapshots(params)]
+    records = read_records(dirs) if dirs else None
     losses, summary = aggregate(params, root, records=records)
     gradnorm = read_table(root / GRADNORM)
     by_setting = claims_by_setting(params, losses, summary, gradnorm)
@@ -632,6 +650,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
     if rule["for_steps"] > steps:
         problems.append(("sensitivity.early_stop.for_steps",
                          f"{rule['for_steps']} exceeds sweep.steps={steps}, so the rule could never fire; allowed: 1..{steps}"))
+    problems += _snapshot_problems(params)
     for i, warmup in enumerate(sens["depth_lr"]["warmups"]):
         if warmup > steps:
             problems.append((f"sensitivity.depth_lr.warmups[{i}]", f"{warmup} is longer than training (sweep.steps={steps}); "
@@ -641,3 +660,28 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         problems.append(("sensitivity.choices.positions", f"'rope' needs an even head dimension d_model/n_heads={d // heads}; "
                          "allowed: another position or an even head dimension"))
     return problems
+
+
+def _snapshot_problems(params: dict) -> list[tuple[str, str]]:
+    """``sensitivity.from_snapshots``: each directory holds a snapshot, and together they record every planned run
+    exactly once (checked before any compute; paths are relative to the project root, where the pipeline runs)."""
+    dirs = snapshots(params)
+    if not dirs:
+        return []
+    key = "sensitivity.from_snapshots"
+    bad = [d for d in dirs if not all((Path(d) / name).is_file() for name in SNAPSHOT_FILES)]
+    if bad:
+        return [(key, f"{', '.join(bad)}: no snapshot there ({' and '.join(SNAPSHOT_FILES)}); allowed: directories "
+                      "written by `blocklab sensitivity-snapshot`, e.g. docs/sensitivity/choices")]
+    try:
+        runs, _ = read_records(dirs, losses=False)
+    except ConfigError as why:
+        return [(key, str(why))]
+    recorded = set(zip(runs["setting"], runs["run"]))
+    planned = plan(params)[RUN_KEY].drop_duplicates()
+    missing = [f"{s}/{r}" for s, r in planned.itertuples(index=False) if (s, r) not in recorded]
+    if missing:
+        return [(key, f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}"
+                      + (" ..." if len(missing) > 6 else "") + "; allowed: snapshots that record every run of the "
+                      "sensitivity section's plan (record them with `blocklab sensitivity-snapshot`), or fewer axis values")]
+    return []
