@@ -20,6 +20,7 @@ COMMANDS = {
     "aggregate-sensitivity": "blocklab.experiments.sensitivity",
     "sensitivity-figures": "blocklab.experiments.sensitivity",
     "sensitivity-status": "blocklab.experiments.sensitivity",
+    "sensitivity-snapshot": "blocklab.experiments.sensitivity",
     "residual-sim": "blocklab.experiments.residual_sim",
     "problem9": "blocklab.experiments.problem9",
     "param-counts": "blocklab.experiments.param_counts",
