@@ -236,14 +236,21 @@ def _runs_from_dirs(root: Path, planned: pd.DataFrame):
         yield row, _record(read_json(root / row.run_dir / "meta.json")), read_table(root / row.run_dir / "loss.csv")
 
 
+def unrecorded(records: pd.DataFrame, planned: pd.DataFrame) -> str | None:
+    """Which planned runs no snapshot records, in words (None: every one is recorded)."""
+    recorded = set(zip(records["setting"], records["run"]))
+    missing = [f"{s}/{r}" for s, r in planned[RUN_KEY].drop_duplicates().itertuples(index=False) if (s, r) not in recorded]
+    if not missing:
+        return None
+    return (f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else "")
+            + "; allowed: snapshots that record every run of the sensitivity section's plan (record them with "
+            "`blocklab sensitivity-snapshot`), or fewer axis values")
+
+
 def _runs_from_records(records: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame):
+    if why := unrecorded(records, planned):
+        raise ConfigError(why)
     records = records.drop_duplicates(RUN_KEY).set_index(RUN_KEY)
-    missing = [f"{s}/{r}" for s, r in planned[RUN_KEY].drop_duplicates().itertuples(index=False)
-               if (s, r) not in records.index]
-    if missing:
-        raise ConfigError(f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}"
-                          + (" ..." if len(missing) > 6 else "") + "; snapshot them (blocklab sensitivity-snapshot) "
-                          "or plan fewer (params.yaml, sensitivity)")
     by_run = {key: part for key, part in losses.groupby(RUN_KEY, sort=False)}
     for row in planned.itertuples(index=False):
         record = {k: (None if pd.isna(v) else v) for k, v in records.loc[(row.setting, row.run)].to_dict().items()}
@@ -307,8 +314,7 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     runs = pd.DataFrame(rows, columns=columns)
     losses = (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", *RUN_KEY]))
     losses = losses[["setting", "precision", "run", "step", "loss"]]  # unrounded: re-aggregating gives the same numbers
-    _, summary = aggregate(params, root, planned=finished)
-    summary["machine"] = summary["run_dir"].map(runs.set_index("run_dir")["machine"])
+    _, summary = aggregate(params, planned=finished, records=(runs, losses))  # the files once, from what is recorded
     return runs, losses, summary
 
 
@@ -677,11 +683,5 @@ def _snapshot_problems(params: dict) -> list[tuple[str, str]]:
         runs, _ = read_records(dirs, losses=False)
     except ConfigError as why:
         return [(key, str(why))]
-    recorded = set(zip(runs["setting"], runs["run"]))
-    planned = plan(params)[RUN_KEY].drop_duplicates()
-    missing = [f"{s}/{r}" for s, r in planned.itertuples(index=False) if (s, r) not in recorded]
-    if missing:
-        return [(key, f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}"
-                      + (" ..." if len(missing) > 6 else "") + "; allowed: snapshots that record every run of the "
-                      "sensitivity section's plan (record them with `blocklab sensitivity-snapshot`), or fewer axis values")]
-    return []
+    why = unrecorded(runs, plan(params))
+    return [(key, why)] if why else []
