@@ -244,7 +244,8 @@ def unrecorded(records: pd.DataFrame, planned: pd.DataFrame) -> str | None:
         return None
     return (f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else "")
             + "; allowed: snapshots that record every run of the sensitivity section's plan (record them with "
-            "`blocklab sensitivity-snapshot`), or fewer axis values")
+            "`blocklab sensitivity-snapshot`), fewer axis values, or sensitivity.from_snapshots: [] to train the "
+            "study for these parameters")
 
 
 def _runs_from_records(records: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame):
