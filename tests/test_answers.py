@@ -189,6 +189,15 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
     present = answers.answer("p11c", data(tables, sensitivity={"in_report": True}), None, "en")
     assert ("above 10% of ln 64 (0.416) after they had learned (every run of the study): post-norm 1 of 2 "
             "(s-other post-w0-s0 5.280 at step 506), pre-norm 0 of 1.") in present.text, present.text
+    assert "not trained here" not in present.text  # trained where it ran: no snapshot sentence
+    # made from snapshots: the report says so, and on which processors the runs were trained (one count per run)
+    summary = summary.assign(run_dir=[f"runs/{s}/{r}" for s, r in zip(summary["setting"], summary["run"])],
+                             machine=["Intel Xeon"] * 2 + ["AMD EPYC"] * 4)
+    tables["sensitivity/summary.csv"] = pd.concat([summary, summary.iloc[:1]], ignore_index=True)  # a run in both families
+    present = answers.answer("p11c", data(tables, sensitivity={"in_report": True, "from_snapshots": ["snap/a", "snap/b"]}),
+                             None, "en")
+    assert ("The study's 6 runs were not trained here but read from the runs recorded in git (snap/a, snap/b; "
+            "sensitivity.from_snapshots), trained on: AMD EPYC (4 runs); Intel Xeon (2 runs).") in present.text, present.text
 
 
 # ---- document 004 ------------------------------------------------------------------------------------------------------

@@ -312,7 +312,19 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
                                           robust=int(robust["robust"].sum()), changed=changed,
                                           uncheckable=int((~robust["checkable"]).sum()),
                                           post_by_setting=post_by_setting, depth=depth,
-                                          relapse=_relapse_text(summary, data.params, t, lang))
+                                          relapse=_relapse_text(summary, data.params, t, lang)) + _source_text(summary, data.params, t, lang)
+
+
+def _source_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> str:
+    """Where the study's runs come from when it was made from snapshots (sensitivity.from_snapshots): which directories,
+    and on which processors they were trained (the summary's ``machine`` column, one count per run). Empty otherwise."""
+    dirs = params["sensitivity"].get("from_snapshots") or []
+    if not dirs:
+        return ""
+    runs = summary.drop_duplicates("run_dir") if "run_dir" in summary else summary
+    machines = runs["machine"].fillna("?") if "machine" in runs else pd.Series(["?"] * len(runs))
+    items = "; ".join(t["machine_item"][lang].format(machine=m, n=n) for m, n in machines.value_counts().items())
+    return t["source"][lang].format(n=len(runs), dirs=", ".join(dirs), machines=items)
 
 
 def _relapse_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> str:
