@@ -60,9 +60,14 @@ SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv",
                   "data/sensitivity/claims_by_setting.csv"]
 
 
-def snapshot_tables(data: Path, out: Path) -> list[Path]:
-    """Copy every table the figures and claims read (those that exist) into ``out`` in the data/ layout."""
-    wanted = sorted({src for sources in FIGURES.values() for src in sources} | set(SNAPSHOT_EXTRA))
+# Made from recorded runs (sensitivity.from_snapshots), the study's per-step losses are those snapshots' losses.csv, in
+# git already (docs/sensitivity/): the gallery does not store them a second time (5 MB), it says how to rebuild them.
+FROM_SNAPSHOTS_SKIP = {"data/sensitivity/losses.csv"}
+
+
+def snapshot_tables(data: Path, out: Path, skip: set[str] = frozenset()) -> list[Path]:
+    """Copy every table the figures and claims read (those that exist, less ``skip``) into ``out`` in the data/ layout."""
+    wanted = sorted(({src for sources in FIGURES.values() for src in sources} | set(SNAPSHOT_EXTRA)) - set(skip))
     copied = []
     for rel in wanted:
         source = data / Path(rel).relative_to("data")
@@ -97,7 +102,8 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
-    snapshot = snapshot_tables(data, out / "data")
+    from_snapshots = list(params.get("sensitivity", {}).get("from_snapshots") or [])
+    snapshot = snapshot_tables(data, out / "data", FROM_SNAPSHOTS_SKIP if from_snapshots else set())
     (out / "data" / "params.yaml").write_bytes(Path(params_file).read_bytes())
 
     runs = training_runs(data)
@@ -128,6 +134,14 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
               f"{sum(p.stat().st_size for p in snapshot) / 1e6:.1f} MB, with the run's `params.yaml`); redraw with "
               "`blocklab figure NAME --params docs/gallery/data/params.yaml --data docs/gallery/data`, re-judge with "
               "`blocklab claims --params docs/gallery/data/params.yaml --data docs/gallery/data --out claims.csv`."]
+    if from_snapshots and study.exists():
+        lines += ["", "The sensitivity study was made from the runs recorded in git (`sensitivity.from_snapshots`: "
+                  + ", ".join(f"`{d}`" for d in from_snapshots) + "), not trained in this run; its per-step losses are "
+                  "those snapshots' `losses.csv` and are not copied here. To redraw its figures: copy "
+                  "`docs/gallery/data/sensitivity/gradnorm.csv` into `/tmp/study/data/sensitivity/`, then `blocklab "
+                  "aggregate-sensitivity --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
+                  "sensitivity-figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
+                  "byte those of the run)."]
     for name in sidecars:
         sources = ", ".join(f"`{s}`" for s in sidecars[name]["sources"])
         lines += ["", f"## {name}", "", CAPTIONS.get(name, ""), "", f"![{name}]({name}.png)", "", f"Data: {sources}."]
