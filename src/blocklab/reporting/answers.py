@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..experiments.sensitivity import robustness
+from ..experiments.sensitivity import robustness, snapshots
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 
 ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")
@@ -318,7 +318,7 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
 def _source_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> str:
     """Where the study's runs come from when it was made from snapshots (sensitivity.from_snapshots): which directories,
     and on which processors they were trained (the summary's ``machine`` column, one count per run). Empty otherwise."""
-    dirs = params["sensitivity"].get("from_snapshots") or []
+    dirs = snapshots(params)
     if not dirs:
         return ""
     runs = summary.drop_duplicates("run_dir") if "run_dir" in summary else summary

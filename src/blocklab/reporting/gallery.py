@@ -102,7 +102,9 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
-    from_snapshots = list(params.get("sensitivity", {}).get("from_snapshots") or [])
+    from ..experiments.sensitivity import snapshots
+
+    from_snapshots = snapshots(params) if "sensitivity" in params else []
     snapshot = snapshot_tables(data, out / "data", FROM_SNAPSHOTS_SKIP if from_snapshots else set())
     (out / "data" / "params.yaml").write_bytes(Path(params_file).read_bytes())
 
