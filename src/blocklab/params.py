@@ -210,6 +210,9 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
     from .experiments.sensitivity import check_problems
 
     problems += check_problems(params)
+    from .experiments.dynamics import check_problems as dynamics_problems
+
+    problems += dynamics_problems(params)
     probe_model = params["probe"]["model"]
     if probe_model != SMOLLM2 and not Path(probe_model).is_dir():
         problems.append(("probe.model", f"{probe_model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))

@@ -15,13 +15,14 @@ from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.models import DecoderLM
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
+from .diagnostics import Recorder, check_settings as check_diagnostics
 from .precision import check_precision
 from .tasks import copy_batch, copy_loss
 from .train import train, write_run
 
 log = logging.getLogger("blocklab.sweep")
 
-RUN_FILES = ("loss.csv", "model.safetensors", "meta.json")  # meta.json is written last: it marks a finished run
+RUN_FILES = ("loss.csv", "diagnostics.parquet", "model.safetensors", "meta.json")  # meta.json is written last: it marks a finished run
 
 
 def run_name(norm: str, warmup: int, seed: int) -> str:
@@ -70,18 +71,36 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
         inputs, targets = batch
         return copy_loss(m(inputs).float(), targets)  # the loss in fp32 also under bf16 autocast
 
+    recorder = diagnostics_recorder(params, model)
     checkpoint = out_dir / "checkpoint.pt"
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
         fused_adam=fast.fused_adam, precision=precision, stop_when=stop_when,
-        desc=run_name(norm, warmup, seed),
+        desc=run_name(norm, warmup, seed), diagnostics=recorder,
     )
     meta = run_meta(params, cfg, norm, warmup, seed, device, result, **extra_meta,
-                    stopped_step=result.stopped_step, stop_reason=stop_reason(result, stop_rule))
-    write_run(out_dir, result, model, meta)
+                    stopped_step=result.stopped_step, stop_reason=stop_reason(result, stop_rule),
+                    diagnostics=diagnostics_meta(recorder, result))
+    write_run(out_dir, result, model, meta, recorder)
     checkpoint.unlink(missing_ok=True)
     return meta
+
+
+def diagnostics_recorder(params: dict, model) -> Recorder | None:
+    """The run's diagnostics recorder, or None when params' ``diagnostics.enabled`` is false (an execution setting:
+    it changes what is recorded, never the numbers, so it is not part of a run's identity)."""
+    settings = check_diagnostics(params.get("diagnostics"))
+    if not settings["enabled"]:
+        return None
+    return Recorder(model, settings["metrics"], settings["every"])
+
+
+def diagnostics_meta(recorder: Recorder | None, result) -> dict | None:
+    """What meta.json says of the diagnostics: which, how often, from which step (None: the run recorded none)."""
+    if recorder is None:
+        return None
+    return {"metrics": recorder.metrics, "every": recorder.every, "from_step": result.diagnostics_from}
 
 
 def run_meta(params: dict, cfg: ModelConfig, norm: str, warmup: int, seed: int, device, result, **extra) -> dict:

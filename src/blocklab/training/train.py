@@ -5,6 +5,7 @@ checkpoint, so a run killed at any point and resumed gives bit-identical losses 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -37,9 +38,11 @@ class TrainResult:
     stopped_step: int | None = None  # set when ``stop_when`` ended training before ``steps``
     resumed_from: int = 0
     seconds: float = 0.0
+    diagnostics_from: int | None = None  # the first step with diagnostics recorded (None: recorded none)
 
 
-def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int, precision: str) -> None:
+def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int, precision: str,
+                     diagnostics=None) -> None:
     state = {
         "step": step,
         "precision": precision,
@@ -52,12 +55,13 @@ def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResul
         "losses": result.losses,
         "lrs": result.lrs,
         "seconds": result.seconds,
+        "diagnostics": diagnostics.state_dict() if diagnostics is not None else None,
     }
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
 
 
-def _load_checkpoint(path: Path, model, optimizer, generator, result: TrainResult) -> int:
+def _load_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, diagnostics=None) -> int:
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -67,6 +71,11 @@ def _load_checkpoint(path: Path, model, optimizer, generator, result: TrainResul
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     result.steps, result.losses, result.lrs = list(state["steps"]), list(state["losses"]), list(state["lrs"])
     result.seconds = float(state["seconds"])
+    if diagnostics is not None:
+        # a checkpoint written with diagnostics off resumes with none recorded before it (TrainResult.diagnostics_from)
+        saved = state.get("diagnostics")
+        diagnostics.load_state_dict(saved or {})
+        result.diagnostics_from = 1 if saved is not None else int(state["step"]) + 1
     return int(state["step"])
 
 
@@ -86,6 +95,7 @@ def train(
     precision: str = "fp32",
     stop_when: Callable[[list[float]], bool] | None = None,
     desc: str = "train",
+    diagnostics=None,
 ) -> TrainResult:
     """Train ``model`` for ``steps`` Adam steps; resume from ``checkpoint`` if it exists.
 
@@ -97,25 +107,27 @@ def train(
     ``stop_when(losses)`` is asked after every step with the losses so far; True ends training there (an early stop,
     recorded in ``result.stopped_step``). It sees the restored losses after a resume, so a resumed run stops at the
     same step as an uninterrupted one.
+    ``diagnostics`` (a ``blocklab.training.diagnostics.Recorder``) records per-block gradients, Adam's update and the
+    attention while training; it only reads, so the losses are bit-identical with and without it.
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=fused_adam or None)
-    result = TrainResult()
+    result = TrainResult(diagnostics_from=1 if diagnostics is not None else None)
     start = 0
     saved_precision = _checkpoint_precision(Path(checkpoint)) if checkpoint is not None and Path(checkpoint).exists() else None
     if saved_precision not in (None, precision):
         log.warning("%s: checkpoint %s was trained in %s, this run is %s: starting afresh", desc, checkpoint,
                     saved_precision, precision)
     elif saved_precision is not None:
-        start = result.resumed_from = _load_checkpoint(Path(checkpoint), model, optimizer, generator, result)
+        start = result.resumed_from = _load_checkpoint(Path(checkpoint), model, optimizer, generator, result, diagnostics)
         log.info("%s: resumed from checkpoint at step %d", desc, start)
-    step_fn = _make_step(model, loss_fn, optimizer, compile, precision)
+    step_fn = _make_step(model, loss_fn, optimizer, compile, precision, diagnostics)
     began = time.perf_counter() - result.seconds
     progress = tqdm(total=steps, initial=start, desc=desc, file=sys.stderr, disable=None, mininterval=2.0)
     for step in range(start + 1, steps + 1):
         rate = lr * warmup_factor(step, warmup)
         for group in optimizer.param_groups:
             group["lr"] = rate
-        loss = step_fn(next_batch(generator))
+        loss = step_fn(next_batch(generator), step)
         if not math.isfinite(loss):
             result.diverged_step = step
             log.warning("%s: loss became %s at step %d; recorded as diverged", desc, loss, step)
@@ -132,19 +144,25 @@ def train(
             break
         if checkpoint is not None and step % checkpoint_every == 0 and step < steps:
             result.seconds = time.perf_counter() - began
-            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision)
+            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics)
     progress.close()
     result.seconds = time.perf_counter() - began
     return result
 
 
-def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict) -> None:
-    """A finished run's artifacts: loss.csv and weights first, meta.json last (its presence marks a finished run)."""
+def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict, diagnostics=None) -> None:
+    """A finished run's artifacts: loss.csv, diagnostics.parquet (no rows when not recorded) and weights first,
+    meta.json last (its presence marks a finished run)."""
     from safetensors.torch import save_file
 
     from ..io import write_json, write_table
 
     write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), Path(out_dir) / "loss.csv")
+    from .diagnostics import table
+
+    frame = diagnostics.table() if diagnostics is not None else table([])
+    with atomic_path(Path(out_dir) / "diagnostics.parquet") as tmp:
+        frame.to_parquet(tmp, index=False, compression="zstd")
     with atomic_path(Path(out_dir) / "model.safetensors") as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
     write_json(meta, Path(out_dir) / "meta.json")
@@ -154,19 +172,26 @@ def _checkpoint_precision(path: Path) -> str:
     return torch.load(path, map_location="cpu", weights_only=True).get("precision", "fp32")
 
 
-def _make_step(model, loss_fn, optimizer, compile: bool, precision: str = "fp32"):
+def _make_step(model, loss_fn, optimizer, compile: bool, precision: str = "fp32", diagnostics=None):
     # The compiled wrapper shares its parameters with ``model``, so checkpoints keep plain state-dict keys.
     forward_model = torch.compile(model, dynamic=False) if compile else model
     device = next(model.parameters()).device
 
-    def step(batch) -> float:
+    watched = diagnostics is not None and not compile  # hooks read the eager forward (compiled: gradients only)
+
+    def step(batch, number: int = 0) -> float:
         optimizer.zero_grad(set_to_none=True)
-        with autocast(precision, device):
+        watch = diagnostics.watch(number) if watched and diagnostics.forward_due(number) else contextlib.nullcontext()
+        with autocast(precision, device), watch:
             loss = loss_fn(forward_model, batch)
         loss.backward()
         loss_value = loss.item()
         if math.isfinite(loss_value):
+            if diagnostics is not None:
+                diagnostics.before_update(number, optimizer)
             optimizer.step()
+            if diagnostics is not None:
+                diagnostics.after_update(number)
         return loss_value
 
     return step

@@ -1,0 +1,413 @@
+"""Why post-norm fails, measured while it trains (issue 23): the training-time diagnostics of the copy-task runs, and
+how often post-norm with warm-up collapses after its warm-up, over enough seeds to give the rate an interval.
+
+Two groups of runs, each an ordinary sweep run (``sweep.train_copy_run``) with its diagnostics:
+- ``compare``: the default cell's norm x warm-up runs at ``dynamics.compare_seeds`` (the main sweep's own runs), for
+  Xiong et al.'s Fig. 3 through training;
+- ``collapse``: post-norm with warm-up at each setting of ``dynamics.collapse.settings`` (sensitivity's cell names)
+  and ``dynamics.collapse.seeds``, for the collapse rate. Such a run stops once it has collapsed (``dynamics.events``):
+  a run that never collapses trains the full ``sweep.steps``.
+
+A run identical to a main-sweep run is that run (``data/sweep/runs``); the others are in
+``data/dynamics/runs/<cell>/<run>/``. Events are judged from the loss alone, with thresholds fixed in params.yaml
+before any of these runs trained:
+- learned: the loss below ``learned_below`` for ``learned_for`` consecutive steps (the first of them: the step it learned);
+- collapse: after learning, the loss at or above ``collapse_at`` x ln(vocab) (chance) for ``collapse_for`` steps in a row;
+- spike: after learning, the loss above ``spike_above`` at some step, without a collapse (it came back).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import ConfigError
+from ..io import read_json, read_table, write_table
+from ..params import load_params
+from .sensitivity import Cell, cell_params, default_cell
+
+log = logging.getLogger("blocklab.dynamics")
+
+ROOT = "data/dynamics"
+RUNS = f"{ROOT}/runs"
+PLAN = f"{ROOT}/plan.csv"
+TABLES = {"losses": f"{ROOT}/losses.csv", "diagnostics": f"{ROOT}/diagnostics.parquet",
+          "summary": f"{ROOT}/summary.csv", "rates": f"{ROOT}/rates.csv"}
+SNAPSHOT_FILES = ("runs.csv", "losses.csv", "diagnostics.parquet")
+OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------------------
+
+
+def plan(params: dict) -> pd.DataFrame:
+    """Every run of the family: group (compare | collapse), the cell, norm, warm-up, seed and its run directory."""
+    from ..training.sweep import run_name
+
+    dyn, sweep = params["dynamics"], params["sweep"]
+    base = default_cell(params)
+    rows = [("compare", base, norm, warmup, seed)
+            for norm in sweep["norms"] for warmup in sweep["warmups"] for seed in dyn["compare_seeds"]]
+    collapse = dyn["collapse"]
+    rows += [("collapse", Cell.parse(name), "post", collapse["warmup"], seed)
+             for name in collapse["settings"] for seed in collapse["seeds"]]
+    records, seen = [], set()
+    for group, cell, norm, warmup, seed in rows:
+        in_main = cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"]
+        run = run_name(norm, warmup, seed)
+        run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
+        if run_dir in seen:
+            continue
+        seen.add(run_dir)
+        records.append({"group": group, "setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
+                        "run": run, "run_dir": run_dir, "main_sweep": in_main})
+    return pd.DataFrame(records, columns=["group", "setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep"])
+
+
+def collapse_params(params: dict, cell_name: str) -> dict:
+    """params.yaml with the cell's choices in place (what a collapse run trains)."""
+    return cell_params(params, Cell.parse(cell_name))
+
+
+def run_identity(params: dict, cell_name: str) -> dict:
+    """What decides a collapse run's numbers (Snakemake params of its rule): the cell and the events that stop it."""
+    p = collapse_params(params, cell_name)
+    training = {k: v for k, v in p["sweep"].items() if k not in ("norms", "warmups", "seeds", "checkpoint_every",
+                                                                   "compile", "fast_path", "batched")}
+    return {"model": p["copy_model"], "task": p["copy_task"], "training": training,
+            "events": params["dynamics"]["events"]}
+
+
+# ---- events --------------------------------------------------------------------------------------------------------
+
+
+def _first_streak(flags, steps, length: int, start: int = 0) -> int | None:
+    """Index of the first element of the first run of ``length`` True flags at or after index ``start``."""
+    streak = 0
+    for i in range(start, len(flags)):
+        streak = streak + 1 if flags[i] else 0
+        if streak == length:
+            return i - length + 1
+    return None
+
+
+def events(losses, steps, rule: dict, vocab_size: int) -> dict:
+    """The run's outcome (never learned | stable | spiked | collapsed) and the steps of its events (NaN: none)."""
+    losses, steps = list(map(float, losses)), list(map(int, steps))
+    chance = math.log(vocab_size)
+    nan = float("nan")
+    out = {"outcome": "never learned", "learned_step": nan, "spike_step": nan, "spike_loss": nan, "collapse_step": nan,
+           "max_after_learned": nan}
+    learned = _first_streak([x < rule["learned_below"] for x in losses], steps, rule["learned_for"])
+    if learned is None:
+        return out
+    out["learned_step"] = steps[learned]
+    after = learned + rule["learned_for"]
+    if after >= len(losses):
+        out["outcome"] = "stable"
+        return out
+    worst = max(range(after, len(losses)), key=lambda i: losses[i])
+    out["max_after_learned"] = losses[worst]
+    collapse = _first_streak([x >= rule["collapse_at"] * chance for x in losses], steps, rule["collapse_for"], after)
+    spike = next((i for i in range(after, len(losses)) if losses[i] > rule["spike_above"]), None)
+    if collapse is not None:
+        out.update(outcome="collapsed", collapse_step=steps[collapse])
+    elif spike is not None:
+        out["outcome"] = "spiked"
+    else:
+        out["outcome"] = "stable"
+    if spike is not None:
+        out.update(spike_step=steps[spike], spike_loss=losses[spike])
+    return out
+
+
+def collapse_stop(params: dict):
+    """(callable, words): stop a run once it has collapsed (it learned, then sat at chance for ``collapse_for`` steps)."""
+    rule, vocab = params["dynamics"]["events"], params["copy_task"]["vocab_size"]
+
+    def stop(losses: list[float]) -> bool:
+        tail = rule["collapse_for"]
+        if len(losses) < tail or losses[-1] < rule["collapse_at"] * math.log(vocab):
+            return False
+        return events(losses, range(1, len(losses) + 1), rule, vocab)["outcome"] == "collapsed"
+
+    words = (f"collapsed: learned (loss < {rule['learned_below']:g} for {rule['learned_for']} steps), then loss >= "
+             f"{rule['collapse_at']:g} x ln {vocab} for {rule['collapse_for']} steps")
+    return stop, words
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n trials (95 % by default); (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rates(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, over the collapse group's runs that learned: how many collapsed and how many spiked (k of N, 95 %
+    Wilson interval). Runs that never learned cannot collapse after learning and are counted apart."""
+    rows = []
+    collapse = summary[summary["group"] == "collapse"] if "group" in summary else summary
+    for setting, runs in collapse.groupby("setting", sort=True):
+        learned = runs[runs["outcome"] != "never learned"]
+        n = len(learned)
+        row = {"setting": setting, "runs": len(runs), "learned": n}
+        for event in ("collapsed", "spiked"):
+            k = int((learned["outcome"] == event).sum())
+            low, high = wilson(k, n)
+            row.update({event: k, f"{event}_rate": k / n if n else float("nan"), f"{event}_low": low,
+                        f"{event}_high": high})
+        row["seeds"] = " ".join(str(s) for s in sorted(runs["seed"]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- records: run directories or snapshots in git --------------------------------------------------------------------
+
+
+RECORD_FIELDS = ("vocab_size", "diverged_step", "stopped_step", "stop_reason", "wall_time_s", "machine", "git_commit",
+                 "diagnostics")
+
+
+def _record(meta: dict) -> dict:
+    diagnostics = meta.get("diagnostics")
+    return {"vocab_size": meta["copy_task"]["vocab_size"], "diverged_step": meta.get("diverged_step"),
+            "stopped_step": meta.get("stopped_step"), "stop_reason": meta.get("stop_reason"),
+            "wall_time_s": meta.get("wall_time_s"), "machine": meta.get("libraries", {}).get("cpu"),
+            "git_commit": meta.get("code", {}).get("git_commit"),
+            "diagnostics": "recorded" if diagnostics else "not recorded"}
+
+
+def collect(planned: pd.DataFrame, root: str | Path = ".", only_finished: bool = False):
+    """(runs, losses, diagnostics) of the planned runs from their directories; a missing run is an error unless
+    ``only_finished`` (a snapshot of the runs finished so far)."""
+    from ..training.diagnostics import table
+
+    root = Path(root)
+    records, curves, diags = [], [], []
+    for row in planned.itertuples(index=False):
+        run_dir = root / row.run_dir
+        if not (run_dir / "meta.json").is_file():
+            if only_finished:
+                continue
+            raise ConfigError(f"{row.run_dir}: not trained yet (no meta.json); train it with `snakemake --cores 4 "
+                              "dynamics` or read the study from snapshots (dynamics.from_snapshots)")
+        meta = read_json(run_dir / "meta.json")
+        key = {"group": row.group, "setting": row.setting, "run": row.run, "norm": row.norm, "warmup": row.warmup,
+               "seed": row.seed}
+        records.append({**key, **_record(meta), "run_dir": row.run_dir})
+        curves.append(read_table(run_dir / "loss.csv").assign(setting=row.setting, run=row.run))
+        path = run_dir / "diagnostics.parquet"
+        frame = pd.read_parquet(path) if path.is_file() else table([])
+        diags.append(frame.assign(setting=row.setting, run=row.run))
+    runs = pd.DataFrame(records)
+    losses = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", "lr", "setting", "run"])
+    diagnostics = pd.concat(diags, ignore_index=True) if diags else table([]).assign(setting=[], run=[])
+    return runs, losses, diagnostics
+
+
+def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    runs, losses, diags = [], [], []
+    for d in map(Path, dirs):
+        missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
+        if missing:
+            raise ConfigError(f"{d}: no dynamics snapshot there (missing {', '.join(missing)}); allowed: directories "
+                              "written by `blocklab dynamics-snapshot`")
+        runs.append(read_table(d / "runs.csv"))
+        losses.append(read_table(d / "losses.csv"))
+        diags.append(pd.read_parquet(d / "diagnostics.parquet"))
+    runs = pd.concat(runs, ignore_index=True)
+    doubled = runs[runs.duplicated(["setting", "run"], keep=False)]
+    if len(doubled):
+        raise ConfigError(f"dynamics.from_snapshots: runs recorded twice: {sorted(set(doubled['setting'] + '/' + doubled['run']))}")
+    return runs, pd.concat(losses, ignore_index=True), pd.concat(diags, ignore_index=True)
+
+
+def unrecorded(runs: pd.DataFrame, planned: pd.DataFrame) -> str | None:
+    have = set(zip(runs["setting"], runs["run"])) if len(runs) else set()
+    missing = [f"{s}/{r}" for s, r in zip(planned["setting"], planned["run"]) if (s, r) not in have]
+    if missing:
+        return (f"{len(missing)} planned run(s) not in the snapshots: {', '.join(missing[:6])}"
+                f"{' ...' if len(missing) > 6 else ''}; allowed: snapshots that record every run of the plan, or "
+                "dynamics.from_snapshots: [] to train them here")
+    return None
+
+
+def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame) -> pd.DataFrame:
+    """One row per planned run: its identity, how it ended and its events (judged now, with params' thresholds)."""
+    rule = params["dynamics"]["events"]
+    by_run = {key: frame for key, frame in losses.groupby(["setting", "run"], sort=False)}
+    info = runs.set_index(["setting", "run"])
+    rows = []
+    for row in planned.itertuples(index=False):
+        curve = by_run[(row.setting, row.run)].sort_values("step")
+        record = info.loc[(row.setting, row.run)]
+        rows.append({"group": row.group, "setting": row.setting, "run": row.run, "norm": row.norm,
+                     "warmup": row.warmup, "seed": row.seed,
+                     **events(curve["loss"], curve["step"], rule, int(record["vocab_size"])),
+                     "final_loss": float(curve["loss"].iloc[-1]), "last_step": int(curve["step"].iloc[-1]),
+                     "stop_reason": record["stop_reason"], "diagnostics": record["diagnostics"],
+                     "wall_time_s": record["wall_time_s"], "machine": record["machine"]})
+    return pd.DataFrame(rows)
+
+
+def snapshots(params: dict) -> list[str]:
+    return list(params["dynamics"].get("from_snapshots", []))
+
+
+def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
+    """The family's tables, from the run directories or from ``dynamics.from_snapshots``."""
+    planned = plan(params)
+    dirs = snapshots(params)
+    if dirs:
+        runs, losses, diagnostics = read_snapshots([Path(root) / d for d in dirs])
+        why = unrecorded(runs, planned)
+        if why:
+            raise ConfigError(f"dynamics.from_snapshots: {why}")
+    else:
+        runs, losses, diagnostics = collect(planned, root)
+    keys = set(zip(planned["setting"], planned["run"]))
+    keep = lambda frame: frame[[k in keys for k in zip(frame["setting"], frame["run"])]].reset_index(drop=True)  # noqa: E731
+    losses, diagnostics = keep(losses), keep(diagnostics)
+    summary = summarize(params, runs, losses, planned)
+    return {"losses": losses, "diagnostics": diagnostics, "summary": summary, "rates": rates(summary)}
+
+
+def write_snapshot(params: dict, out: str | Path, root: str | Path = ".") -> pd.DataFrame:
+    """Record the finished runs of the plan in ``out`` (kept in git): what the tables need, diagnostics included."""
+    runs, losses, diagnostics = collect(plan(params), root, only_finished=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(runs, out / "runs.csv")
+    write_table(losses[["setting", "run", "step", "loss", "lr"]], out / "losses.csv")
+    diagnostics = diagnostics.astype({"value": "float32"})
+    diagnostics.to_parquet(out / "diagnostics.parquet", index=False, compression="zstd")
+    return runs
+
+
+# ---- checks before any compute ---------------------------------------------------------------------------------------
+
+
+def check_problems(params: dict) -> list[tuple[str, str]]:
+    """Cross-field checks of ``dynamics`` and ``diagnostics`` (params.validate_params calls this): (key, message)."""
+    from ..training.diagnostics import check_settings
+
+    problems = []
+    try:
+        check_settings(params.get("diagnostics"))
+    except ConfigError as why:
+        problems.append(("diagnostics", str(why)))
+    dyn = params.get("dynamics")
+    if dyn is None:
+        return problems
+    steps, chance = params["sweep"]["steps"], math.log(params["copy_task"]["vocab_size"])
+    rule = dyn["events"]
+    if not 0 < rule["learned_below"] < rule["spike_above"]:
+        problems.append(("dynamics.events.learned_below", f"{rule['learned_below']} must be below "
+                         f"dynamics.events.spike_above={rule['spike_above']}, else every learned run spikes; allowed: "
+                         f"a number in (0, {rule['spike_above']})"))
+    if rule["spike_above"] >= rule["collapse_at"] * chance:
+        problems.append(("dynamics.events.spike_above", f"{rule['spike_above']} is not below the collapse level "
+                         f"collapse_at x ln(vocab) = {rule['collapse_at'] * chance:.3f}; allowed: (learned_below, "
+                         f"{rule['collapse_at'] * chance:.3f})"))
+    if rule["learned_for"] + rule["collapse_for"] > steps:
+        problems.append(("dynamics.events.collapse_for", f"learned_for + collapse_for = "
+                         f"{rule['learned_for'] + rule['collapse_for']} exceeds sweep.steps={steps}, so a collapse "
+                         f"could never fire; allowed: 1..{steps - rule['learned_for']}"))
+    warmup = dyn["collapse"]["warmup"]
+    if warmup > steps:
+        problems.append(("dynamics.collapse.warmup", f"{warmup} is longer than training (sweep.steps={steps}); "
+                         f"allowed: 0..{steps}"))
+    for i, name in enumerate(dyn["collapse"]["settings"]):
+        try:
+            Cell.parse(name)
+        except ConfigError:
+            problems.append((f"dynamics.collapse.settings[{i}]", f"{name!r} is not a setting; allowed: "
+                             "{position}-b{batch}-L{depth}-lr{lr}-{fp32|bf16}, e.g. " + default_cell(params).name))
+    dirs = snapshots(params)
+    if dirs and not problems:
+        bad = [d for d in dirs if not all((Path(d) / n).is_file() for n in SNAPSHOT_FILES)]
+        if bad:
+            problems.append(("dynamics.from_snapshots", f"{', '.join(bad)}: no snapshot there; allowed: directories "
+                             "written by `blocklab dynamics-snapshot`, e.g. docs/dynamics/collapse"))
+        else:
+            try:
+                runs, _, _ = read_snapshots(dirs)
+                why = unrecorded(runs, plan(params))
+                if why:
+                    problems.append(("dynamics.from_snapshots", why))
+            except ConfigError as why:
+                problems.append(("dynamics.from_snapshots", str(why)))
+    return problems
+
+
+# ---- CLI ---------------------------------------------------------------------------------------------------------------
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train-dynamics", help="train one collapse-rate run (post-norm with warm-up, a setting, a seed)")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--cell", required=True, help="the setting, e.g. learned-b32-L24-lr0.001-fp32")
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_train_main)
+
+    p = subparsers.add_parser("dynamics-plan", help="every run of the dynamics family and its directory")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", type=Path, default=Path(PLAN))
+    p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
+
+    p = subparsers.add_parser("aggregate-dynamics", help="the dynamics family's tables (losses, diagnostics, events, rates)")
+    p.add_argument("--params", default="params.yaml")
+    p.set_defaults(func=_aggregate_main)
+
+    p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=_snapshot_main)
+
+
+def _train_main(args) -> None:
+    from ..runtime import set_threads
+    from ..training.sweep import train_copy_run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    params = load_params(args.params)
+    Cell.parse(args.cell)
+    if args.seed < 0:
+        raise ConfigError(f"--seed={args.seed} is not allowed; choose an integer >= 0")
+    set_threads(args.threads or params["threads_per_run"])
+    stop, words = collapse_stop(params)
+    p = collapse_params(params, args.cell)
+    meta = train_copy_run(p, "post", params["dynamics"]["collapse"]["warmup"], args.seed, args.out_dir, params["device"],
+                          stop_when=stop, stop_rule=words, setting=args.cell)
+    log.info("%s %s in %.1f s (%s)", meta["run"], meta["status"], meta["wall_time_s"], meta["stop_reason"])
+
+
+def _aggregate_main(args) -> None:
+    params = load_params(args.params)
+    tables = aggregate(params)
+    for name, frame in tables.items():
+        path = Path(TABLES[name])
+        if name == "diagnostics":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            from ..io import atomic_path
+
+            with atomic_path(path) as tmp:
+                frame.to_parquet(tmp, index=False, compression="zstd")
+        else:
+            write_table(frame, path)
+    log.info("%d runs; rates: %s", len(tables["summary"]), tables["rates"].to_dict("records"))
+
+
+def _snapshot_main(args) -> None:
+    params = copy.deepcopy(load_params(args.params))
+    runs = write_snapshot(params, args.out)
+    print(f"{len(runs)} finished run(s) recorded in {args.out}")
