@@ -21,6 +21,7 @@ include: "workflow/rules/doc000.smk"
 include: "workflow/rules/doc004.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/sensitivity.smk"
+include: "workflow/rules/dynamics.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -28,6 +29,7 @@ rule all:
     default_target: True
     input:
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
+        DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
         expand("figs/{figure}.png", figure=FIGURES),
         "reports/analysis.html",
         "data/claims/claims.csv",

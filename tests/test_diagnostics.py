@@ -227,7 +227,7 @@ def test_wilson_interval_matches_the_closed_form_values():
 
 
 def test_rates_count_only_runs_that_learned():
-    summary = pd.DataFrame({"group": "collapse", "setting": "s", "seed": range(5),
+    summary = pd.DataFrame({"collapse": True, "setting": "s", "seed": range(5),
                             "outcome": ["collapsed", "stable", "spiked", "never learned", "stable"]})
     row = rates(summary).iloc[0]
     assert (row["runs"], row["learned"], row["collapsed"], row["spiked"]) == (5, 4, 1, 1)
@@ -239,8 +239,10 @@ def test_the_plan_reuses_main_sweep_runs_and_lists_each_run_once():
     assert planned["run_dir"].is_unique
     main = planned[planned["main_sweep"]]
     assert set(main["run_dir"]) >= {"data/sweep/runs/post-w400-s0", "data/sweep/runs/pre-w0-s0"}
-    collapse = planned[planned["group"] == "collapse"]
+    collapse = planned[planned["collapse"]]
     assert set(collapse["warmup"]) == {FULL["dynamics"]["collapse"]["warmup"]} and set(collapse["norm"]) == {"post"}
+    assert len(collapse) == len(FULL["dynamics"]["collapse"]["seeds"])
+    both = planned[planned["compare"] & planned["collapse"]]  # post-w400 at a compare seed: in both groups, listed once
+    assert set(both["run"]) == {f"post-w400-s{s}" for s in FULL["dynamics"]["compare_seeds"]}
     assert len(planned) == len(FULL["sweep"]["norms"]) * len(FULL["sweep"]["warmups"]) * len(
-        FULL["dynamics"]["compare_seeds"]) + len(FULL["dynamics"]["collapse"]["seeds"]) - len(
-        set(FULL["dynamics"]["compare_seeds"]))  # post-w400 at the compare seeds is in both groups, listed once
+        FULL["dynamics"]["compare_seeds"]) + len(collapse) - len(both)

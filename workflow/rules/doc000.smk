@@ -23,6 +23,7 @@ if sweep_batched(config):
     rule train_copy_group:
         output:
             loss=sweep_group_files(config, "loss.csv"),
+            diagnostics=sweep_group_files(config, "diagnostics.parquet"),
             weights=sweep_group_files(config, "model.safetensors"),
             meta=sweep_group_files(config, "meta.json"),
         params:
@@ -44,6 +45,7 @@ else:
     rule train_copy:
         output:
             loss="data/sweep/runs/{norm}-w{warmup}-s{seed}/loss.csv",
+            diagnostics="data/sweep/runs/{norm}-w{warmup}-s{seed}/diagnostics.parquet",
             weights="data/sweep/runs/{norm}-w{warmup}-s{seed}/model.safetensors",
             meta="data/sweep/runs/{norm}-w{warmup}-s{seed}/meta.json",
         params:

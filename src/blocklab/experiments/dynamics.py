@@ -37,14 +37,22 @@ PLAN = f"{ROOT}/plan.csv"
 TABLES = {"losses": f"{ROOT}/losses.csv", "diagnostics": f"{ROOT}/diagnostics.parquet",
           "summary": f"{ROOT}/summary.csv", "rates": f"{ROOT}/rates.csv"}
 SNAPSHOT_FILES = ("runs.csv", "losses.csv", "diagnostics.parquet")
+FIGURES = {  # figure -> the tables it is drawn from
+    "dynamics_gradnorm": [TABLES["diagnostics"], TABLES["summary"]],
+    "dynamics_collapse": [TABLES["diagnostics"], TABLES["losses"], TABLES["summary"]],
+}
 OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------------------
 
 
+PLAN_COLUMNS = ["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep", "compare", "collapse"]
+
+
 def plan(params: dict) -> pd.DataFrame:
-    """Every run of the family: group (compare | collapse), the cell, norm, warm-up, seed and its run directory."""
+    """Every run of the family once: the cell, norm, warm-up, seed, its run directory and its groups (compare,
+    collapse: booleans)."""
     from ..training.sweep import run_name
 
     dyn, sweep = params["dynamics"], params["sweep"]
@@ -54,17 +62,16 @@ def plan(params: dict) -> pd.DataFrame:
     collapse = dyn["collapse"]
     rows += [("collapse", Cell.parse(name), "post", collapse["warmup"], seed)
              for name in collapse["settings"] for seed in collapse["seeds"]]
-    records, seen = [], set()
+    records: dict[str, dict] = {}
     for group, cell, norm, warmup, seed in rows:
         in_main = cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"]
         run = run_name(norm, warmup, seed)
         run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
-        if run_dir in seen:
-            continue
-        seen.add(run_dir)
-        records.append({"group": group, "setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
-                        "run": run, "run_dir": run_dir, "main_sweep": in_main})
-    return pd.DataFrame(records, columns=["group", "setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep"])
+        record = records.setdefault(run_dir, {"setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
+                                              "run": run, "run_dir": run_dir, "main_sweep": in_main,
+                                              "compare": False, "collapse": False})
+        record[group] = True  # a run can be in both groups (post-norm with warm-up at a compare seed): listed once
+    return pd.DataFrame(list(records.values()), columns=PLAN_COLUMNS)
 
 
 def collapse_params(params: dict, cell_name: str) -> dict:
@@ -154,7 +161,7 @@ def rates(summary: pd.DataFrame) -> pd.DataFrame:
     """Per setting, over the collapse group's runs that learned: how many collapsed and how many spiked (k of N, 95 %
     Wilson interval). Runs that never learned cannot collapse after learning and are counted apart."""
     rows = []
-    collapse = summary[summary["group"] == "collapse"] if "group" in summary else summary
+    collapse = summary[summary["collapse"].astype(bool)] if "collapse" in summary else summary
     for setting, runs in collapse.groupby("setting", sort=True):
         learned = runs[runs["outcome"] != "never learned"]
         n = len(learned)
@@ -200,7 +207,7 @@ def collect(planned: pd.DataFrame, root: str | Path = ".", only_finished: bool =
             raise ConfigError(f"{row.run_dir}: not trained yet (no meta.json); train it with `snakemake --cores 4 "
                               "dynamics` or read the study from snapshots (dynamics.from_snapshots)")
         meta = read_json(run_dir / "meta.json")
-        key = {"group": row.group, "setting": row.setting, "run": row.run, "norm": row.norm, "warmup": row.warmup,
+        key = {"setting": row.setting, "run": row.run, "norm": row.norm, "warmup": row.warmup,
                "seed": row.seed}
         records.append({**key, **_record(meta), "run_dir": row.run_dir})
         curves.append(read_table(run_dir / "loss.csv").assign(setting=row.setting, run=row.run))
@@ -249,7 +256,8 @@ def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: p
     for row in planned.itertuples(index=False):
         curve = by_run[(row.setting, row.run)].sort_values("step")
         record = info.loc[(row.setting, row.run)]
-        rows.append({"group": row.group, "setting": row.setting, "run": row.run, "norm": row.norm,
+        rows.append({"compare": row.compare, "collapse": row.collapse, "setting": row.setting, "run": row.run,
+                     "norm": row.norm,
                      "warmup": row.warmup, "seed": row.seed,
                      **events(curve["loss"], curve["step"], rule, int(record["vocab_size"])),
                      "final_loss": float(curve["loss"].iloc[-1]), "last_step": int(curve["step"].iloc[-1]),
@@ -260,6 +268,14 @@ def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: p
 
 def snapshots(params: dict) -> list[str]:
     return list(params["dynamics"].get("from_snapshots", []))
+
+
+def aggregate_inputs(params: dict) -> list[str]:
+    """What the aggregation reads: every planned run's meta.json (they train first), or the snapshots' files."""
+    dirs = snapshots(params)
+    if dirs:
+        return [f"{d}/{name}" for d in dirs for name in SNAPSHOT_FILES]
+    return [f"{d}/meta.json" for d in plan(params)["run_dir"]]
 
 
 def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:

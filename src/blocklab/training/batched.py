@@ -160,7 +160,8 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
         buffers = {name for name, _ in model.named_buffers()}
         if unexpected or set(missing) - buffers:
             raise RuntimeError(f"batched weights do not fit the model: missing {missing}, unexpected {unexpected}")
-        meta = sweep.run_meta(params, cfg, norm, warmup, seed, device, result,
+        # the vmapped path records no diagnostics (its members share one forward): said in meta.json, empty table
+        meta = sweep.run_meta(params, cfg, norm, warmup, seed, device, result, diagnostics=None,
                               batched_group=group, group_wall_time_s=round(group_seconds, 2))
         write_run(Path(out_root) / sweep.run_name(norm, warmup, seed), result, model, meta)
         metas.append(meta)

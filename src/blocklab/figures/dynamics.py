@@ -1,0 +1,185 @@
+"""Figures of the training dynamics (issue 23): Xiong et al.'s Fig. 3 through training, and the anatomy of a collapse.
+
+Each function takes tidy frames (``data/dynamics/``) and ``lang``; ``save_figures`` draws them all with sidecars.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from . import style
+from .doc000 import NORM_COLORS, norm_label, warmup_label
+from .style import log_y, text
+
+WINDOW = 5  # a per-step gradient is one batch's: each point averages the steps within +-5 of it (11 steps)
+
+ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, English label, log scale)
+    ("loss", None, "손실", "loss", True),
+    ("grad_ffn_out", "max", "MLP 둘째 가중치 그래디언트 (블록 최대)", "2nd MLP weight gradient (max over blocks)", True),
+    ("adam_rms", "max", "Adam √mean(g²/v) (블록 최대)", "Adam √mean(g²/v) (max over blocks)", True),
+    ("update_ratio", "max", "상대 갱신 ‖Δθ‖/‖θ‖ (블록 최대)", "relative update ‖Δθ‖/‖θ‖ (max over blocks)", True),
+    ("attn_logit_max", "max", "최대 어텐션 로짓", "largest attention logit", False),
+    ("attn_entropy", "min", "어텐션 엔트로피 (블록 최소)", "attention entropy (min over blocks)", False),
+    ("output_logit_max", "max", "최대 출력 로짓", "largest output logit", False),
+]
+
+
+def figure_steps(warmup: int, steps: int) -> list[int]:
+    """At init, halfway through warm-up, at its end, and as long again after it (capped at the budget)."""
+    return sorted({1, max(1, warmup // 2), max(1, warmup), min(steps, 2 * max(warmup, 1))})
+
+
+def _around(frame: pd.DataFrame, step: int) -> pd.DataFrame:
+    return frame[(frame["step"] >= step - WINDOW) & (frame["step"] <= step + WINDOW)]
+
+
+def gradnorm_through_training_figure(diagnostics: pd.DataFrame, summary: pd.DataFrame, lang: str = "ko",
+                                     steps: int = 1200, seed: int = 0):
+    """Per-block gradient norm of the second MLP weight, post vs pre, at several steps, one panel per warm-up."""
+    style.setup(lang)
+    compare = summary[summary["compare"].astype(bool) & (summary["seed"] == seed)]
+    warmups = sorted(compare["warmup"].unique())
+    fig, axes = plt.subplots(1, len(warmups), figsize=(5.2 * len(warmups), 4.6), squeeze=False, sharey=True,
+                             layout="constrained")
+    grads = diagnostics[diagnostics["metric"] == "grad_ffn_out"]
+    at = figure_steps(max(warmups), steps)
+    shades = np.linspace(0.35, 1.0, len(at))
+    for ax, warmup in zip(axes[0], warmups):
+        for run in compare[compare["warmup"] == warmup].itertuples():
+            frame = grads[(grads["setting"] == run.setting) & (grads["run"] == run.run)]
+            for shade, step in zip(shades, at):
+                near = _around(frame, step)
+                if near.empty:
+                    continue
+                per_block = near.groupby("block")["value"].mean()
+                ax.plot(per_block.index + 1, per_block.values, marker="o", markersize=2.5, lw=1.4,
+                        color=NORM_COLORS[run.norm], alpha=float(shade),
+                        label=f"{norm_label(run.norm, lang)} · {text(lang, '스텝', 'step')} {step}")
+        log_y(ax)
+        ax.set_title(warmup_label(int(warmup), lang))
+        ax.set_xlabel(text(lang, "블록 (1 = 입력 쪽)", "block (1 = input side)"))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(at), fontsize=7.5)
+    axes[0, 0].set_ylabel(text(lang, "‖∇W₂‖ (±5 스텝 평균)", "‖∇W₂‖ (mean over ±5 steps)"))
+    fig.suptitle(text(lang, f"학습 중의 블록별 그래디언트 (Xiong et al. 2020 그림 3, 시드 {seed})",
+                      f"Per-block gradient during training (Xiong et al. 2020, Fig. 3; seed {seed})"))
+    return fig
+
+
+def pick_anatomy(summary: pd.DataFrame, setting: str) -> tuple[pd.Series | None, pd.Series | None, int | None]:
+    """The run to dissect (the first collapse, else the largest spike) of ``setting``'s collapse group, a run of the
+    same setting that stayed stable (the one with the lowest loss after learning), and the event's step."""
+    runs = summary[summary["collapse"].astype(bool) & (summary["setting"] == setting)]
+    collapsed = runs[runs["outcome"] == "collapsed"].sort_values("seed")
+    spiked = runs[runs["outcome"] == "spiked"].sort_values("spike_loss", ascending=False)
+    event = collapsed.iloc[0] if len(collapsed) else spiked.iloc[0] if len(spiked) else None
+    stable = runs[runs["outcome"] == "stable"].sort_values("max_after_learned")
+    calm = stable.iloc[0] if len(stable) else None
+    if event is None and calm is None and len(runs):  # nothing learned: show the first seed as it is
+        calm = runs.sort_values("seed").iloc[0]
+    step = None if event is None else int(event["spike_step"] if not math.isnan(event["spike_step"]) else event["collapse_step"])
+    return event, calm, step
+
+
+def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, summary: pd.DataFrame, setting: str,
+                            lang: str = "ko", warmup: int = 400, before: int = 150, after: int = 100):
+    """The loss and the diagnostics of the collapse (or largest spike) of ``setting`` on one step axis, beside a seed
+    that did not collapse, zoomed on the event. With no event in any run: both seeds' whole training, saying so."""
+    style.setup(lang)
+    event, calm, step = pick_anatomy(summary, setting)
+    shown = [r for r in (event, calm) if r is not None]
+    fig, axes = plt.subplots(len(ANATOMY), 1, figsize=(7.5, 1.55 * len(ANATOMY) + 0.8), sharex=True,
+                             layout="constrained")
+    lo, hi = (step - before, step + after) if step is not None else (1, int(losses["step"].max()))
+    colors = ["#c0392b", "#7f8c8d"]
+    for run, color in zip(shown, colors):
+        label = f"{text(lang, '시드', 'seed')} {run['seed']} ({_outcome(run['outcome'], lang)})"
+        curve = losses[(losses["setting"] == setting) & (losses["run"] == run["run"])]
+        curve = curve[(curve["step"] >= lo) & (curve["step"] <= hi)]
+        frame = diagnostics[(diagnostics["setting"] == setting) & (diagnostics["run"] == run["run"])]
+        frame = frame[(frame["step"] >= lo) & (frame["step"] <= hi)]
+        for ax, (metric, fold, ko, en, log) in zip(axes, ANATOMY):
+            if metric == "loss":
+                x, y = curve["step"], curve["loss"]
+            else:
+                part = frame[frame["metric"] == metric].groupby("step")["value"]
+                series = part.max() if fold == "max" else part.min()
+                x, y = series.index, series.values
+            ax.plot(x, y, color=color, lw=1.1, marker="." if metric in ("attn_logit_max", "attn_entropy",
+                                                                          "output_logit_max") else None,
+                    label=label if metric == "loss" else None)
+            ax.set_title(text(lang, ko, en), fontsize=8, loc="left")
+            if log:
+                log_y(ax)
+    for ax in axes:
+        if lo <= warmup <= hi:
+            ax.axvline(warmup, color="#555555", ls=":", lw=1)
+        if step is not None:
+            ax.axvline(step, color="#c0392b", ls="--", lw=0.8, alpha=0.6)
+    if shown:
+        axes[0].legend(fontsize=8, loc="upper left")
+    axes[-1].set_xlabel(text(lang, "스텝 (점선: 워밍업 끝)", "step (dotted: end of warm-up)"))
+    n = int((summary["collapse"].astype(bool) & (summary["setting"] == setting)).sum())
+    if event is None:
+        title = text(lang, f"포스트-노름 + 워밍업: {n}개 시드 중 붕괴도 스파이크도 없음", f"Post-norm with warm-up: no collapse or spike in {n} seeds")
+    else:
+        title = text(lang, f"붕괴의 해부: 시드 {event['seed']}, 스텝 {step} 부근 ({n}개 시드 중)",
+                     f"Anatomy of a {'collapse' if event['outcome'] == 'collapsed' else 'spike'}: seed {event['seed']} "
+                     f"near step {step} (of {n} seeds)")
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def _outcome(outcome: str, lang: str) -> str:
+    ko = {"collapsed": "붕괴", "spiked": "스파이크 뒤 회복", "stable": "안정", "never learned": "학습 못 함"}
+    return text(lang, ko.get(outcome, outcome), outcome)
+
+
+# ---- all figures of the family, with sidecars ----------------------------------------------------------------------
+
+
+def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
+    from ..experiments.dynamics import FIGURES, TABLES
+    from ..io import read_table
+
+    lang = lang or params["figures"]["lang"]
+    data = Path(data)
+    where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731
+    diagnostics = pd.read_parquet(where(TABLES["diagnostics"]))
+    losses, summary = read_table(where(TABLES["losses"])), read_table(where(TABLES["summary"]))
+    dyn = params["dynamics"]
+    made = {
+        "dynamics_gradnorm": lambda: gradnorm_through_training_figure(diagnostics, summary, lang=lang,
+                                                                      steps=params["sweep"]["steps"],
+                                                                      seed=dyn["compare_seeds"][0]),
+        "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics, losses, summary, dyn["collapse"]["settings"][0],
+                                                             lang=lang, warmup=dyn["collapse"]["warmup"]),
+    }
+    out = []
+    for name, build in made.items():
+        style.setup(lang)
+        out.append(style.save(build(), Path(figs) / f"{name}.png", dpi=params["figures"]["dpi"],
+                              sources=[str(where(s)) for s in FIGURES[name]],
+                              params={"figures": params["figures"], "lang": lang, "dynamics": dyn}))
+    return out
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dynamics-figures", help="draw the training-dynamics figures from data/dynamics")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--data", default="data")
+    p.add_argument("--figs", default="figs")
+    p.add_argument("--lang", choices=list(style.LANGS), default=None)
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    from ..params import load_params
+
+    save_figures(load_params(args.params), args.data, args.figs, args.lang)

@@ -1,0 +1,70 @@
+# Why post-norm fails, measured while it trains (issue 23): the diagnostics of the main sweep's runs and how often
+# post-norm with warm-up collapses after it (`snakemake --cores 4 dynamics`); part of `all` (and so of `dvc repro`)
+# when dynamics.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
+from blocklab.experiments.dynamics import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
+
+DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *expand("figs/{figure}.png", figure=DYNAMICS_FIGURES)]
+
+
+rule dynamics_plan:
+    input:
+        code_files("experiments/dynamics"),
+    output:
+        DYNAMICS_PLAN,
+    params:
+        dynamics=config["dynamics"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
+    shell:
+        "blocklab dynamics-plan --params {PARAMS_FILE} --out {output}"
+
+
+# Collapse runs outside the main sweep: post-norm with warm-up at a setting and a seed; each stops once it collapsed.
+rule train_dynamics:
+    output:
+        loss="data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/loss.csv",
+        diagnostics="data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/diagnostics.parquet",
+        weights="data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/model.safetensors",
+        meta="data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/meta.json",
+    wildcard_constraints:
+        cell=CELL_PATTERN,
+    params:
+        run=lambda wildcards: dynamics_identity(config, wildcards.cell),
+    log:
+        "data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/train.log",
+    threads: config["threads_per_run"]
+    resources:
+        mem_mb=2000,
+        runtime=480,
+    shell:
+        "blocklab train-dynamics --params {PARAMS_FILE} --cell {wildcards.cell} --seed {wildcards.seed}"
+        " --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
+
+
+rule aggregate_dynamics:
+    input:
+        # every planned run's meta.json (they train first), or the snapshots of dynamics.from_snapshots (none train)
+        dynamics_aggregate_inputs(config),
+        code=code_files("experiments/dynamics"),
+    output:
+        *DYNAMICS_TABLES.values(),
+    params:
+        dynamics=config["dynamics"],
+    shell:
+        "blocklab aggregate-dynamics --params {PARAMS_FILE}"
+
+
+rule dynamics_figures:
+    input:
+        *DYNAMICS_TABLES.values(),
+        code=code_files("experiments/dynamics", "figures/dynamics", "figures/style"),
+    output:
+        [report(f"figs/{name}.png", caption="../report/dynamics_figure.rst", category="dynamics (document 000)",
+                labels={"figure": name, "data": ", ".join(DYNAMICS_FIGURES[name])}) for name in DYNAMICS_FIGURES],
+    params:
+        figures=config["figures"],
+    shell:
+        "blocklab dynamics-figures --params {PARAMS_FILE} --data data --figs figs"
+
+
+rule dynamics:
+    input:
+        DYNAMICS_OUTPUTS,
