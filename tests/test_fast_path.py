@@ -381,13 +381,17 @@ def test_bench_command_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("bench-json: "))
     result = json.loads(line[len("bench-json: "):])
-    assert {"plain", "peer", "fast"} <= set(result["lanes"]) <= {"plain", "peer", "fast", "bf16"}  # bf16: where the CPU has it
+    assert {"plain", "peer", "fast", "diagnostics"} <= set(result["lanes"]) <= {"plain", "peer", "fast", "bf16", "diagnostics"}  # bf16: where the CPU has it
     assert result["lanes"]["plain"]["run_steps"] == result["lanes"]["fast"]["run_steps"] == 2 * 4
     assert result["max_rel_loss_diff"] < LOSS_RTOL
     assert result["matmul_peak_gflops"] > 0 and result["ratio_window"] > 0
     floor = result["gemm_floor"]
     assert floor["processes"] == result["lanes"]["fast"]["processes"] and floor["calls_per_step"] > 0
     assert 0 < floor["fraction_of_peak"] and floor["share_of_fast_step"] > 0 and "GEMMs alone" in proc.stdout
+    # the diagnostics lane trains the same runs, with the same losses (they only read), and its overhead is printed
+    assert result["lanes"]["diagnostics"]["run_steps"] == result["lanes"]["fast"]["run_steps"]
+    assert result["loss_diff_vs_plain"]["diagnostics"]["max_rel_loss_diff"] == result["max_rel_loss_diff"]
+    assert set(result["diagnostics_overhead"]) == {"window", "projected", "steady"} and "diagnostics overhead" in proc.stdout
     assert "fast vs plain" in proc.stdout and json.loads(out.read_text(encoding="utf-8"))["flops_per_step"] == result["flops_per_step"]
 
 

@@ -11,9 +11,10 @@ the fp32 matmul throughput measured in the same run:
     fast   W worker processes x T threads, each run afresh (dynamo reset, as a new pipeline job would), with
            FusedLayerNorm, ShortCausalAttention, fused Adam, a tuned allocator and optionally torch.compile
     bf16   the fast lane under bf16 autocast (sweep.precision: bf16), where the device has bf16 units
+    diagnostics  the fast lane recording the training-time diagnostics (params' ``diagnostics``): their overhead
 
 Every speed-up is quoted against the fastest baseline (plain, plain-WxT, peer) in the same metric, never against a
-slower one; bf16 also against the fp32 fast lane.
+slower one; bf16 also against the fp32 fast lane; the diagnostics lane's overhead against the fast lane.
 
 FLOPs of one training step (stated again in the output and in bench/README.md), with T = 2 * seq_len - 1 tokens:
     forward  = 2 * B*T * [L * (d*(H+2*KV)*hd + H*hd*d + n_ffn*d*hidden) + d*V]      every Linear: q,k,v,o,ffn,head
@@ -109,12 +110,13 @@ def _matmul_gflops(seconds: float, device: str = "cpu", size: int = MATMUL_SIZE)
 
 
 def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int, fast: FastPath, device="cpu",
-                     model_kind: str = "blocklab", precision: str = "fp32") -> dict:
+                     model_kind: str = "blocklab", precision: str = "fp32", diagnostics: bool = False) -> dict:
     """Train one sweep run for ``steps`` steps with ``train.train``, timing every step. Returns timings and losses.
 
     The model, data stream and loss are those of ``sweep.train_copy_run``; only checkpoints and files are left out.
     ``model_kind`` "peer" trains ``blocklab.model.peer``'s model of the same size instead (``fast`` then only sets fused
-    Adam and compile); ``precision`` as ``sweep.precision``.
+    Adam and compile); ``precision`` as ``sweep.precision``; ``diagnostics`` records params' diagnostics (on) as a
+    pipeline run does.
     """
     task, settings = params["copy_task"], params["sweep"]
     torch._dynamo.reset()  # a pipeline job is a fresh process: it compiles again (the on-disk caches still count)
@@ -136,10 +138,16 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
         inputs, targets = batch
         return copy_loss(m(inputs).float(), targets)
 
+    recorder = None
+    if diagnostics:
+        from .training.diagnostics import Recorder, check_settings
+
+        settings_d = check_settings(params.get("diagnostics") or {"enabled": True})
+        recorder = Recorder(model, settings_d["metrics"], settings_d["every"])
     result = train(
         model, next_batch, loss_fn, steps=steps, lr=settings["lr"], warmup=warmup,
         generator=torch.Generator().manual_seed(seed), compile=fast.compile, fused_adam=fast.fused_adam,
-        precision=precision, desc=f"bench {norm}-w{warmup}-s{seed}",
+        precision=precision, desc=f"bench {norm}-w{warmup}-s{seed}", diagnostics=recorder,
     )
     ended = time.perf_counter()
     bounds = step_starts + [ended]
@@ -233,7 +241,8 @@ def _worker_main(argv) -> None:
         elif job["op"] == "train":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
             _reply(train_copy_steps(params, job["norm"], job["warmup"], job["seed"], job["steps"], fast, job["device"],
-                                    job.get("model", "blocklab"), job.get("precision", "fp32")))
+                                    job.get("model", "blocklab"), job.get("precision", "fp32"),
+                                    job.get("diagnostics", False)))
         elif job["op"] == "gemm_floor":
             params = params_cache.setdefault(job["params"], load_params(job["params"]))
             calls = capture_step_gemms(params, job["norm"], fast, job["device"])
@@ -364,10 +373,12 @@ class Lane:
     batched: bool = False  # all runs of a round in one process, one vmapped model per norm position
     model: str = "blocklab"  # or "peer": blocklab.model.peer's GPT-style model of the same size
     precision: str = "fp32"  # sweep.precision of the lane
+    diagnostics: bool = False  # records the training-time diagnostics (params' diagnostics section)
 
     def describe(self) -> str:
         what = "peer model, " + ("fused Adam" if self.fast.fused_adam else "Adam") if self.model == "peer" else self.fast.describe()
-        return what + (", bf16 autocast" if self.precision != "fp32" else "") + (", vmapped" if self.batched else "")
+        return (what + (", bf16 autocast" if self.precision != "fp32" else "") + (", vmapped" if self.batched else "")
+                + (", diagnostics" if self.diagnostics else ""))
 
 
 PEER_SETTINGS = FastPath(fused_layernorm=False, short_attention=False, fused_adam=True, allocator=False, compile=False)
@@ -375,7 +386,7 @@ BASELINES = ("plain", "peer")  # lane-name prefixes of the baselines every speed
 
 
 def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: bool, device: str, batched: bool,
-                  peer: bool = True, bf16: bool = False, compiled: bool = False) -> list[Lane]:
+                  peer: bool = True, bf16: bool = False, compiled: bool = False, diagnostics: bool = True) -> list[Lane]:
     """CPU: plain loop, [plain model in the fast layout], [peer], fast processes, [bf16], [batched].
 
     CUDA: per-run plain loop and [peer] (one process, one run after another), the batched (vmapped) model as "fast",
@@ -398,6 +409,8 @@ def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: 
     lanes.append(Lane("fast", fast, workers, threads, True))
     if bf16:
         lanes.append(Lane("bf16", fast, workers, threads, True, precision="bf16"))
+    if diagnostics:  # the fast lane as the pipeline runs it, recording the diagnostics: their overhead
+        lanes.append(Lane("diagnostics", fast, workers, threads, True, diagnostics=True))
     if batched:  # on the CPU a correctness demonstration of the GPU design, not a speed-up
         lanes.append(Lane("batched", fast, 1, 0, False, batched=True))
     return lanes
@@ -445,7 +458,8 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
                     order = [f"{j['norm']}-w{j['warmup']}-s{j['seed']}" for j in jobs]
                     results[lane.name].extend(sorted(reply["runs"], key=lambda r: order.index(r["run"])))
                     continue
-                lane_jobs = [job | {"model": lane.model, "precision": lane.precision} for job in jobs]
+                lane_jobs = [job | {"model": lane.model, "precision": lane.precision, "diagnostics": lane.diagnostics}
+                             for job in jobs]
                 for i in range(0, len(jobs), lane.workers):
                     wall, replies = _concurrent(pool, lane_jobs[i:i + lane.workers])
                     walls[lane.name] += wall
@@ -517,6 +531,9 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
         "ratio_reference": {kind: r["vs"] for kind, r in speedups["fast"].items()},
         "speedups": speedups,
         "bf16_vs_fast": ({kind: summary["bf16"][m] / fast[m] for kind, m in RATE_METRICS.items()} if "bf16" in summary else None),
+        # extra time a step takes with the diagnostics on: fast's rate over the diagnostics lane's, minus one
+        "diagnostics_overhead": ({kind: fast[m] / summary["diagnostics"][m] - 1 for kind, m in RATE_METRICS.items()}
+                                 if "diagnostics" in summary else None),
         "fraction_of_peak": fast["fraction_of_peak"], "projected_fraction_of_peak": fast["projected_fraction_of_peak"],
         "ratios_vs_each_lane": {
             ref: {"window": fast["run_steps_per_s"] / s["run_steps_per_s"],
@@ -602,6 +619,10 @@ def format_report(result: dict) -> str:
         b = result["bf16_vs_fast"]
         lines.append(f"bf16 vs fast (fp32, same layout): {b['window']:.2f}x window, {b['projected']:.2f}x projected,"
                      f" {b['steady']:.2f}x steady (its GFLOPS and % peak above are against the fp32 matmul peak)")
+    if result.get("diagnostics_overhead"):
+        d = result["diagnostics_overhead"]
+        lines.append(f"diagnostics overhead vs fast (same layout): {d['window']:+.1%} window, {d['projected']:+.1%} "
+                     f"projected, {d['steady']:+.1%} steady")
     floor = result.get("gemm_floor")
     if floor:
         lines.append(
@@ -648,6 +669,8 @@ def register(subparsers) -> None:
                    help="time the peer-style model (blocklab.model.peer) in the fast lane's layout: a baseline")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="add the fast path under bf16 autocast (default: where the device has bf16 units)")
+    p.add_argument("--diagnostics", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the fast lane recording the training-time diagnostics (their overhead)")
     p.add_argument("--batched", action="store_true",
                    help="CPU: add a lane training each norm's runs as one vmapped model (the GPU design; numbers only)")
     p.add_argument("--quick", action="store_true", help="2 runs x (1 + 3) steps, 1 s peak: a smoke check, not a result")
@@ -672,7 +695,7 @@ def _main(args) -> None:
     if bf16:
         check_precision("bf16", device, key="--bf16")
     lanes = default_lanes(workers, threads, FastPath(compile=args.compile), args.layout_ref, device, args.batched,
-                          peer=args.peer, bf16=bf16, compiled=args.compiled)
+                          peer=args.peer, bf16=bf16, compiled=args.compiled, diagnostics=args.diagnostics)
     result = run_bench(
         args.params, steps=args.steps, warmup_steps=args.warmup_steps, runs=args.runs, lanes=lanes,
         device=device, peak_seconds=args.peak_seconds,
