@@ -25,6 +25,7 @@ COMMANDS = {
     "dynamics-plan": "blocklab.experiments.dynamics",
     "aggregate-dynamics": "blocklab.experiments.dynamics",
     "dynamics-snapshot": "blocklab.experiments.dynamics",
+    "dynamics-status": "blocklab.experiments.dynamics",
     "dynamics-figures": "blocklab.figures.dynamics",
     "residual-sim": "blocklab.experiments.residual_sim",
     "problem9": "blocklab.experiments.problem9",

@@ -15,6 +15,7 @@ rule claims:
     input:
         ANALYSIS_DATA,
         SENSITIVITY_TABLES["summary"] if config["sensitivity"]["in_report"] else [],  # the depth claim
+        [DYNAMICS_TABLES["summary"], DYNAMICS_TABLES["rates"], DYNAMICS_TABLES["diagnostics"]] if config["dynamics"]["in_report"] else [],
         claims="src/blocklab/reporting/claims.yaml",
         code=code_files("reporting/claims"),
     output:
@@ -27,6 +28,7 @@ rule report:
     input:
         ANALYSIS_DATA,
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else [],
+        DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
         figure_code=code_files("reporting/report", "reporting/answers", "figures/style", "figures/doc000", "figures/doc004",

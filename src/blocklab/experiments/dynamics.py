@@ -42,6 +42,13 @@ FIGURES = {  # figure -> the tables it is drawn from
     "dynamics_collapse": [TABLES["diagnostics"], TABLES["losses"], TABLES["summary"]],
 }
 OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
+WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)
+
+
+def figure_steps(warmup: int, steps: int) -> list[int]:
+    """At init, halfway through warm-up, at its end, and as long again after it (capped at the budget)."""
+    return sorted({1, max(1, warmup // 2), max(1, warmup), min(steps, 2 * max(warmup, 1))})
+
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------------------
@@ -385,10 +392,48 @@ def register(subparsers) -> None:
     p.add_argument("--params", default="params.yaml")
     p.set_defaults(func=_aggregate_main)
 
+    p = subparsers.add_parser("dynamics-status", help="which dynamics runs are finished, checkpointed, recorded or to do")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", type=Path, default=Path("."))
+    p.set_defaults(func=_status_main)
+
     p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=_snapshot_main)
+
+
+def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
+    """Every planned run: finished here, checkpointed (at which step), recorded in a snapshot, or still to train."""
+    import torch
+
+    root = Path(root)
+    recorded = set()
+    for d in snapshots(params) or []:
+        if (root / d / "runs.csv").is_file():
+            runs = read_table(root / d / "runs.csv")
+            recorded |= set(zip(runs["setting"], runs["run"]))
+    rows = []
+    for row in plan(params).itertuples(index=False):
+        run_dir = root / row.run_dir
+        if (run_dir / "meta.json").is_file():
+            state, wall = "finished", read_json(run_dir / "meta.json").get("wall_time_s")
+        elif (run_dir / "checkpoint.pt").is_file():
+            step = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)["step"]
+            state, wall = f"checkpointed at step {step}", None
+        else:
+            state, wall = "to do", None
+        rows.append({"setting": row.setting, "run": row.run, "state": state,
+                     "in_snapshot": (row.setting, row.run) in recorded, "wall_time_s": wall})
+    return pd.DataFrame(rows)
+
+
+def _status_main(args) -> None:
+    frame = status(load_params(args.params), args.root)
+    print(frame.to_string(index=False))
+    done = frame["state"].eq("finished") | frame["in_snapshot"]
+    print(f"{int(done.sum())} of {len(frame)} planned runs finished or recorded; "
+          f"{int((~done).sum())} to train (`snakemake --cores 4 dynamics`)")
 
 
 def _train_main(args) -> None:
@@ -428,3 +473,65 @@ def _snapshot_main(args) -> None:
     params = copy.deepcopy(load_params(args.params))
     runs = write_snapshot(params, args.out)
     print(f"{len(runs)} finished run(s) recorded in {args.out}")
+
+
+# ---- what the diagnostics say about why ------------------------------------------------------------------------------
+
+LEAD = 10      # steps just before an event (and the event's step itself): where a cause must show
+BEFORE = 60    # the reference window before that: steps e-60 .. e-11
+ADAM_JUMP = 3.0    # Adam's ratio counts as "jumped" when its peak in the lead exceeds 3x its reference median
+LOGIT_GROWTH = 1.2  # the attention logit counts as "grew" when its lead peak exceeds 1.2x its reference peak
+
+
+def _fold(diagnostics: pd.DataFrame, setting: str, run: str, metric: str, fold: str = "max") -> pd.Series:
+    part = diagnostics[(diagnostics["setting"] == setting) & (diagnostics["run"] == run) & (diagnostics["metric"] == metric)]
+    grouped = part.groupby("step")["value"]
+    return grouped.max() if fold == "max" else grouped.min()
+
+
+def event_precursors(summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """For every spike or collapse of the collapse group (the step the loss first rose above spike_above: e), what the
+    diagnostics did just before it (steps e-10..e) against the steps before that (e-60..e-11): Adam's ratio
+    sqrt(mean(g^2/v_hat)) and the gradient (max over blocks), the largest attention logit and the lowest attention
+    entropy. Rules, fixed here: Adam's ratio "jumped" when its lead peak exceeds ADAM_JUMP x its reference median; the
+    attention logit "grew" when its lead peak exceeds LOGIT_GROWTH x its reference peak."""
+    rows = []
+    events_ = summary[summary["collapse"].astype(bool) & summary["outcome"].isin(["spiked", "collapsed"])]
+    for r in events_.itertuples():
+        e = int(r.spike_step)
+        out = {"setting": r.setting, "run": r.run, "seed": r.seed, "outcome": r.outcome, "event_step": e,
+               "event_loss": r.spike_loss}
+        for metric, fold in (("adam_rms", "max"), ("grad_ffn_out", "max"), ("attn_logit_max", "max"),
+                             ("attn_entropy", "min")):
+            series = _fold(diagnostics, r.setting, r.run, metric, fold)
+            ref = series[(series.index >= e - BEFORE) & (series.index <= e - LEAD - 1)]
+            lead = series[(series.index >= e - LEAD) & (series.index <= e)]
+            out[f"{metric}_ref"] = float(ref.median() if metric in ("adam_rms", "grad_ffn_out") else
+                                         (ref.max() if fold == "max" else ref.min())) if len(ref) else float("nan")
+            out[f"{metric}_lead"] = float(lead.max() if fold == "max" else lead.min()) if len(lead) else float("nan")
+        out["adam_jumped"] = out["adam_rms_lead"] > ADAM_JUMP * out["adam_rms_ref"]
+        out["logit_grew"] = out["attn_logit_max_lead"] > LOGIT_GROWTH * out["attn_logit_max_ref"]
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int = 10) -> pd.DataFrame:
+    """Per compare run: the median over its first ``steps`` steps of the largest relative update of a block
+    (||dtheta||/||theta||), Adam's ratio there, and at the end of training the largest attention logit and the lowest
+    attention entropy: how hard the first steps push, and whether attention ever left uniform."""
+    rows = []
+    for r in summary[summary["compare"].astype(bool)].itertuples():
+        update = _fold(diagnostics, r.setting, r.run, "update_ratio")
+        logit = _fold(diagnostics, r.setting, r.run, "attn_logit_max")
+        entropy = _fold(diagnostics, r.setting, r.run, "attn_entropy", "min")
+        grad = diagnostics[(diagnostics["setting"] == r.setting) & (diagnostics["run"] == r.run)
+                           & (diagnostics["metric"] == "grad_ffn_out")]
+        first = grad[grad["step"] <= 1 + WINDOW].groupby("block")["value"].mean().sort_index()
+        ends = max(1, len(first) // 6)
+        rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "outcome": r.outcome,
+                     "early_update": float(update[update.index <= steps].median()) if len(update) else float("nan"),
+                     "final_logit_max": float(logit.iloc[-1]) if len(logit) else float("nan"),
+                     "final_entropy_min": float(entropy.iloc[-1]) if len(entropy) else float("nan"),
+                     "init_grad_out_over_in": float(first.iloc[-ends:].mean() / first.iloc[:ends].mean())
+                     if len(first) else float("nan")})
+    return pd.DataFrame(rows)

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from ..experiments.dynamics import WINDOW, figure_steps
 from . import style
 from .doc000 import NORM_COLORS, norm_label, warmup_label
 from .style import log_y, text
 
-WINDOW = 5  # a per-step gradient is one batch's: each point averages the steps within +-5 of it (11 steps)
 
 ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, English label, log scale)
     ("loss", None, "손실", "loss", True),
@@ -27,11 +27,6 @@ ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, E
     ("attn_entropy", "min", "어텐션 엔트로피 (블록 최소)", "attention entropy (min over blocks)", False),
     ("output_logit_max", "max", "최대 출력 로짓", "largest output logit", False),
 ]
-
-
-def figure_steps(warmup: int, steps: int) -> list[int]:
-    """At init, halfway through warm-up, at its end, and as long again after it (capped at the budget)."""
-    return sorted({1, max(1, warmup // 2), max(1, warmup), min(steps, 2 * max(warmup, 1))})
 
 
 def _around(frame: pd.DataFrame, step: int) -> pd.DataFrame:

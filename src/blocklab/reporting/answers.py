@@ -260,7 +260,77 @@ def _p11b(data: Data, t: dict, lang: str) -> dict:
     at_steps = (t["at_steps"][lang].format(items="; ".join(at)) if at
                 else t["no_steps"][lang].format(steps=integer(losses["step"].max())))
     return {"threshold": num(threshold), "vocab": vocab, "items": "; ".join(items), "at_steps": at_steps,
-            "outcomes": _outcomes(summary, lang)}
+            "outcomes": _outcomes(summary, lang), "collapse": _collapse_text(data, t, lang)}
+
+
+DYNAMICS = {"summary": "dynamics/summary.csv", "rates": "dynamics/rates.csv", "diagnostics": "dynamics/diagnostics.parquet"}
+
+
+def dynamics_present(data: Data) -> bool:
+    """The dynamics family is in the report when params say so and its tables exist."""
+    return bool(data.params.get("dynamics", {}).get("in_report")) and all(data.exists(p) for p in DYNAMICS.values())
+
+
+def dynamics_diagnostics(data: Data) -> pd.DataFrame:
+    if DYNAMICS["diagnostics"] not in data.tables:
+        data.tables[DYNAMICS["diagnostics"]] = pd.read_parquet(data.root / DYNAMICS["diagnostics"])
+    return data.tables[DYNAMICS["diagnostics"]]
+
+
+def pct(value) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.0%}"
+
+
+def _collapse_text(data: Data, t: dict, lang: str) -> str:
+    """Problem 11 (b)'s collapse, as a rate over seeds at the first collapse setting, with its Wilson interval."""
+    if not dynamics_present(data):
+        return t["collapse_absent"][lang]
+    rates = data.table(DYNAMICS["rates"])
+    summary = data.table(DYNAMICS["summary"])
+    setting = data.params["dynamics"]["collapse"]["settings"][0]
+    row = rates[rates["setting"] == setting]
+    if row.empty:
+        return t["collapse_absent"][lang]
+    r = row.iloc[0]
+    hits = summary[summary["collapse"].astype(bool) & (summary["setting"] == setting)
+                   & summary["outcome"].isin(["spiked", "collapsed"])].sort_values("seed")
+    items = ", ".join(t["collapse_item"][lang].format(seed=h.seed, step=integer(h.spike_step), loss=num(h.spike_loss))
+                      for h in hits.itertuples())
+    where = t["collapse_where"][lang].format(items=items) if items else ""
+    return t["collapse"][lang].format(
+        n=int(r["runs"]), setting=setting, learned=int(r["learned"]), k=int(r["collapsed"]), rate=pct(r["collapsed_rate"]),
+        low=pct(r["collapsed_low"]), high=pct(r["collapsed_high"]), spikes=int(r["spiked"]),
+        spike_rate=pct(r["spiked_rate"]), spike_low=pct(r["spiked_low"]), spike_high=pct(r["spiked_high"]), where=where)
+
+
+def _why_text(data: Data, t: dict, lang: str) -> str:
+    """Problem 11 (c)'s "why", from the diagnostics: how hard the first steps push per case, where attention ends, and
+    which precursor came before each spike or collapse (rules in experiments.dynamics.event_precursors)."""
+    from ..experiments.dynamics import ADAM_JUMP, LOGIT_GROWTH, early_updates, event_precursors
+
+    if not dynamics_present(data):
+        return ""
+    summary, diagnostics = data.table(DYNAMICS["summary"]), dynamics_diagnostics(data)
+    early = early_updates(summary, diagnostics).sort_values(["norm", "warmup"])
+    if early.empty:
+        return ""
+    case = lambda r: _case(lang, r.norm, int(r.warmup))  # noqa: E731
+    events_ = event_precursors(summary, diagnostics)
+    adam_k = int(events_["adam_jumped"].sum()) if len(events_) else 0
+    logit_k = int(events_["logit_grew"].sum()) if len(events_) else 0
+    if events_.empty:
+        reading = t["why_none"][lang]
+    elif adam_k == len(events_) and logit_k < len(events_):
+        reading = t["why_adam"][lang]
+    elif logit_k == len(events_) and adam_k < len(events_):
+        reading = t["why_logit"][lang]
+    else:
+        reading = t["why_neither"][lang]
+    return t["why"][lang].format(
+        early="; ".join(f"{case(r)} {r.early_update:.2g}" for r in early.itertuples()),
+        logits="; ".join(f"{case(r)} {r.final_logit_max:.3g}" for r in early.itertuples()),
+        n_events=len(events_), jump=f"{ADAM_JUMP:g}", adam_k=adam_k, growth=f"{LOGIT_GROWTH:g}", logit_k=logit_k,
+        reading=reading)
 
 
 def sensitivity_present(data: Data) -> bool:
@@ -280,9 +350,10 @@ def _p11c(data: Data, t: dict, lang: str) -> dict:
         steps=integer(p["sweep"]["steps"]), seeds=summary["seed"].nunique(), post_runs=len(post),
         post_failed=int((post["outcome"] != "learned").sum()), pre_runs=len(pre),
         pre_learned=int((pre["outcome"] == "learned").sum()))
+    why = _why_text(data, t, lang)
     if not sensitivity_present(data):
-        return {"scope": scope, "sensitivity": t["sens_absent"][lang]}
-    return {"scope": scope, "sensitivity": _sensitivity_text(data, t, lang)}
+        return {"scope": scope, "sensitivity": t["sens_absent"][lang], "why": why}
+    return {"scope": scope, "sensitivity": _sensitivity_text(data, t, lang), "why": why}
 
 
 def _sensitivity_text(data: Data, t: dict, lang: str) -> str:

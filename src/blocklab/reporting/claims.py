@@ -198,6 +198,77 @@ def gradnorm_trend(data: Data, norm: str, direction: str, last: float):
     return measured, REPRODUCED if trend_ok and value_ok else PARTLY if trend_ok or value_ok else NOT_REPRODUCED
 
 
+# ---- training dynamics (issue 23) ------------------------------------------------------------------------------------
+
+
+def _dynamics(data: Data) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if not data.params.get("dynamics", {}).get("in_report") or not data.exists("dynamics/summary.csv"):
+        raise NotCheckable("the dynamics family is not in this run (dynamics.in_report: false or no data/dynamics/)")
+    return data.table("dynamics/summary.csv"), data.table("dynamics/rates.csv")
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided Fisher's exact test of k1/n1 vs k2/n2: the probability, with the margins fixed, of a table no more
+    likely than the one observed (hypergeometric; the 1e-9 relative slack absorbs float ties)."""
+    total, successes = n1 + n2, k1 + k2
+    prob = lambda a: math.comb(successes, a) * math.comb(total - successes, n1 - a) / math.comb(total, n1)  # noqa: E731
+    observed = prob(k1)
+    return min(1.0, sum(prob(a) for a in range(max(0, successes - n2), min(successes, n1) + 1)
+                        if prob(a) <= observed * (1 + 1e-9)))
+
+
+@check
+def collapse_rate(data: Data, expected: int, of: int):
+    """The document's count (1 of 3 seeds) against the measured rate at the default setting: consistent when Fisher's
+    exact test cannot tell them apart (p >= 0.05). k >= 1 and consistent: reproduced; k >= 1, not consistent: partly
+    (post-norm collapses, at another rate); k = 0: not reproduced (no collapse seen), whatever the test says."""
+    _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
+    _, rates = _dynamics(data)
+    setting = data.params["dynamics"]["collapse"]["settings"][0]
+    row = rates[rates["setting"] == setting]
+    if row.empty or int(row["learned"].iloc[0]) == 0:
+        raise NotCheckable(f"no post-norm run with warm-up learned at {setting}")
+    r = row.iloc[0]
+    k, n = int(r["collapsed"]), int(r["learned"])
+    p = fisher_exact(k, n, expected, of)
+    measured = (f"{k} of {n} collapsed (95 % Wilson {r['collapsed_low']:.0%}-{r['collapsed_high']:.0%}); "
+                f"{int(r['spiked'])} of {n} spiked and recovered; Fisher's exact test vs {expected} of {of}: p = {p:.2f}")
+    if k == 0:
+        return measured, NOT_REPRODUCED
+    return measured, REPRODUCED if p >= 0.05 else PARTLY
+
+
+@check
+def gradnorm_trend_training(data: Data, norm: str, warmup: int, direction: str):
+    """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
+    figure step of a compare run: reproduced when it has the claimed shape at every step, partly at some, else not."""
+    from ..experiments.dynamics import WINDOW, figure_steps
+
+    _require_document_setup(data, warmup)
+    summary, _ = _dynamics(data)
+    seed = data.params["dynamics"]["compare_seeds"][0]
+    run = summary[summary["compare"].astype(bool) & (summary["norm"] == norm) & (summary["warmup"] == warmup)
+                  & (summary["seed"] == seed)]
+    if run.empty:
+        raise NotCheckable(f"no compare run {norm}-w{warmup}-s{seed}")
+    frame = pd.read_parquet(data.root / "dynamics/diagnostics.parquet")
+    frame = frame[(frame["run"] == run["run"].iloc[0]) & (frame["setting"] == run["setting"].iloc[0])
+                  & (frame["metric"] == "grad_ffn_out")]
+    if frame.empty:
+        raise NotCheckable(f"{run['run'].iloc[0]} recorded no diagnostics")
+    shapes = []
+    for step in figure_steps(max(data.params["sweep"]["warmups"]), data.params["sweep"]["steps"]):
+        near = frame[(frame["step"] - step).abs() <= WINDOW].groupby("block")["value"].mean().sort_index()
+        if near.empty:
+            continue
+        ends = max(1, len(near) // 6)
+        growth = near.iloc[-ends:].mean() / near.iloc[:ends].mean()
+        shapes.append((step, growth, "grows" if growth > 1.2 else "shrinks" if growth < 0.8 else "stays flat"))
+    hits = [shape == direction for _, _, shape in shapes]
+    measured = "; ".join(f"step {step}: output end / input end ×{growth:.2f} ({shape})" for step, growth, shape in shapes)
+    return measured, REPRODUCED if hits and all(hits) else PARTLY if any(hits) else NOT_REPRODUCED
+
+
 # ---- problem 10 simulation -------------------------------------------------------------------------------------------
 
 

@@ -285,6 +285,7 @@ class Report:
         parts += [self.table(name) for name in tables]
         if key == "p11":
             parts.append(self.sensitivity())
+            parts.append(self.dynamics())
         return f'<section class="blocklab" data-section="{key}">{"".join(parts)}</section>'
 
     def sensitivity(self) -> str:
@@ -316,6 +317,41 @@ class Report:
                      f"<th>{html.escape(self.t('sensitivity_agree'))}</th></tr></thead>"
                      f"<tbody>{''.join(rows)}</tbody></table>")
         return "".join(parts)
+
+    def dynamics(self) -> str:
+        """The training dynamics (issue 23): both figures, the collapse rate with its interval, the precursors of every
+        spike or collapse, and the compare runs' first steps."""
+        from ..experiments.dynamics import FIGURES as DYNAMICS_FIGURES, early_updates, event_precursors
+
+        head = f'<h4 id="sec-dynamics">{html.escape(self.t("dynamics_title"))}</h4>'
+        if not answers_mod.dynamics_present(self.data):
+            return f'{head}<p class="note" data-dynamics="absent">{html.escape(self.t("dynamics_absent"))}</p>'
+        parts = [head]
+        parts += [self.figure(name, draw=False) for name in DYNAMICS_FIGURES]
+        names = self.column_names()
+        rates = self.data.table(answers_mod.DYNAMICS["rates"]).copy()
+        interval = lambda r, e: (f"{int(r[e])} / {int(r['learned'])} ({answers_mod.pct(r[e + '_low'])}–"  # noqa: E731
+                                 f"{answers_mod.pct(r[e + '_high'])})")
+        rates["collapsed_text"] = [interval(r, "collapsed") for _, r in rates.iterrows()]
+        rates["spiked_text"] = [interval(r, "spiked") for _, r in rates.iterrows()]
+        parts.append(table_html(rates, ["setting", "runs", "learned", "collapsed_text", "spiked_text"], {}, names,
+                                self.lang, self.t("dynamics_rates"), None))
+        summary = self.data.table(answers_mod.DYNAMICS["summary"])
+        diagnostics = answers_mod.dynamics_diagnostics(self.data)
+        events_ = event_precursors(summary, diagnostics)
+        if len(events_):
+            parts.append(table_html(events_, ["run", "outcome", "event_step", "event_loss", "adam_rms_ref", "adam_rms_lead",
+                                              "grad_ffn_out_ref", "grad_ffn_out_lead", "attn_logit_max_ref",
+                                              "attn_logit_max_lead"],
+                                    {"event_step": "int", "event_loss": 3, "adam_rms_ref": 3, "adam_rms_lead": 3,
+                                     "grad_ffn_out_ref": 3, "grad_ffn_out_lead": 3, "attn_logit_max_ref": 1,
+                                     "attn_logit_max_lead": 1}, names, self.lang, self.t("dynamics_events"), None))
+        early = early_updates(summary, diagnostics)
+        parts.append(table_html(early, ["run", "outcome", "early_update", "init_grad_out_over_in", "final_logit_max",
+                                        "final_entropy_min"],
+                                {"early_update": 4, "init_grad_out_over_in": 2, "final_logit_max": 1,
+                                 "final_entropy_min": 2}, names, self.lang, self.t("dynamics_early"), None))
+        return f'<div class="dynamics" data-dynamics="present">{"".join(parts)}</div>'
 
     # the claims table, grouped by document and section, coloured by verdict
 
