@@ -246,3 +246,56 @@ def test_the_plan_reuses_main_sweep_runs_and_lists_each_run_once():
     assert set(both["run"]) == {f"post-w400-s{s}" for s in FULL["dynamics"]["compare_seeds"]}
     assert len(planned) == len(FULL["sweep"]["norms"]) * len(FULL["sweep"]["warmups"]) * len(
         FULL["dynamics"]["compare_seeds"]) + len(collapse) - len(both)
+
+
+# ---- the tiny family, end to end in Snakemake (the shared tiny DAG, conftest.py) -------------------------------------
+
+
+def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(snake_project):
+    import json
+
+    from blocklab.experiments import dynamics as dyn
+
+    project = snake_project
+    planned = dyn.plan(TINY)
+    summary = pd.read_csv(project / dyn.TABLES["summary"])
+    assert list(summary["run"]) == list(planned["run"]) and set(summary["diagnostics"]) == {"recorded"}
+    trained = {str(p.parent.relative_to(project)) for p in (project / dyn.RUNS).glob("*/*/meta.json")}
+    assert trained == set(planned.loc[~planned["main_sweep"], "run_dir"])  # main-sweep runs are not trained twice
+    diagnostics = pd.read_parquet(project / dyn.TABLES["diagnostics"])
+    assert set(diagnostics["metric"]) == set(METRICS)
+    assert set(zip(diagnostics["setting"], diagnostics["run"])) == set(zip(planned["setting"], planned["run"]))
+    for run_dir in planned.loc[planned["main_sweep"], "run_dir"]:  # the main sweep's runs record them too
+        assert not pd.read_parquet(project / run_dir / "diagnostics.parquet").empty
+    rates = pd.read_csv(project / dyn.TABLES["rates"])
+    assert list(rates["setting"]) == TINY["dynamics"]["collapse"]["settings"]
+    assert rates["runs"].iloc[0] == len(TINY["dynamics"]["collapse"]["seeds"])
+    for figure in dyn.FIGURES:
+        assert (project / "figs" / f"{figure}.png").stat().st_size > 10_000
+        sidecar = json.loads((project / "figs" / f"{figure}.json").read_text())
+        assert sidecar["sources"] and sidecar["params"]["dynamics"] == TINY["dynamics"]
+    page = (project / "reports" / "analysis.html").read_text(encoding="utf-8")
+    assert 'data-dynamics="present"' in page and "dynamics_gradnorm.png" in page and "dynamics_collapse.png" in page
+    claims = pd.read_csv(project / "data/claims/claims.csv").set_index("id")
+    assert {"d000-post-warm-collapse-rate", "d000-xiong-output-gradient-training"} <= set(claims.index)
+
+
+def test_a_dynamics_snapshot_re_aggregates_to_the_same_tables(snake_project, tmp_path):
+    from blocklab.experiments import dynamics as dyn
+
+    snap = tmp_path / "snap"
+    dyn.write_snapshot(TINY, snap, root=snake_project)
+    params = copy.deepcopy(TINY)
+    params["dynamics"]["from_snapshots"] = [str(snap)]
+    from_snap = dyn.aggregate(params, root="/")
+    direct = dyn.aggregate(TINY, root=snake_project)
+    columns = [c for c in direct["summary"].columns if c != "run_dir"]
+    pd.testing.assert_frame_equal(from_snap["summary"][columns], direct["summary"][columns])
+    pd.testing.assert_frame_equal(from_snap["rates"], direct["rates"])
+    assert len(from_snap["diagnostics"]) == len(direct["diagnostics"])  # values stored as float32 in the snapshot
+    # a snapshot that lacks a planned run is named before any compute
+    runs = pd.read_csv(snap / "runs.csv")
+    runs.iloc[1:].to_csv(snap / "runs.csv", index=False)
+    params["dynamics"]["from_snapshots"] = [str(snap)]
+    problems = dyn.check_problems(params)
+    assert problems and problems[0][0] == "dynamics.from_snapshots" and runs["run"].iloc[0] in problems[0][1]
