@@ -299,3 +299,25 @@ def test_a_dynamics_snapshot_re_aggregates_to_the_same_tables(snake_project, tmp
     params["dynamics"]["from_snapshots"] = [str(snap)]
     problems = dyn.check_problems(params)
     assert problems and problems[0][0] == "dynamics.from_snapshots" and runs["run"].iloc[0] in problems[0][1]
+
+
+def test_precursors_look_strictly_before_the_event_with_the_fixed_rules():
+    from blocklab.experiments.dynamics import event_precursors
+
+    summary = pd.DataFrame({"collapse": True, "setting": "s", "run": ["a", "b"], "seed": [0, 1],
+                            "outcome": ["spiked", "collapsed"], "spike_step": [100.0, 100.0], "spike_loss": [0.7, 0.9]})
+    rows = []
+    for run in ("a", "b"):
+        for step in range(30, 111):
+            # run a: Adam's ratio jumps at step 95, before the loss; run b: only at the event step itself
+            jump = (run == "a" and step >= 95) or (run == "b" and step >= 100)
+            rows += [(step, 0, "adam_rms", 2.0 if jump else 0.05), (step, 0, "grad_ffn_out", 1.0),
+                     (step, 0, "attn_entropy", 1.0)]
+            if step % 10 == 0:
+                rows.append((step, 0, "attn_logit_max", 60.0 if run == "b" and step == 90 else 40.0))
+    diagnostics = pd.DataFrame(rows, columns=["step", "block", "metric", "value"]).assign(setting="s")
+    diagnostics["run"] = [r for r in ("a", "b") for _ in range(len(rows) // 2)]
+    got = event_precursors(summary, diagnostics).set_index("run")
+    assert bool(got.loc["a", "adam_jumped"]) and not bool(got.loc["b", "adam_jumped"])  # step e itself does not count
+    assert not bool(got.loc["a", "logit_grew"]) and bool(got.loc["b", "logit_grew"])  # 60 > 1.2 x 40 at step 90
+    assert got.loc["a", "adam_rms_ref"] == 0.05 and got.loc["a", "adam_rms_lead"] == 2.0

@@ -479,7 +479,7 @@ def _snapshot_main(args) -> None:
 
 # ---- what the diagnostics say about why ------------------------------------------------------------------------------
 
-LEAD = 10      # steps just before an event (and the event's step itself): where a cause must show
+LEAD = 10      # the steps just before an event (e-10 .. e-1, the event's own step excluded): where a cause must show
 BEFORE = 60    # the reference window before that: steps e-60 .. e-11
 ADAM_JUMP = 3.0    # Adam's ratio counts as "jumped" when its peak in the lead exceeds 3x its reference median
 LOGIT_GROWTH = 1.2  # the attention logit counts as "grew" when its lead peak exceeds 1.2x its reference peak
@@ -493,7 +493,7 @@ def _fold(diagnostics: pd.DataFrame, setting: str, run: str, metric: str, fold: 
 
 def event_precursors(summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
     """For every spike or collapse of the collapse group (the step the loss first rose above spike_above: e), what the
-    diagnostics did just before it (steps e-10..e) against the steps before that (e-60..e-11): Adam's ratio
+    diagnostics did just before it (steps e-10..e-1) against the steps before that (e-60..e-11): Adam's ratio
     sqrt(mean(g^2/v_hat)) and the gradient (max over blocks), the largest attention logit and the lowest attention
     entropy. Rules, fixed here: Adam's ratio "jumped" when its lead peak exceeds ADAM_JUMP x its reference median; the
     attention logit "grew" when its lead peak exceeds LOGIT_GROWTH x its reference peak."""
@@ -507,7 +507,7 @@ def event_precursors(summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Dat
                              ("attn_entropy", "min")):
             series = _fold(diagnostics, r.setting, r.run, metric, fold)
             ref = series[(series.index >= e - BEFORE) & (series.index <= e - LEAD - 1)]
-            lead = series[(series.index >= e - LEAD) & (series.index <= e)]
+            lead = series[(series.index >= e - LEAD) & (series.index <= e - 1)]
             out[f"{metric}_ref"] = float(ref.median() if metric in ("adam_rms", "grad_ffn_out") else
                                          (ref.max() if fold == "max" else ref.min())) if len(ref) else float("nan")
             out[f"{metric}_lead"] = float(lead.max() if fold == "max" else lead.min()) if len(lead) else float("nan")
