@@ -53,6 +53,7 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     ``stop_when`` (losses so far -> bool) may end the run early; ``stop_rule`` says in words what it tests (meta.json).
     ``params["sweep"]["precision"]`` (fp32 | bf16; absent: fp32) is checked against the device before anything runs.
     """
+    provenance.code_version()  # taken now, at launch (it is cached): the code that trains, not the tree at the end
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     task, sweep = params["copy_task"], params["sweep"]
