@@ -2,6 +2,10 @@
 
 Verdicts: reproduced, partly, not reproduced, not checkable here. Judged on shapes and orders of magnitude; nothing is
 tuned to match a document number, and a claim the data cannot decide (e.g. a step the tiny run never reached) says so.
+
+The verdict rule, written once (``judge``): a claim is checked as parts (each seed, each step, each half of a "grows and
+ends at 1.07"); every part holds: reproduced; some part holds: partly; no part holds, i.e. the measurement shows
+otherwise: not reproduced. A check with a single part can only be reproduced or not reproduced.
 """
 from __future__ import annotations
 
@@ -23,6 +27,13 @@ CHECKS = {}
 def check(fn):
     CHECKS[fn.__name__] = fn
     return fn
+
+
+def judge(parts) -> str:
+    """The verdict of a claim checked as parts: all hold -> reproduced; some -> partly; none (or no part) -> not
+    reproduced."""
+    parts = [bool(p) for p in parts]
+    return REPRODUCED if parts and all(parts) else PARTLY if any(parts) else NOT_REPRODUCED
 
 
 class Data:
@@ -105,7 +116,7 @@ def final_losses_near_chance(data: Data, norm: str, warmup: int):
         curve = losses[losses["run"] == run]["loss"]
         stuck.append(bool((curve.iloc[len(curve) // 10:] > 0.9 * chance).all()))
     measured = f"final {fmt(runs['final_loss'])}; {sum(stuck)} of {len(stuck)} runs stayed near ln V = {chance:.3f}"
-    return measured, REPRODUCED if all(stuck) else PARTLY if any(stuck) else NOT_REPRODUCED
+    return measured, judge(stuck)
 
 
 @check
@@ -121,7 +132,7 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, low: float, high: flo
         at.append(row["loss"].iloc[0] if len(row) else float("nan"))  # a diverged run has no loss at later steps
     chance = math.log(data.params["copy_task"]["vocab_size"])
     hits = [loss_matches(v, low, high, chance) for v in at if math.isfinite(v)]
-    verdict = REPRODUCED if hits and all(hits) and len(hits) == len(at) else PARTLY if any(hits) else NOT_REPRODUCED
+    verdict = judge(hits + [False] * (len(at) - len(hits)))  # a seed without a value at that step is a part that fails
     return f"per seed {fmt(at)}", verdict
 
 
@@ -175,7 +186,7 @@ def depth_gap(data: Data):
                          for d in gap.index) + f" ({runs} runs per depth and norm)"
     grows = gap.iloc[-1] > gap.iloc[0]
     monotone = bool((gap.diff().dropna() >= 0).all())
-    return measured, REPRODUCED if grows and monotone else PARTLY if grows else NOT_REPRODUCED
+    return measured, judge([grows, grows and monotone])  # growing at all is the part; monotone too is the whole
 
 
 # ---- gradient norms at initialization ----------------------------------------------------------------------------------
@@ -195,7 +206,7 @@ def gradnorm_trend(data: Data, norm: str, direction: str, last: float):
     value_ok = within_factor(mean.iloc[-1], last, last)
     measured = (f"last block {mean.iloc[-1]:.3g} (first {mean.iloc[0]:.3g}); output end / input end ×{growth:.2f}: "
                 f"{shape} toward the output")
-    return measured, REPRODUCED if trend_ok and value_ok else PARTLY if trend_ok or value_ok else NOT_REPRODUCED
+    return measured, judge([trend_ok, value_ok])
 
 
 # ---- training dynamics (issue 23) ------------------------------------------------------------------------------------
@@ -222,8 +233,8 @@ def collapse_rate(data: Data, expected: int, of: int):
     """The document's count (1 of 3 seeds) against the measured rate at the default setting: consistent when Fisher's
     exact test cannot tell them apart (p >= 0.05). k >= 1 and consistent: reproduced; k >= 1, not consistent: partly
     (post-norm collapses, at another rate); k = 0: not reproduced (no collapse seen), whatever the test says."""
-    _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
     _, rates = _dynamics(data)
+    _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
     setting = data.params["dynamics"]["collapse"]["settings"][0]
     row = rates[rates["setting"] == setting]
     if row.empty or int(row["learned"].iloc[0]) == 0:
@@ -266,7 +277,7 @@ def gradnorm_trend_training(data: Data, norm: str, warmup: int, direction: str):
         shapes.append((step, growth, "grows" if growth > 1.2 else "shrinks" if growth < 0.8 else "stays flat"))
     hits = [shape == direction for _, _, shape in shapes]
     measured = "; ".join(f"step {step}: output end / input end ×{growth:.2f} ({shape})" for step, growth, shape in shapes)
-    return measured, REPRODUCED if hits and all(hits) else PARTLY if any(hits) else NOT_REPRODUCED
+    return measured, judge(hits)
 
 
 # ---- problem 10 simulation -------------------------------------------------------------------------------------------
@@ -291,7 +302,8 @@ def residual_sim_sqrt(data: Data):
     # E|h| <= sqrt(E|h|^2) = sqrt(L+1) (Jensen); the mean squared length is exactly L+1 in expectation
     sq = (curve["mean_sq_length"] / (curve["blocks"] + 1) - 1).abs()
     measured = f"|mean length / √(L+1) − 1| ≤ {rel.max():.2%}; mean squared length / (L+1) within {sq.max():.2%}"
-    return measured, REPRODUCED if rel.max() < 0.05 else PARTLY
+    # two parts: the mean length follows sqrt(L+1), and the mean squared length is L+1 (it could never fail before)
+    return measured, judge([rel.max() < 0.05, sq.max() < 0.05])
 
 
 # ---- problem 9 -------------------------------------------------------------------------------------------------------
@@ -327,7 +339,7 @@ def qwen_residual(data: Data, layers: list, values: list):
         raise NotCheckable(f"no Qwen3-VL-4B checkpoint configured (probe.extra_models); measured beside it: {beside}")
     got = [qwen[qwen["layer"] == l]["norm_of_mean"].mean() for l in layers]
     hits = [within_factor(g, v, v, factor=1.5) for g, v in zip(got, values)]
-    return f"{fmt(got)}; {beside}", REPRODUCED if all(hits) else PARTLY if any(hits) else NOT_REPRODUCED
+    return f"{fmt(got)}; {beside}", judge(hits)
 
 
 @check
@@ -343,7 +355,7 @@ def trained_growth(data: Data):
         parts.append(f"{model} ({prompt}): median token norm ×{growth:.1f} from block 1 to {last} vs √(L+1) ×{random_walk:.1f}")
     if not parts:
         raise NotCheckable("no language model was probed")
-    return "; ".join(parts), REPRODUCED if all(faster) else PARTLY if any(faster) else NOT_REPRODUCED
+    return "; ".join(parts), judge(faster)
 
 
 # ---- document 004: parameter counts ------------------------------------------------------------------------------------
@@ -421,7 +433,7 @@ def activation_norms(data: Data):
              for r in judged.sort_values(["norm", "depth"]).itertuples()]
     post_ok = judged[judged["norm"] == "post"]["matches_document"].all()
     pre_ok = judged[judged["norm"] == "pre"]["matches_document"].all()
-    verdict_ = REPRODUCED if post_ok and pre_ok else PARTLY if post_ok or pre_ok else NOT_REPRODUCED
+    verdict_ = judge([post_ok, pre_ok])
     return "; ".join(parts) + " (post-norm is LayerNorm'd to √d at every block by construction)", verdict_
 
 
