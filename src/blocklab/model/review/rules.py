@@ -1,0 +1,125 @@
+"""Document 004's checklist: the 2026 defaults and the rules, applied to a layer's structure (architecture.read_layer).
+
+    default     pre-norm, RMSNorm, GQA, RoPE, SwiGLU with expansion >= 2x, sequential residual; deviations are INFO
+    REJECT      a decoder whose future leaks into its past; post-norm deeper than 12 blocks without warm-up
+    FLAG        FFN expansion below 2x; no normalization; a sub-layer without a residual; a head count that differs
+                from the one the config declares; an FFN whose activation is not recognised
+    CANNOT      no attention or no feed-forward network recognised: nothing to judge, never a pass
+"""
+from __future__ import annotations
+
+MAX_POST_NORM_DEPTH = 12
+MIN_FFN_RATIO = 2.0
+DEFAULTS = {"residual": "sequential", "norm_placement": "pre", "norm_kind": "rmsnorm", "attention": "GQA",
+            "position": "rope", "ffn": "swiglu"}
+WHY = {
+    "norm_placement": "pre-norm keeps an identity path from output to input, so deep stacks train without warm-up",
+    "norm_kind": "RMSNorm drops the mean and the bias: as stable, cheaper",
+    "attention": "GQA shares K/V heads across query heads: a smaller KV cache at nearly MHA quality",
+    "position": "RoPE encodes relative position in the query-key product and extrapolates with scaling",
+    "ffn": "SwiGLU's gate gives better loss per parameter at the same budget (hidden ~ 8/3 d)",
+    "residual": "sequential sub-layers are the reference; parallel ones trade a little quality for speed",
+}
+
+
+def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
+    """Findings for one stack's structure; ``prefix`` names the stack when a model has several (T5)."""
+    def add(check, severity, message, value=None):
+        review.add(check, severity, prefix + message, value)
+
+    if not s.get("reviewable"):
+        add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
+        return
+    _placement(add, s, depth, warmup_steps)
+    _defaults(add, s)
+    _residuals(add, s)
+    _causal(add, s)
+    _heads(add, s)
+    ratio = s["ffn_ratio"]
+    if ratio < MIN_FFN_RATIO:
+        add("ffn ratio", "flag", f"expansion {ratio:.2f}x is below {MIN_FFN_RATIO:g}x", ratio)
+    else:
+        add("ffn ratio", "pass", f"expansion {ratio:.2f}x", ratio)
+    if s["cross_attention"]:
+        add("cross-attention", "info", "cross-attention: keys and values from the encoder output", True)
+
+
+def _placement(add, s, depth, warmup_steps) -> None:
+    where = s["norm_placement"]
+    messages = {"pre": "pre-norm: h + F(norm(h))",
+                "sandwich": "sandwich: h + norm(F(norm(h))), pre-norm plus a norm on each sub-layer's output",
+                "output": f"output norm: h + norm(F(h)), the sub-layer input is not normalized; 2026 default: "
+                          f"pre-norm ({WHY['norm_placement']})",
+                "post": f"post-norm: norm(h + F(h)); 2026 default: pre-norm ({WHY['norm_placement']})"}
+    if where == "none":
+        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums", where)
+        return
+    add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
+    if where == "post" and depth is not None:
+        if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
+            add("post-norm depth", "reject", f"post-norm stack of {depth} blocks without warm-up: deeper than "
+                f"{MAX_POST_NORM_DEPTH} it needs a warm-up schedule, or switch to pre-norm", depth)
+        else:
+            add("post-norm depth", "pass", f"post-norm stack of {depth} blocks"
+                + (f" with {warmup_steps} warm-up steps" if warmup_steps else f" (<= {MAX_POST_NORM_DEPTH})"), depth)
+
+
+def _defaults(add, s) -> None:
+    kind = s["norm_kind"]
+    add("norm kind", "pass" if kind == "rmsnorm" else "info",
+        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(kind, str(kind))
+        + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
+    attention, heads = s["attention"], f"{s['query_heads']}/{s['kv_heads']} (query/KV heads)"
+    add("attention", "pass" if attention == "GQA" else "info",
+        f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
+        attention)
+    if s["qk_norm"]:
+        add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
+    position, rotary = s["position"], s["evidence"].get("rotary_fraction")
+    partial = f"partial RoPE ({rotary:.0%} of each head rotated)" if rotary is not None and rotary < 1 else "RoPE"
+    text = {"rope": partial, "learned": "learned absolute positions added to the embedding",
+            "sinusoidal": "sinusoidal absolute positions added to the embedding",
+            "relative-bias": "learned relative-position bias on the attention logits",
+            "alibi": "ALiBi: a fixed bias linear in distance on the attention logits",
+            "none": "no position signal found (neither in the embedding nor in the layer)"}[position]
+    add("position", "pass" if position == "rope" else "info",
+        text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
+    ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
+    if ffn == "unknown":
+        add("ffn kind", "flag", f"the FFN's activation is none of {sorted(['relu', 'gelu', 'silu'])}, gated or not",
+            ffn)
+    else:
+        add("ffn kind", "pass" if ffn == "swiglu" else "info", f"{ffn} (activation {act}, "
+            f"{s['evidence']['ffn']['matrices']} matrices)" + ("" if ffn == "swiglu" else
+                                                             f"; 2026 default: SwiGLU ({WHY['ffn']})"), ffn)
+    add("residual", "pass" if s["residual"] == "sequential" else "info",
+        "sequential: the FFN reads the attention's output" if s["residual"] == "sequential" else
+        f"parallel: attention and FFN read the same input, h + attn(.) + ffn(.); {WHY['residual']}", s["residual"])
+
+
+def _residuals(add, s) -> None:
+    for sub in s["evidence"]["sublayers"]:
+        if not sub["residual_kept_when_silenced"]:
+            add("residual", "flag", f"none around '{sub['writer']}': silenced, the output no longer depends on the "
+                "input (deep stacks then lose their gradient path)", sub["writer"])
+
+
+def _causal(add, s) -> None:
+    expected, causal, leak = s.get("expected_causal"), s["causal"], s["evidence"]["max_future_leak"]
+    if expected and not causal:
+        add("causal mask", "reject", f"future tokens leak into earlier positions (relative change {leak:.1e}) in a "
+            "decoder: it needs a causal mask", False)
+    elif expected is False and causal:
+        add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
+    elif causal:
+        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged, with the mask "
+            "the model builds itself", True)
+    else:
+        add("masking", "pass", "bidirectional: every position sees every other", False)
+
+
+def _heads(add, s) -> None:
+    check = s.get("measured_heads_vs_config") or {}
+    if check.get("config") and check.get("measured") and check["config"] != check["measured"]:
+        add("head count", "flag", f"the attention computes {check['measured']} heads, the config declares "
+            f"{check['config']}", check["measured"])
