@@ -292,9 +292,9 @@ def tiny(model_type, attention="eager"):
 
 def test_attention_that_drops_the_models_mask_is_rejected():
     model, config = tiny("llama")
-    attention = model.layers[0].self_attn
-    original = attention.forward
-    attention.forward = lambda *args, **kwargs: original(*args, **{**kwargs, "attention_mask": None})
+    for layer in model.layers:  # eager attention adds the mask only when given one (mod 194-195, 258-263)
+        original = layer.self_attn.forward
+        layer.self_attn.forward = lambda *a, original=original, **kw: original(*a, **{**kw, "attention_mask": None})
     review = review_model(model, config, subject="llama with a dropped mask")
     assert review.facts["structure"]["causal"] is False
     assert review.severity_of("causal mask") == "reject" and review.exit_status == EXIT_REJECT
@@ -321,7 +321,8 @@ def test_a_moved_norm_is_seen():
 
 def test_a_head_count_that_contradicts_the_config_is_flagged():
     model, config = tiny("gpt2")
-    model.h[0].attn.head_dim *= 2  # mod 187-192 split by head_dim: twice as wide, half as many heads
+    for block in model.h:  # mod 187-192 split by head_dim: twice as wide, half as many heads
+        block.attn.head_dim *= 2
     review = review_model(model, config, subject="gpt2, 2 heads")
     assert review.facts["structure"]["query_heads"] == config.num_attention_heads // 2
     assert review.severity_of("head count") == "flag" and review.exit_status == EXIT_FLAG

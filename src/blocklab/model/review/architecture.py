@@ -74,13 +74,12 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     }
 
 
-def scale_to_full(structure: dict, layer_path: str, full_model, full_config) -> dict:
+def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int) -> dict:
     """Head counts and FFN ratio at the config's full size: the same modules, built on the meta device."""
     ev = structure["evidence"]
     attn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(True)]
     ffn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(False)]
     get = lambda name: full_model.get_submodule(f"{layer_path}.{name}")  # noqa: E731
-    d, heads = full_config.hidden_size, full_config.num_attention_heads
     o_in = in_width(get(attn["writer"]))
     in_total = sum(out_width(get(n)) for n in attn["inputs"])
     head_dim = o_in // heads
@@ -105,20 +104,25 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
         found = {k: v for k, v in found.items() if k == only_stack}
     review = Review(subject=subject, mode="hf-config", role=None)
     full = hf.count_full(full_config) if full_config is not None else None
-    head_class = hf._class_for(tiny_config, prefer_head=True)[1]
+    head_class = hf.model_class(tiny_config, prefer_head=True)[1]
     structures = {}
     for name, layers in found.items():
-        driver = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=name.startswith("decoder"))
-        structure = read_layer(LayerAnalysis(driver, seed), hf.absolute_position(driver))
+        decoder_side = name.startswith("decoder")
+        try:
+            structure = _read_stack(model, layers, tiny_config, decoder_side, seed)
+        except Exception as err:  # transformers' own forward on a valid architecture: reported, never exit 3
+            structure = {"reviewable": False, "reason": f"driving {type(model).__name__} with hooks failed: "
+                                                          f"{type(err).__name__}: {err}"}
         if structure["reviewable"] and full is not None:
             base = _base_prefix(full["model"], model)
-            structure = scale_to_full(structure, f"{base}{name}.0", full["model"], full_config)
-        label = _stack_label(name, found)
+            structure = scale_to_full(structure, f"{base}{name}.{len(layers) - 1}", full["model"],
+                                      _heads_of(full_config, decoder_side), full_config.hidden_size)
         structure["expected_causal"] = _expect_causal(structure, head_class)
-        structure["measured_heads_vs_config"] = {"config": getattr(tiny_config, "num_attention_heads", None),
-                                                 "measured": structure.get("evidence", {}).get("heads", {}).get(
-                                                     "heads")}
-        structures[label] = structure
+        structure["measured_heads_vs_config"] = {"config": _heads_of(tiny_config, decoder_side),
+                                                 "measured": structure.get("query_heads") if full is None else
+                                                 structure["evidence"]["tiny"]["query_heads"]
+                                                 if structure["reviewable"] else None}
+        structures[_stack_label(name, found)] = structure
     if not structures:
         review.add("structure", "cannot", "no stack of repeated layers found in the model", None)
         return review
@@ -131,6 +135,20 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
         review.facts["parameters"] = full["parameters"]
         review.facts["counted_as"] = full["class"]
     return review
+
+
+def _read_stack(model, layers, tiny_config, decoder_side: bool, seed: int) -> dict:
+    """The last layer of the stack (the first can be special: ModernBERT's has no attention norm); the absolute
+    position signal at the first layer's input."""
+    first = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=decoder_side)
+    last = hf.ModelDriver(model, layers[-1], tiny_config, seed=seed, decoder_side=decoder_side)
+    return read_layer(LayerAnalysis(last, seed), hf.absolute_position(first))
+
+
+def _heads_of(config, decoder_side: bool) -> int | None:
+    """Query heads the config declares for this stack (BART keeps encoder and decoder heads apart)."""
+    key = "decoder_attention_heads" if decoder_side else "encoder_attention_heads"
+    return getattr(config, key, None) or getattr(config, "num_attention_heads", None)
 
 
 def _base_prefix(full_model, tiny_model) -> str:
@@ -151,20 +169,30 @@ def _expect_causal(structure: dict, head_class: str) -> bool | None:
 
 def review_architecture(source, attention: str = "eager", depth: int | None = None, warmup_steps: int = 0,
                         seed: int = 0, only_layer_class=None, stack_role: str | None = None) -> Review:
-    """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size."""
+    """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size.
+
+    Bad arguments (an unknown model_type, an unreadable file, an unknown backend) raise ConfigError; a valid
+    architecture that cannot be shrunk, built or driven gets a review that says so (verdict 'cannot review').
+    """
+    if attention not in hf.ATTENTION_BACKENDS:
+        raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
-    tiny_config = hf.shrink(full_config, attention)
-    model = hf.build_tiny(tiny_config, seed)
+    cannot = Review(subject=str(source), mode="hf-config", role=None)
+    try:
+        tiny_config = hf.shrink(full_config, attention)
+        model = hf.build_tiny(tiny_config, seed)
+    except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
+        cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {type(err).__name__}: {err}", None)
+        return cannot
     stack = None
     if only_layer_class is not None:
         candidates = [n for n, layers in hf.stacks(model).items() if isinstance(layers[0], only_layer_class)]
         side = "encoder" if stack_role == "encoder" else "decoder" if stack_role else None
         stack = next((n for n in candidates if side and n.startswith(side)), candidates[0] if candidates else None)
         if stack is None:
-            review = Review(subject=str(source), mode="hf-config", role=None)
-            review.add("structure", "cannot", f"{only_layer_class.__name__} is not a layer of a stack in "
-                       f"{type(model).__name__}: only a stack's layer can be driven inside its model", None)
-            return review
+            cannot.add("structure", "cannot", f"cannot review: {only_layer_class.__name__} is not a layer of a stack "
+                       f"in {type(model).__name__}: only a stack's layer can be driven inside its model", None)
+            return cannot
     review = review_model(model, tiny_config, full_config, subject=str(source), only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)

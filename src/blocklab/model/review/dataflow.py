@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .structure import ACTIVATIONS, norm_kind
+from .structure import ACTIVATIONS, GATED, PLAIN, norm_kind
 
 TOL = 1e-9  # relative, float64: tensors that are the same tensor, or exact masks, agree to round-off
-GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu", "relu": "reglu"}
-PLAIN = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}
 
 
 @dataclass
@@ -59,6 +57,18 @@ def _rel(a, b) -> float:
 
 def _same(a, b) -> bool:
     return a.shape == b.shape and _rel(a, b) < TOL
+
+
+def _tokens(t: torch.Tensor, batch: int, lengths) -> tuple[torch.Tensor, object]:
+    """(batch, time, ...) whatever the module saw, and how to put an edited copy back in the module's layout:
+    OPT's FFN runs on (batch * time, features), Gemma 3's per-head norms on (batch, heads, time, head_dim)."""
+    if t.dim() == 2 and t.shape[0] % batch == 0:
+        return t.reshape(batch, -1, t.shape[-1]), lambda e: e.reshape(t.shape)
+    if t.dim() >= 4 and t.shape[1] not in lengths:
+        time = next((i for i in range(2, t.dim()) if t.shape[i] in lengths), None)
+        if time is not None:
+            return t.movedim(time, 1).contiguous(), lambda e: e.movedim(1, time)
+    return t, lambda e: e
 
 
 def _features(t: torch.Tensor) -> int:
@@ -90,14 +100,16 @@ def in_width(module: nn.Module, call: Call | None = None) -> int:
 
 
 class Tracer:
-    """Runs the driver with hooks on every leaf module of the layer; ``edit(call_key, output)`` may change outputs."""
+    """Runs the driver with hooks on every leaf module of the layer; ``edit(call_key, output)`` may change a copy of
+    an output, seen as (batch, time, ...), and return it."""
 
     def __init__(self, driver):
         self.driver, self.layer = driver, driver.layer
         self.leaves = [(n, m) for n, m in self.layer.named_modules() if not list(m.children())]
 
     def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
-        calls, seen, handles = [], {}, []
+        calls, seen, handles, batch = [], {}, [], x.shape[0]
+        lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
 
         def hook(module, args, output, name):
             if not args or not torch.is_tensor(args[0]) or not torch.is_tensor(output):
@@ -105,9 +117,11 @@ class Tracer:
             seen[name] = seen.get(name, -1) + 1
             key = (name, seen[name])
             if edit is not None:
-                changed = edit(key, output)
-                output = output if changed is None else changed
-            calls.append(Call(len(calls), name, module, args[0].detach(), output.detach(), key))
+                copy, back = _tokens(output.clone(), batch, lengths)
+                changed = edit(key, copy.contiguous())
+                output = output if changed is None else back(changed).reshape(output.shape)
+            calls.append(Call(len(calls), name, module, _tokens(args[0], batch, lengths)[0].detach(),
+                              _tokens(output, batch, lengths)[0].detach(), key))
             return output
 
         for name, module in self.leaves:
@@ -162,7 +176,6 @@ class LayerAnalysis:
 
         def edit(key, out):
             if key in noise:
-                out = out.clone()
                 out[keys.index(key) + 1] += noise[key]
                 return out
             return None
@@ -198,7 +211,6 @@ class LayerAnalysis:
         def edit(key, out):
             if key not in owner:
                 return None
-            out = out.clone()
             out[owner[key] + 1, 0] += self.randn(out.shape[-1]) * out.abs().max().clamp_min(1)
             return out
 
@@ -234,7 +246,6 @@ class LayerAnalysis:
         def edit(key, out):
             if key not in where:
                 return None
-            out = out.clone()
             flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
             for b, f in where[key]:
                 flat[b, :, f] += self.randn(out.shape[1]) * scale
@@ -277,7 +288,6 @@ class LayerAnalysis:
         def edit(key, out):
             if key not in roles:
                 return None
-            out = out.clone()
             flat = out.view(out.shape[0], out.shape[1], -1)
             for f, role in enumerate(roles[key]):
                 if role == "qk":
@@ -308,7 +318,6 @@ class LayerAnalysis:
         def edit(key, out):
             if key not in roles:
                 return None
-            out = out.clone()
             flat = out.view(out.shape[0], out.shape[1], -1)
             for f, role in enumerate(roles[key]):
                 if role == "qk":

@@ -32,6 +32,7 @@ FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size"
             "decoder_ffn_dim")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
+HEAD_KEYS = ("encoder_attention_heads", "decoder_attention_heads")  # besides num_attention_heads (BART)
 LAYER_KEYS = ("num_hidden_layers", "num_decoder_layers", "decoder_layers", "encoder_layers")
 TOKEN_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id")
 
@@ -82,8 +83,6 @@ def _int_attr(config, key):
 
 def shrink(config, attention: str = "eager"):
     """The same architecture at a tiny size: every width scaled together, head structure (MHA/GQA/MQA) kept."""
-    if attention not in ATTENTION_BACKENDS:
-        raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(ATTENTION_BACKENDS)}")
     tiny = copy.deepcopy(config)
     d, heads = _int_attr(config, "hidden_size"), _int_attr(config, "num_attention_heads")
     if not d or not heads:
@@ -103,6 +102,9 @@ def shrink(config, attention: str = "eager"):
     if _int_attr(config, "rotary_dim"):  # absolute rotary width (GPT-J): keep its fraction of the head
         tiny.rotary_dim = max(2, 2 * round(config.rotary_dim * HEAD_DIM / head_dim / 2))
     tiny.hidden_size, tiny.num_attention_heads, tiny.vocab_size = WIDTH, HEADS, VOCAB
+    for key in HEAD_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, HEADS)
     for key in LAYER_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, LAYERS)
@@ -113,13 +115,15 @@ def shrink(config, attention: str = "eager"):
             setattr(tiny, key, 0)
     tiny.use_cache = False
     tiny._attn_implementation = attention
+    if hasattr(config, "_experts_implementation"):
+        tiny._experts_implementation = "eager"  # the grouped kernels take no float64
     return tiny
 
 
 # --- building ------------------------------------------------------------------------------------
 
 
-def _class_for(config, prefer_head: bool):
+def model_class(config, prefer_head: bool):
     """The model class: with its language-model head (seq2seq, masked, causal, in that order) or the bare model."""
     t = _transformers()
     autos = (t.AutoModelForSeq2SeqLM, t.AutoModelForMaskedLM, t.AutoModelForCausalLM, t.AutoModel) if prefer_head \
@@ -131,7 +135,7 @@ def _class_for(config, prefer_head: bool):
 
 
 def build_tiny(config, seed: int = 0) -> nn.Module:
-    cls, _ = _class_for(config, prefer_head=False)
+    cls, _ = model_class(config, prefer_head=False)
     torch.manual_seed(seed)
     try:
         model = cls(config)
@@ -143,7 +147,7 @@ def build_tiny(config, seed: int = 0) -> nn.Module:
 
 def count_full(config) -> dict:
     """Exact parameter count of the model with its head, at full size, on the meta device; tied tensors count once."""
-    cls, auto = _class_for(config, prefer_head=True)
+    cls, auto = model_class(config, prefer_head=True)
     with torch.device("meta"):
         model = cls(config)
     return {"parameters": sum(p.numel() for p in model.parameters()), "class": cls.__name__, "auto": auto,
@@ -152,7 +156,7 @@ def count_full(config) -> dict:
 
 def count_tiny_both_ways(config) -> tuple[int, int]:
     """The tiny model's count on the meta device and with real tensors: the meta count is the same arithmetic."""
-    cls, _ = _class_for(config, prefer_head=True)
+    cls, _ = model_class(config, prefer_head=True)
     with torch.device("meta"):
         meta = sum(p.numel() for p in cls(config).parameters())
     torch.manual_seed(0)

@@ -112,7 +112,13 @@ ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda t: F.relu(t).square(),
+    "quick_gelu": lambda t: t * torch.sigmoid(1.702 * t),
 }
+# the FFN kind an activation makes, gated (act(gate) * up) or not
+GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu", "quick_gelu": "geglu", "relu": "reglu",
+         "relu2": "reglu"}
+PLAIN = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu", "quick_gelu": "gelu", "relu": "relu", "relu2": "relu"}
 
 
 def ffn_structure(calls, width: int) -> dict | None:
@@ -143,7 +149,7 @@ def _activation(inputs, down_in) -> tuple[str, str]:
         for name, act in ACTIVATIONS.items():
             for gate, up in ((a, b), (b, a)):
                 if _changed(act(gate) * up, down_in, scale) < 1e-6:
-                    return name, {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu", "relu": "reglu"}[name]
+                    return name, GATED[name]
         return "unknown", "gated"
     return "unknown", f"{len(inputs)} input matrices"
 
