@@ -19,6 +19,7 @@ from blocklab.model.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJEC
                                    review_architecture, review_hf_config, review_model, review_module)
 from blocklab.model.review import hf as hf_arch
 from blocklab.model.review.architecture import STRUCTURE_KEYS
+from blocklab.model.review.command import table_rows
 
 MODERN = {"n_kv_heads": 2, "ffn_kind": "swiglu", "norm_kind": "rmsnorm", "position": "rope", "bias": False}
 
@@ -193,6 +194,19 @@ HF = {
     # mod 338 + cfg 49 gelu; cfg 45, 48: 3072 / 768; encoder without is_causal (mod 162, default False)
     "bert": dict(residual="sequential", norm_placement="post", norm_kind="layernorm", attention="MHA", query_heads=12,
                  kv_heads=12, qk_norm=False, position="learned", ffn="gelu", ffn_ratio=3072 / 768, causal=False,
+                 cross_attention=False),
+    # bloom (its config class is already small: cfg 58-60 hidden 64, 8 heads): mod 62-89 + 271 ALiBi slopes times
+    # distance added to the logits (baddbmm); mod 197 fused query_key_value 3 x hidden; mod 373-395 input_layernorm
+    # before attention, post_attention_layernorm before the MLP, residual from the unnormalized input (cfg default
+    # apply_residual_connection_post_layernorm False); mod 350 LayerNorm; mod 121 + 321-327 tanh GELU, 4 x hidden
+    "bloom": dict(residual="sequential", norm_placement="pre", norm_kind="layernorm", attention="MHA", query_heads=8,
+                  kv_heads=8, qk_norm=False, position="alibi", ffn="gelu", ffn_ratio=4.0, causal=True,
+                  cross_attention=False),
+    # ctrl: mod 46-51 + 230 + 320 a sinusoid table in a buffer, indexed by position and added to the embedding;
+    # mod 175-187 layernorm1 before attention, layernorm2 before the FFN (mod 162-163 nn.LayerNorm); mod 152
+    # Linear, ReLU, Linear; cfg 54-57: 16 heads, 8192 / 1280
+    "ctrl": dict(residual="sequential", norm_placement="pre", norm_kind="layernorm", attention="MHA", query_heads=16,
+                 kv_heads=16, qk_norm=False, position="sinusoidal", ffn="relu", ffn_ratio=8192 / 1280, causal=True,
                  cross_attention=False),
 }
 # t5: mod 395 + 139-141 h + sublayer(layer_norm(h)): pre-norm; mod 51-66 T5LayerNorm divides by the root mean square
@@ -411,8 +425,11 @@ def test_cli_unknown_model_type_names_the_argument(capsys):
 
 
 def test_cli_table_lays_architectures_side_by_side(capsys):
-    assert cli.main(["review", "--table", "gpt2", "t5"]) == EXIT_PASS
+    assert cli.main(["review", "--table", "gpt2", "bloom"]) == EXIT_PASS
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert [row.split(" | ")[0] for row in rows] == ["| architecture", "| **2026 default**", "| gpt2", "| t5 (encoder)",
-                                                     "| t5 (decoder)"]
-    assert f"{gpt2_closed_form():,}" in rows[2] and "learned" in rows[2]
+    assert [row.split(" | ")[0] for row in rows] == ["| architecture", "| **2026 default**", "| gpt2", "| bloom"]
+    assert f"{gpt2_closed_form():,}" in rows[2] and "learned" in rows[2] and "alibi" in rows[3]
+
+
+def test_table_has_one_row_per_stack():
+    assert [row[0] for row in table_rows(hf_review("t5"))] == ["t5 (encoder)", "t5 (decoder)"]

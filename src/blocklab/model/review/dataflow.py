@@ -281,7 +281,7 @@ class LayerAnalysis:
 
     def position_bias(self, g: SubLayer, heads: dict) -> dict:
         """softmax(bias + mask) per head, read off the writer's input when values are one-hot position codes."""
-        if not heads.get("measured") or heads["head_dim"] < max(self.seq, getattr(self.driver, "memory_seq", 0) or 0):
+        if not heads.get("measured") or heads["head_dim"] < max(c.inp.shape[-2] for c in g.ins):
             return {"measured": False}
         roles, offsets = heads["roles"], heads["v_offsets"]
 

@@ -2,7 +2,7 @@
 
     config      a config.json path, a shipped name (llama3-8b) or a model_type transformers knows (gpt2, t5, ...):
                 the architecture's own config class, at its full size
-    tiny        the same config shrunk consistently (width 64, 4 query heads of 16, K/V heads 4, 2 or 1 as in the full
+    tiny        the same config shrunk consistently (width 32, 4 query heads of 8, K/V heads 4, 2 or 1 as in the full
                 config, FFN ratio kept, 2 layers, vocabulary 128), float64, eager attention unless asked otherwise
     driver      runs the whole tiny model on token ids, replaces one layer's input by the probe's x and stops at that
                 layer's output: RoPE tables, position ids, causal and sliding-window masks, relative biases come from
@@ -20,15 +20,17 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ...config import ConfigError
 from .. import hf_config
 
-WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 64, 4, 16, 2, 128
+WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 8, 2, 128
 SEQ, MEMORY_SEQ = 6, 9
 ATTENTION_BACKENDS = ("eager", "sdpa")
-FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim",
+FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "dff", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim",
             "decoder_ffn_dim")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
@@ -236,30 +238,38 @@ class ModelDriver:
         return self(None, ids)
 
 
+class _Lookups(TorchFunctionMode):
+    """Every embedding lookup (F.embedding), also those a subclass makes by calling nn.Embedding.forward itself
+    (OPT's and BART's learned positions), with the table it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.embedding:
+            self.seen.append((args[0], args[1]))
+        return func(*args, **(kwargs or {}))
+
+
 def absolute_position(driver: ModelDriver) -> dict:
     """Same token at every position: if the layer's input rows differ, the embedding added a position signal.
 
-    Learned: an embedding table, looked up by an index that runs along the sequence, with trainable weights.
+    Learned: the signal comes from a trainable table looked up by an index that runs along the sequence;
+    sinusoidal: from a fixed table or a formula.
     """
     same = torch.full((1, max(SEQ, MEMORY_SEQ)), int(driver.ids[0, 0]))
-    lookups, handles = [], []
-    for name, sub in driver.model.named_modules():
-        if isinstance(sub, nn.Embedding):
-            handles.append(sub.register_forward_hook(
-                lambda m, args, out, name=name: lookups.append((name, m, args[0]))))
-    try:
+    with _Lookups() as lookups:
         rows = driver.layer_input(same)[0]
-    finally:
-        for h in handles:
-            h.remove()
     spread = (rows - rows[:1]).abs().max().item() / max(rows.abs().max().item(), 1e-30)
-    varying = [(n, m) for n, m, idx in lookups
-               if torch.is_tensor(idx) and idx.dim() >= 1 and idx.shape[-1] > 1 and (idx[..., 1:] != idx[..., :1]).any()]
+    names = {id(t): n for n, t in [*driver.model.named_parameters(), *driver.model.named_buffers()]}
+    tables = [(names.get(id(w), "a computed table"), w) for idx, w in lookups.seen
+              if idx.dim() >= 1 and idx.shape[-1] > 1 and (idx[..., 1:] != idx[..., :1]).any()]
     kind = None
     if spread > 1e-9:
-        kind = "learned" if any(m.weight.requires_grad for _, m in varying) else "sinusoidal"
+        kind = "learned" if any(isinstance(w, nn.Parameter) and w.requires_grad for _, w in tables) else "sinusoidal"
     return {"input_rows_differ": spread > 1e-9, "row_spread": spread, "kind": kind,
-            "position_tables": [n for n, _ in varying] if kind else []}
+            "position_tables": [n for n, _ in tables] if kind else []}
 
 
 def config_summary(config) -> dict:
