@@ -1,5 +1,5 @@
-"""A whole architecture reviewed: each stack's first layer read from its data flow (dataflow.py), scaled back to the
-config's full size, counted on the meta device and judged against the 2026 defaults."""
+"""A whole architecture reviewed: a layer of each stack read from its data flow (dataflow.py), scaled back to the
+config's full size, counted on the meta device and judged against the 2026 defaults (rules.py)."""
 from __future__ import annotations
 
 import torch
@@ -86,6 +86,8 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     kv = (in_total // head_dim - heads) // 2
     full = {"query_heads": heads, "kv_heads": kv, "attention": attention_kind(heads, kv), "head_dim": head_dim,
             "ffn_ratio": in_width(get(ffn["writer"])) / d, "hidden_size": d}
+    # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
+    full["agrees_with_tiny"] = full["attention"] == structure["attention"]
     return {**structure, **{k: full[k] for k in ("query_heads", "kv_heads", "attention", "ffn_ratio")},
             "evidence": {**ev, "full_size": full, "tiny": {k: structure[k] for k in
                                                            ("query_heads", "kv_heads", "ffn_ratio")}}}

@@ -28,8 +28,8 @@ EXIT_HELP = """exit status:
 
 --hf-config SOURCE: a config.json, a shipped name (llama3-8b, qwen3-vl-4b-text) or any model_type transformers
   knows (llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...). The architecture's own config
-  class is shrunk (width 64, 4 heads, 2 layers, vocabulary 128), built in float64 and driven whole; the first layer
-  of each stack is probed with hooks. Parameters are counted at the config's full size on the meta device.
+  class is shrunk (width 32, 4 query heads, 2 layers, vocabulary 128), built in float64 and driven whole; the last
+  layer of each stack is probed with hooks. Parameters are counted at the config's full size on the meta device.
 
 supported --module targets:
   a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its

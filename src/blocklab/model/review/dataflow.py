@@ -22,7 +22,7 @@ with one edit, so one forward pass answers many questions at once. In call order
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -30,6 +30,9 @@ from torch import nn
 from .structure import ACTIVATIONS, GATED, PLAIN, norm_kind
 
 TOL = 1e-9  # relative, float64: tensors that are the same tensor, or exact masks, agree to round-off
+ACT_TOL = 1e-6  # erf and tanh GELU differ by ~1e-3 relative; one formula recomputed outside the model, by ~1e-15
+SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1e-12); a learned bias is not
+VISIBLE = 1e-12  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
 
 
 @dataclass
@@ -48,7 +51,6 @@ class SubLayer:
     out: Call
     mixes: bool = False
     cross: bool = False
-    facts: dict = field(default_factory=dict)
 
 
 def _rel(a, b) -> float:
@@ -82,21 +84,15 @@ def _is_projection(module: nn.Module, inp) -> bool:
             and torch.is_tensor(inp) and inp.is_floating_point() and inp.shape[-1] in weight.shape)
 
 
-def out_width(module: nn.Module, call: Call | None = None) -> int:
-    """Output features of a projection (Linear's out_features, Conv1D's nf, else from the traced shapes)."""
-    for attr in ("out_features", "nf"):
-        if isinstance(getattr(module, attr, None), int):
-            return getattr(module, attr)
-    shape = module.weight.shape
-    return shape[0] if call is None or shape[0] == call.out.shape[-1] else shape[1]
+def out_width(module: nn.Module) -> int:
+    """Output features of a projection: Linear's out_features, GPT-2 Conv1D's nf, else a Linear-like (out, in)."""
+    return next((getattr(module, a) for a in ("out_features", "nf") if isinstance(getattr(module, a, None), int)),
+                module.weight.shape[0])
 
 
-def in_width(module: nn.Module, call: Call | None = None) -> int:
-    for attr in ("in_features", "nx"):
-        if isinstance(getattr(module, attr, None), int):
-            return getattr(module, attr)
-    shape = module.weight.shape
-    return shape[1] if call is None or shape[0] == call.out.shape[-1] else shape[0]
+def in_width(module: nn.Module) -> int:
+    return next((getattr(module, a) for a in ("in_features", "nx") if isinstance(getattr(module, a, None), int)),
+                module.weight.shape[1])
 
 
 class Tracer:
@@ -301,8 +297,8 @@ class LayerAnalysis:
         patterns = torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
         uniform = True
         for row in patterns.flatten(0, 1):
-            seen = row[row > 1e-12]
-            if len(seen) > 1 and (seen.log() - seen.log().max()).abs().max().item() > 1e-9:
+            seen = row[row > VISIBLE]
+            if len(seen) > 1 and (seen.log() - seen.log().max()).abs().max().item() > TOL:
                 uniform = False
         linear = not uniform and not g.cross and self._per_head_linear(patterns)
         kind = "none" if uniform else "alibi" if linear else "relative-bias"
@@ -333,10 +329,10 @@ class LayerAnalysis:
         rotated = 0
         for offset in range(hd):
             rows = o_in[1 + offset].unflatten(-1, (heads["heads"], hd))[..., :length]  # (T, H, S)
-            visible = rows > 1e-12
+            visible = rows > VISIBLE
             logs = torch.where(visible, rows.clamp_min(1e-300).log(), torch.zeros_like(rows))
             top = torch.where(visible, logs, torch.full_like(logs, -torch.inf)).amax(-1, keepdim=True)
-            rotated += bool(((logs - top) * visible).abs().max().item() > 1e-9)
+            rotated += bool(((logs - top) * visible).abs().max().item() > TOL)
         return rotated / hd
 
     @staticmethod
@@ -346,20 +342,21 @@ class LayerAnalysis:
             slopes = []
             for i in range(pattern.shape[0]):
                 for j in range(pattern.shape[1]):
-                    if i != j and pattern[i, j] > 1e-12 and i < pattern.shape[1] and pattern[i, i] > 1e-12:
+                    if i != j and i < pattern.shape[1] and min(pattern[i, j], pattern[i, i]) > VISIBLE:
                         slopes.append(((pattern[i, j].log() - pattern[i, i].log()) / abs(i - j)).item())
-            if slopes and max(slopes) - min(slopes) > 1e-6 * max(1.0, max(abs(s) for s in slopes)):
+            if slopes and max(slopes) - min(slopes) > SLOPE_TOL * max(1.0, max(abs(s) for s in slopes)):
                 return False
         return True
 
     # --- in-layer position, causality ------------------------------------------------------------
 
     def position_aware(self, causal: bool) -> bool:
+        """Tokens rotated by one place (never the identity): a layer without positions permutes its output alike."""
         if causal:  # the last token sees a set of earlier tokens; without positions their order cannot matter
-            perm = torch.cat([torch.randperm(self.seq - 1, generator=self.generator), torch.tensor([self.seq - 1])])
+            perm = torch.cat([torch.arange(self.seq - 1).roll(1), torch.tensor([self.seq - 1])])
             moved = self.driver(self.x[:, perm])[:, -1]
             return _rel(moved, self.y[:, -1]) > TOL
-        perm = torch.randperm(self.seq, generator=self.generator)
+        perm = torch.arange(self.seq).roll(1)
         return _rel(self.driver(self.x[:, perm]), self.y[:, perm]) > TOL
 
     def causal(self) -> dict:
@@ -412,12 +409,12 @@ class LayerAnalysis:
         kind, activation = "unknown", "unknown"
         if len(outs) == 1:
             for name, act in ACTIVATIONS.items():
-                if _rel(act(outs[0]), down_in) < 1e-6:
+                if _rel(act(outs[0]), down_in) < ACT_TOL:
                     kind, activation = PLAIN[name], name
                     break
         elif len(outs) == 2:
             for name, act in ACTIVATIONS.items():
-                if any(_rel(act(a) * b, down_in) < 1e-6 for a, b in (outs, outs[::-1])):
+                if any(_rel(act(a) * b, down_in) < ACT_TOL for a, b in (outs, outs[::-1])):
                     kind, activation = GATED[name], name
                     break
         return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,

@@ -69,10 +69,7 @@ def _defaults(add, s) -> None:
     add("norm kind", "pass" if kind == "rmsnorm" else "info",
         {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(kind, str(kind))
         + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
-    attention, heads = s["attention"], f"{s['query_heads']}/{s['kv_heads']} (query/KV heads)"
-    add("attention", "pass" if attention == "GQA" else "info",
-        f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
-        attention)
+    _attention(add, s)
     if s["qk_norm"]:
         add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
     position, rotary = s["position"], s["evidence"].get("rotary_fraction")
@@ -86,8 +83,8 @@ def _defaults(add, s) -> None:
         text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
     ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
     if ffn == "unknown":
-        add("ffn kind", "flag", f"the FFN's activation is none of {sorted(['relu', 'gelu', 'silu'])}, gated or not",
-            ffn)
+        add("ffn kind", "flag", "the FFN's activation is none of ReLU, ReLU², GELU (erf, tanh, quick), SiLU, gated "
+            "or not", ffn)
     else:
         add("ffn kind", "pass" if ffn == "swiglu" else "info", f"{ffn} (activation {act}, "
             f"{s['evidence']['ffn']['matrices']} matrices)" + ("" if ffn == "swiglu" else
@@ -95,6 +92,20 @@ def _defaults(add, s) -> None:
     add("residual", "pass" if s["residual"] == "sequential" else "info",
         "sequential: the FFN reads the attention's output" if s["residual"] == "sequential" else
         f"parallel: attention and FFN read the same input, h + attn(.) + ffn(.); {WHY['residual']}", s["residual"])
+
+
+def _attention(add, s) -> None:
+    attention, heads = s["attention"], f"{s['query_heads']}/{s['kv_heads']} (query/KV heads)"
+    if attention is None:
+        add("attention", "flag", "token mixing found, but no query/key head structure in it", None)
+        return
+    full = s["evidence"].get("full_size")
+    if full and not full["agrees_with_tiny"]:
+        add("attention", "flag", f"the tiny build measured {s['evidence']['tiny']['query_heads']}/"
+            f"{s['evidence']['tiny']['kv_heads']} heads, which the full-size shapes ({heads}) do not repeat", None)
+    add("attention", "pass" if attention == "GQA" else "info",
+        f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
+        attention)
 
 
 def _residuals(add, s) -> None:
