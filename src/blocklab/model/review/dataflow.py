@@ -10,7 +10,8 @@ with one edit, so one forward pass answers many questions at once. In call order
                   input at other positions); the other sub-layers are feed-forward networks
     heads         one edit per in-projection feature: a query feature moves one head's slice of the writer's input
                   (head_dim wide), a key feature the slices of its group of heads, a value feature one column per
-                  head of its group; so head_dim = the narrowest block, kv group = the widest
+                  head of its group; so head_dim = the narrowest block, kv group = the widest. Edited at position 0
+                  only, a query moves its own row, a key later rows too
     cross         an in-projection reading a tensor with the memory's length
     norms         other leaf modules that are LayerNorm or RMSNorm by what they do (structure.norm_kind); placement
                   by identity of tensors: a norm's output is a sub-layer's input (pre), a norm's input is the writer's
@@ -31,8 +32,12 @@ from .structure import ACTIVATIONS, GATED, PLAIN, norm_kind
 
 TOL = 1e-9  # relative, float64: tensors that are the same tensor, or exact masks, agree to round-off
 ACT_TOL = 1e-6  # erf and tanh GELU differ by ~1e-3 relative; one formula recomputed outside the model, by ~1e-15
-SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1e-12); a learned bias is not
-VISIBLE = 1e-12  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
+SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1e-7: a float32 softmax); a learned
+# bias is not
+VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
+ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
+# head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
+ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
 
 
 @dataclass
@@ -225,16 +230,20 @@ class LayerAnalysis:
 
     # --- attention heads -------------------------------------------------------------------------
 
-    def mixing_inputs(self, g: SubLayer) -> list[Call]:
-        """Where the per-token work of an attention ends: each in-projection, or the QK-norm that reads it (a norm over
-        all heads at once, OLMo 2's, would otherwise tie every head to every query feature)."""
+    def mixing_inputs(self, g: SubLayer) -> tuple[list[Call], dict]:
+        """Where the per-token work of an attention ends: the in-projections, and the QK-norms that read them (a norm
+        over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
+        the norms its features may feed."""
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
-        return [next((n for n in reversed(inner) if self.depends.get((c.key, n.key))), c) for c in g.ins]
+        feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins}
+        return [*g.ins, *[n for n in inner if any(n in f for f in feeds.values())]], feeds
 
     def heads(self, g: SubLayer) -> dict:
-        """Per in-projection feature, the writer-input features it moves; head_dim, heads and K/V heads from them."""
-        points = self.mixing_inputs(g)
+        """Per feature entering the attention, the writer-input features it moves; head_dim, heads and K/V heads from
+        them. A projection feature that feeds a QK-norm is read after that norm instead."""
+        points, feeds = self.mixing_inputs(g)
         features = [(c.key, f) for c in points for f in range(_features(c.out))]
+        n = len(features)
         where = {}
         for b, (key, f) in enumerate(features, start=1):
             where.setdefault(key, []).append((b, f))
@@ -245,18 +254,22 @@ class LayerAnalysis:
             flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
             for b, f in where[key]:
                 flat[b, :, f] += self.randn(out.shape[1]) * scale
+                flat[b + n, 0, f] += scale  # position 0 only: a query moves its own row, a key later rows too
             return out
 
-        traced, _ = self.tracer.inputs_of(self.batch(len(features) + 1), edit)
+        traced, _ = self.tracer.inputs_of(self.batch(2 * n + 1), edit)
         o_in = traced[g.out.key].inp
         base, scale = o_in[0], o_in[0].abs().max().clamp_min(1e-30)
-        moved = ((o_in[1:] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
+        moved = ((o_in[1:n + 1] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
+        later = ((o_in[n + 1:, 1:] - base[1:]).abs().amax(dim=(1, 2)) / scale) > TOL  # (features,)
         blocks, roles = [], []
-        for row in moved:
+        for b, ((key, f), row) in enumerate(zip(features, moved), start=1):
+            normed = any(_rel(traced[c.key].inp[b], traced[c.key].inp[0]) > TOL for c in feeds.get(key, []))
             idx = row.nonzero().flatten().tolist()
             contiguous = len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1))
-            roles.append("qk" if contiguous else "v" if idx else "none")
-            if contiguous:
+            roles.append("normed" if normed else ("k" if later[b - 1] else "q") if contiguous else "v" if idx
+                         else "none")
+            if contiguous and not normed:
                 blocks.append(len(idx))
         o_width = o_in.shape[-1]
         if not blocks:
@@ -286,7 +299,7 @@ class LayerAnalysis:
                 return None
             flat = out.view(out.shape[0], out.shape[1], -1)
             for f, role in enumerate(roles[key]):
-                if role == "qk":
+                if role in ("q", "k"):
                     flat[..., f] = 0.0
                 elif role == "v":
                     flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
@@ -305,8 +318,10 @@ class LayerAnalysis:
         return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear}
 
     def rotary_fraction(self, g: SubLayer, heads: dict) -> float | None:
-        """Which offsets of a head are rotated: with every query and key feature zero but those at one offset, set
-        to 1 at every position, the attention is uniform unless that offset is rotated by position (RoPE)."""
+        """Which offsets of a head are rotated by position. Per offset a: queries ROTARY_PROBE at a and 0 elsewhere,
+        keys ROTARY_PROBE everywhere but a. Unrotated, the query meets only zeros (uniform attention); rotated,
+        RoPE turns a towards its partner offset, and the logits become ROTARY_PROBE**2 sin(theta_i - theta_j):
+        first order in the angle, so even the slowest pair shows through a float32 softmax."""
         if not heads.get("measured") or heads["head_dim"] < max(c.inp.shape[-2] for c in g.ins):
             return None
         roles, offsets, hd = heads["roles"], heads["v_offsets"], heads["head_dim"]
@@ -316,24 +331,20 @@ class LayerAnalysis:
                 return None
             flat = out.view(out.shape[0], out.shape[1], -1)
             for f, role in enumerate(roles[key]):
-                if role == "qk":
+                if role == "q":  # element 0 keeps every query zero: the uniform attention the mask allows
                     flat[..., f] = 0.0
-                    flat[1 + f % hd, :, f] = 1.0
+                    flat[1 + f % hd, :, f] = ROTARY_PROBE
+                elif role == "k":
+                    flat[..., f] = ROTARY_PROBE
+                    flat[1 + f % hd, :, f] = 0.0
                 elif role == "v":
                     flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
         o_in = traced[g.out.key].inp
-        length = max(c.inp.shape[-2] for c in g.ins)
-        rotated = 0
-        for offset in range(hd):
-            rows = o_in[1 + offset].unflatten(-1, (heads["heads"], hd))[..., :length]  # (T, H, S)
-            visible = rows > VISIBLE
-            logs = torch.where(visible, rows.clamp_min(1e-300).log(), torch.zeros_like(rows))
-            top = torch.where(visible, logs, torch.full_like(logs, -torch.inf)).amax(-1, keepdim=True)
-            rotated += bool(((logs - top) * visible).abs().max().item() > TOL)
-        return rotated / hd
+        rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
+        return len(rotated) / hd
 
     @staticmethod
     def _per_head_linear(patterns) -> bool:
