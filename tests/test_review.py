@@ -240,9 +240,12 @@ def test_t5_reviews_both_stacks():
     assert {stack: structure_values(s) for stack, s in review.facts["structure"].items()} == T5
 
 
-def test_partial_rotary_fraction_of_gpt_neox():
-    # cfg 98: partial_rotary_factor 0.25 of each head is rotated (mod 176 rotary_ndims)
-    assert hf_review("gpt_neox").facts["structure"]["evidence"]["rotary_fraction"] == 0.25
+@pytest.mark.parametrize("model_type, fraction", [
+    ("gpt_neox", 0.25),  # cfg 98 partial_rotary_factor 0.25; mod 176 rotary_ndims = head_size * 0.25
+    ("gemma2", 1.0),  # mod 257 apply_rotary_pos_emb on the whole query and key, slow pairs too
+])
+def test_rotated_fraction_of_each_head(model_type, fraction):
+    assert hf_review(model_type).facts["structure"]["evidence"]["rotary_fraction"] == fraction
 
 
 # full-size counts: closed forms written from the module layouts, independent of the reviewer's meta-device count
@@ -293,6 +296,14 @@ def test_shipped_llama3_8b_config_is_counted_exactly():
     s = review.facts["structure"]
     assert (s["attention"], s["query_heads"], s["kv_heads"], s["ffn_ratio"]) == ("GQA", 32, 8, 14336 / 4096)
     assert review.verdict == "pass"
+
+
+def test_shipped_qwen3_vl_text_config_counts_like_qwen3_4b():
+    review = review_hf_config("qwen3-vl-4b-text")
+    # no total is published for the text model alone; Qwen3-4B has the same text architecture and publishes one
+    same = hf_config.load_config_dict("qwen3-vl-4b-text")["_published_same_architecture"]["total_parameters"]
+    assert review.facts["parameters"] == same
+    assert review.facts["structure"]["qk_norm"] is True and review.verdict == "pass"
 
 
 # --- planted defects inside real models ----------------------------------------------------------
@@ -409,6 +420,9 @@ def test_cli_hf_config_json_keys(tmp_path):
 
 
 def test_cli_hf_layer_class_is_reviewed_inside_its_model(capsys):
+    # the first attempt: LlamaDecoderLayer needs layer_idx and the model's RoPE and mask
+    argv = ["review", "--module", "transformers.models.llama.modeling_llama:LlamaDecoderLayer", "--role", "decoder"]
+    assert cli.main(argv) == EXIT_PASS
     argv = ["review", "--module", "transformers.models.t5.modeling_t5:T5Block", "--role", "encoder"]
     assert cli.main(argv) == EXIT_PASS
     assert "cross-attention" not in capsys.readouterr().out  # the encoder stack's T5Block: no EncDecAttention
