@@ -25,10 +25,14 @@ def attention_kind(heads: int | None, kv_heads: int | None) -> str | None:
 def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     """The structure of one layer at the size it was built, with the evidence for each value under 'evidence'."""
     selfs = [g for g in a.attentions if not g.cross]
+    # weights of 3 or more dimensions are used without a layer to hook (fused experts): their work is not seen
+    bulk = sorted({n.rsplit(".", 1)[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3})
     if not selfs or not a.ffns:
         missing = " and ".join(n for n, found in (("attention", selfs), ("feed-forward network", a.ffns)) if not found)
-        return {"reviewable": False, "reason": f"no {missing} recognised in the data flow "
-                f"(sub-layers found: {[(g.out.name, 'mixes tokens' if g.mixes else 'per token') for g in a.sublayers]})"}
+        found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
+        hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
+        return {"reviewable": False, "reason": f"no {missing} recognised in the data flow (sub-layers found: "
+                                               f"{found}{hint})"}
     attn, ffn, cross = selfs[0], a.ffns[0], [g for g in a.attentions if g.cross]
     heads = a.heads(attn)
     bias = a.position_bias(attn, heads)
@@ -69,7 +73,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
             "norm_placement": placements, "qk_norms": a.qk_norm(attn), "max_future_leak": causal["max_leak"],
             "position_aware_in_layer": aware, "attention_bias": bias, "rotary_fraction": rotary,
-            "absolute_position": absolute, "ffn": ffn_facts,
+            "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
         },
     }
 

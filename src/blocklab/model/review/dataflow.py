@@ -185,8 +185,9 @@ class LayerAnalysis:
         out = {}
         for i, source in enumerate(self.projections):
             for c in self.calls[source.index + 1:]:
-                inp = traced[c.key].inp
-                out[(source.key, c.key)] = _rel(inp[i + 1], inp[0]) > TOL
+                inp = traced[c.key].inp if c.key in traced else None
+                if inp is not None and inp.shape[0] == len(keys) + 1:  # routed calls see a token subset: skipped
+                    out[(source.key, c.key)] = _rel(inp[i + 1], inp[0]) > TOL
         return out
 
     def _sublayers(self) -> list[SubLayer]:

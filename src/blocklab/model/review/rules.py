@@ -82,6 +82,9 @@ def _defaults(add, s) -> None:
     add("position", "pass" if position == "rope" else "info",
         text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
     ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
+    if s["evidence"].get("unhooked_weights"):
+        add("ffn", "warn", f"weights of 3 or more dimensions in {s['evidence']['unhooked_weights']} work without a "
+            "layer to hook (routed experts?): the FFN read here is only part of the layer's feed-forward work", None)
     if ffn == "unknown":
         add("ffn kind", "flag", "the FFN's activation is none of ReLU, ReLU², GELU (erf, tanh, quick), SiLU, gated "
             "or not", ffn)
