@@ -184,11 +184,19 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
         raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
     cannot = Review(subject=str(source), mode="hf-config", role=None)
+    fallback = None
     try:
-        tiny_config = hf.shrink(full_config, attention)
-        model = hf.build_tiny(tiny_config, seed)
+        try:
+            tiny_config = hf.shrink(full_config, attention)
+            model = hf.build_tiny(tiny_config, seed)
+        except ConfigError as err:
+            if attention == "eager":
+                raise
+            fallback = f"{attention} is not available for this architecture ({str(err).split(': ', 2)[-1][:80]}...)"
+            tiny_config = hf.shrink(full_config, "eager")
+            model = hf.build_tiny(tiny_config, seed)
     except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
-        cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {type(err).__name__}: {err}", None)
+        cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {err}", None)
         return cannot
     stack = None
     if only_layer_class is not None:
@@ -202,7 +210,9 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
     review = review_model(model, tiny_config, full_config, subject=str(source), only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)
-    review.facts["attention_backend"] = attention
+    review.facts["attention_backend"] = "eager" if fallback else attention
+    if fallback:
+        review.add("attention backend", "info", f"{fallback}: reviewed with eager attention", "eager")
     _cross_check_counts(review, source, full_config, tiny_config)
     return review
 
