@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 from pathlib import Path
 
 import torch
@@ -40,10 +39,8 @@ TOKEN_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_tok
 
 
 def _transformers():
-    try:
-        import transformers
-    except ImportError as err:  # an optional dependency of this one command
-        raise ConfigError(f"reviewing a Hugging Face architecture needs transformers: {err}") from None
+    import transformers  # on first use: its import takes seconds, and only the Hugging Face paths need it
+
     return transformers
 
 
@@ -59,7 +56,11 @@ def load_config(source):
     mapping = _transformers().CONFIG_MAPPING
     if isinstance(source, dict) or str(source) in hf_config.SHIPPED or str(source).endswith(".json") \
             or Path(str(source)).is_file():
-        raw = hf_config.text_config(hf_config.load_config_dict(source))
+        try:
+            raw = hf_config.text_config(hf_config.load_config_dict(source))
+        except ConfigError as err:
+            raise ConfigError(f"--hf-config: {err}; or give a model_type transformers knows, e.g. llama, gpt2, "
+                              "t5") from None
         model_type = raw.get("model_type")
         if model_type not in mapping:
             raise ConfigError(f"--hf-config {source}: model_type={model_type!r} is not one transformers knows; "
@@ -67,8 +68,9 @@ def load_config(source):
         return mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
     if str(source) in mapping:
         return mapping[str(source)]()
-    raise ConfigError(f"--hf-config {source!r} is neither a config.json file, a shipped config ({sorted(hf_config.SHIPPED)}) "
-                      f"nor a model_type transformers knows; allowed model_types: {_allowed_hint(str(source))}")
+    raise ConfigError(f"--hf-config {source!r} is neither a config.json file, a shipped config "
+                      f"({sorted(hf_config.SHIPPED)}) nor a model_type transformers knows; allowed model_types: "
+                      f"{_allowed_hint(str(source))}")
 
 
 def _allowed_hint(name) -> str:
@@ -275,9 +277,5 @@ def absolute_position(driver: ModelDriver) -> dict:
 def config_summary(config) -> dict:
     keys = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
             *KV_KEYS, *FFN_KEYS, *HEAD_DIM_KEYS)
-    out = {}
-    for key in keys:
-        value = getattr(config, key, None)
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            out[key] = value
-    return json.loads(json.dumps(out))
+    values = {key: getattr(config, key, None) for key in keys}
+    return {k: v for k, v in values.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}

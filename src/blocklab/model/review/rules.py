@@ -52,7 +52,8 @@ def _placement(add, s, depth, warmup_steps) -> None:
                           f"pre-norm ({WHY['norm_placement']})",
                 "post": f"post-norm: norm(h + F(h)); 2026 default: pre-norm ({WHY['norm_placement']})"}
     if where == "none":
-        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums", where)
+        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums",
+            where)
         return
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
