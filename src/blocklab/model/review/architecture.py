@@ -2,6 +2,8 @@
 config's full size, counted on the meta device and judged against the 2026 defaults (rules.py)."""
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ...config import ConfigError
@@ -10,16 +12,10 @@ from . import hf
 from .dataflow import LayerAnalysis, in_width, out_width
 from .report import Review
 from .rules import judge_structure
-from .structure import norm_kind
+from .structure import heads_kind, norm_kind
 
 STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query_heads", "kv_heads", "qk_norm",
                   "position", "ffn", "ffn_ratio", "causal", "cross_attention")
-
-
-def attention_kind(heads: int | None, kv_heads: int | None) -> str | None:
-    if not heads or not kv_heads:
-        return None
-    return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
 
 
 def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
@@ -57,7 +53,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         "residual": "parallel" if parallel else "sequential",
         "norm_placement": placements["attention"]["placement"],
         "norm_kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else None),
-        "attention": attention_kind(heads.get("heads"), heads.get("kv_heads")),
+        "attention": heads_kind(heads.get("heads"), heads.get("kv_heads")),
         "query_heads": heads.get("heads"),
         "kv_heads": heads.get("kv_heads"),
         "qk_norm": bool(a.qk_norm(attn)),
@@ -88,7 +84,7 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     in_total = sum(out_width(get(n)) for n in attn["inputs"])
     head_dim = o_in // heads
     kv = (in_total // head_dim - heads) // 2
-    full = {"query_heads": heads, "kv_heads": kv, "attention": attention_kind(heads, kv), "head_dim": head_dim,
+    full = {"query_heads": heads, "kv_heads": kv, "attention": heads_kind(heads, kv), "head_dim": head_dim,
             "ffn_ratio": in_width(get(ffn["writer"])) / d, "hidden_size": d}
     # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
     full["agrees_with_tiny"] = full["attention"] == structure["attention"]
@@ -251,8 +247,6 @@ def hf_layer_class(obj) -> bool:
 
 def model_type_of(layer_class) -> str:
     """The model_type whose modeling file defines the class: the config class that file's models use."""
-    import sys
-
     module = sys.modules[layer_class.__module__]
     for value in vars(module).values():
         config_class = getattr(value, "config_class", None)

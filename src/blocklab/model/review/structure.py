@@ -26,7 +26,6 @@ Q_NAMES = ("q", "q_proj", "query", "wq", "to_q")
 K_NAMES = ("k", "k_proj", "key", "wk", "to_k")
 V_NAMES = ("v", "v_proj", "value", "wv", "to_v")
 O_NAMES = ("o", "o_proj", "out_proj", "wo", "to_out", "proj", "dense")
-KV_HEAD_NAMES = ("kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_heads")
 HEAD_DIM_NAMES = ("head_dim", "d_head", "head_size")
 
 
@@ -65,11 +64,15 @@ def attention_shape(attn: nn.Module) -> dict:
             "per_head_norms": sorted(n for n in children if re.fullmatch(r"[qk]_?(norm|ln|layernorm)", n))}
 
 
+def heads_kind(heads: int | None, kv_heads: int | None) -> str | None:
+    if not heads or not kv_heads:
+        return None
+    return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
+
+
 def attention_kind(shape: dict) -> str:
     if shape["heads"] and shape["kv_heads"]:
-        if shape["kv_heads"] == shape["heads"]:
-            return "MHA"
-        return "MQA" if shape["kv_heads"] == 1 else "GQA"
+        return heads_kind(shape["heads"], shape["kv_heads"])
     return "MHA" if shape["kv_width"] == shape["q_width"] else "GQA/MQA"
 
 
