@@ -358,6 +358,15 @@ def test_block_with_fewer_heads_than_declared_is_flagged():
     assert review.facts["structure"]["query_heads"] == 2 and review.severity_of("head count") == "flag"
 
 
+def test_routed_experts_cannot_be_reviewed():
+    # mixtral: mod 57-89 the experts are 3-D parameters (65-66) applied with nn.functional.linear (87, 89), no layer
+    # to hook: the data flow shows attention and no FFN; a valid architecture, so exit 4, not 3
+    review = review_architecture("mixtral")
+    assert review.exit_status == EXIT_CANNOT
+    (cannot,) = [f.message for f in review.findings if f.severity == "cannot"]
+    assert "no feed-forward network" in cannot and "mlp.experts" in cannot
+
+
 def test_block_without_attention_cannot_be_reviewed():
     review = review_module(broken_blocks.FFNOnly, "encoder")
     assert review.verdict == "cannot review" and review.exit_status == EXIT_CANNOT
