@@ -46,7 +46,10 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
 
 
 def _placement(add, s, depth, warmup_steps) -> None:
-    where = s["norm_placement"]
+    where, ffn_where = s["norm_placement"], s["evidence"]["norm_placement"]["ffn"]["placement"]
+    if ffn_where != where:
+        add("norm position", "info", f"the FFN's norm placement ({ffn_where}) differs from the attention's "
+            f"({where}, reported)", ffn_where)
     messages = {"pre": "pre-norm: h + F(norm(h))",
                 "sandwich": "sandwich: h + norm(F(norm(h))), pre-norm plus a norm on each sub-layer's output",
                 "output": f"output norm: h + norm(F(h)), the sub-layer input is not normalized; 2026 default: "
