@@ -27,8 +27,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         missing = " and ".join(n for n, found in (("attention", selfs), ("feed-forward network", a.ffns)) if not found)
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
         hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
-        return {"reviewable": False, "reason": f"no {missing} recognised in the data flow (sub-layers found: "
-                                               f"{found}{hint})"}
+        return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
+                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
     attn, ffn, cross = selfs[0], a.ffns[0], [g for g in a.attentions if g.cross]
     heads = a.heads(attn)
     bias = a.position_bias(attn, heads)

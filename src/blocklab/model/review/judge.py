@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ...config import ConfigError
-from .build import DEFAULT_WIDTH, Builder, resolve
 from .architecture import read_layer
+from .build import DEFAULT_WIDTH, Builder, resolve
 from .dataflow import LayerAnalysis
 from .probe import MEMORY_SEQ, SCALE, SEQ, BlockDriver, Probe, width_check
 from .report import Review
-from .structure import attention_kind, attention_shape, ffn_structure, infer_width
-
 from .rules import MAX_POST_NORM_DEPTH, MIN_FFN_RATIO
+from .structure import attention_kind, attention_shape, ffn_structure, infer_width
 
 ROLES = ("encoder", "decoder", "cross")
 
@@ -61,8 +61,11 @@ def _judge_recognised(review: Review, probe: Probe, ffn, declared_heads) -> None
                        f"{structure['evidence']['heads']['head_dim']}, the block was built with {declared_heads}",
                        measured)
         return
-    attention_found = probe.attentions or any(s["mixes_tokens"] for s in structure.get("sublayers", []))
-    if not attention_found or ffn is None:
+    attention_found = bool(probe.attentions) or structure["attention_found"]
+    if any(isinstance(m, nn.MultiheadAttention) for m in probe.attentions.values()):
+        structure["reason"] += ("; nn.MultiheadAttention projects Q, K, V and O inside one function, with no layer "
+                                "to hook: the facts above come from the module probes")
+    if not attention_found or not (ffn or structure["ffn_found"]):
         missing = " and ".join(n for n, ok in (("attention", attention_found), ("feed-forward network", ffn))
                                if not ok)
         review.add("structure", "cannot", f"cannot review: no {missing} recognised, by module type or in the "
