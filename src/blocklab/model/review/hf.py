@@ -199,13 +199,25 @@ class ModelDriver:
         self.memory_seq = MEMORY_SEQ if self.encoder_decoder and decoder_side else None
         generator = torch.Generator().manual_seed(seed + 1)
         self.ids = torch.randint(3, VOCAB, (1, max(SEQ, MEMORY_SEQ)), generator=generator)
+        self._memory = None
+
+    def memory(self) -> torch.Tensor:
+        """The encoder's output for the probe's tokens, computed once: the decoder's probes all read the same one."""
+        if self._memory is None:
+            with torch.no_grad():
+                out = self.model.get_encoder()(input_ids=self.ids[:, :MEMORY_SEQ])
+            self._memory = out[0]
+        return self._memory
 
     def inputs(self, batch: int, ids=None) -> dict:
-        ids = self.ids if ids is None else ids
         if not self.encoder_decoder:
-            return {"input_ids": ids[:, :SEQ].expand(batch, -1)}
+            return {"input_ids": (self.ids if ids is None else ids)[:, :SEQ].expand(batch, -1)}
+        decoder_ids = (self.ids if ids is None else ids)[:, :SEQ].expand(batch, -1)
+        if self.decoder_side and ids is None and hasattr(self.model, "get_encoder"):
+            return {"encoder_outputs": (self.memory().expand(batch, -1, -1),), "decoder_input_ids": decoder_ids}
         enc = MEMORY_SEQ if self.decoder_side else SEQ
-        return {"input_ids": ids[:, :enc].expand(batch, -1), "decoder_input_ids": ids[:, :SEQ].expand(batch, -1)}
+        return {"input_ids": (self.ids if ids is None else ids)[:, :enc].expand(batch, -1),
+                "decoder_input_ids": decoder_ids}
 
     def __call__(self, x: torch.Tensor, ids=None) -> torch.Tensor:
         """The layer's output when its input is x (batch, SEQ, width); x None: the model's own input to the layer."""
