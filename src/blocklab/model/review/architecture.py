@@ -170,7 +170,8 @@ def _expect_causal(structure: dict, head_class: str) -> bool | None:
 
 
 def review_architecture(source, attention: str = "eager", depth: int | None = None, warmup_steps: int = 0,
-                        seed: int = 0, only_layer_class=None, stack_role: str | None = None) -> Review:
+                        seed: int = 0, only_layer_class=None, stack_role: str | None = None,
+                        subject: str | None = None) -> Review:
     """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size.
 
     Bad arguments (an unknown model_type, an unreadable file, an unknown backend) raise ConfigError; a valid
@@ -179,7 +180,8 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
     if attention not in hf.ATTENTION_BACKENDS:
         raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
-    cannot = Review(subject=str(source), mode="hf-config", role=None)
+    subject = subject or str(source)
+    cannot = Review(subject=subject, mode="hf-config", role=None)
     fallback = None
     try:
         try:
@@ -203,7 +205,7 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
             cannot.add("structure", "cannot", f"cannot review: {only_layer_class.__name__} is not a layer of a stack "
                        f"in {type(model).__name__}: only a stack's layer can be driven inside its model", None)
             return cannot
-    review = review_model(model, tiny_config, full_config, subject=str(source), only_stack=stack, depth=depth,
+    review = review_model(model, tiny_config, full_config, subject=subject, only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)
     review.facts["attention_backend"] = "eager" if fallback else attention

@@ -108,9 +108,10 @@ def run_review(args) -> Review:
                                    warmup_steps=args.warmup_steps)
     target = resolve(args.module)
     if hf_layer_class(target):
-        return review_architecture(model_type_of(target), attention=attention, depth=args.depth,
-                                   warmup_steps=args.warmup_steps, only_layer_class=target,
-                                   stack_role=args.role)
+        model_type = model_type_of(target)
+        return review_architecture(model_type, attention=attention, depth=args.depth, warmup_steps=args.warmup_steps,
+                                   only_layer_class=target, stack_role=args.role,
+                                   subject=f"{args.module} (inside its {model_type} model)")
     if not args.role:
         raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
     return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
