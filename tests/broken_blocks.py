@@ -2,7 +2,8 @@
 from torch import nn
 
 from blocklab.config import ModelConfig
-from blocklab.model.blocks import DecoderOnlyBlock, EncoderBlock
+from blocklab.model.blocks import DecoderOnlyBlock, EncoderBlock, PreNormResidual
+from blocklab.model.layers import MLP
 
 
 def leaky_decoder(d_model: int = 64) -> DecoderOnlyBlock:
@@ -45,3 +46,24 @@ def fixed_modern_decoder() -> DecoderOnlyBlock:
     """A factory without a width argument: RMSNorm, SwiGLU, RoPE, GQA 4/2 at d_model=48."""
     return DecoderOnlyBlock(ModelConfig(d_model=48, n_heads=4, n_kv_heads=2, ffn_kind="swiglu", norm_kind="rmsnorm",
                                         position="rope", bias=False))
+
+
+class FFNOnly(nn.Module):
+    """A pre-norm residual FFN and nothing else: no attention to review."""
+
+    def __init__(self, d_model: int = 64):
+        super().__init__()
+        self.ffn = PreNormResidual(ModelConfig(d_model=d_model, n_heads=4), MLP(ModelConfig(d_model=d_model)))
+
+    def forward(self, h):
+        return self.ffn(h)
+
+
+class FewerHeadsThanDeclared(DecoderOnlyBlock):
+    """Declares 4 heads (ModelConfig.n_heads) but its attention splits the width into 2 heads of twice the size."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(ModelConfig(d_model=d_model, n_heads=n_heads))
+        attention = self.attn.sublayer
+        attention.n_heads = attention.kv_heads = 2
+        attention.head_dim = d_model // 2

@@ -1,0 +1,258 @@
+"""A whole architecture reviewed: a layer of each stack read from its data flow (dataflow.py), scaled back to the
+config's full size, counted on the meta device and judged against the 2026 defaults (rules.py)."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ...config import ConfigError
+from .. import hf_config
+from . import hf
+from .dataflow import LayerAnalysis, in_width, out_width
+from .report import Review
+from .rules import judge_structure
+from .structure import heads_kind, norm_kind
+
+STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query_heads", "kv_heads", "qk_norm",
+                  "position", "ffn", "ffn_ratio", "causal", "cross_attention")
+
+
+def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
+    """The structure of one layer at the size it was built, with the evidence for each value under 'evidence'."""
+    selfs = [g for g in a.attentions if not g.cross]
+    # weights of 3 or more dimensions are used without a layer to hook (fused experts): their work is not seen
+    bulk = sorted({n.rsplit(".", 1)[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3})
+    if not selfs or not a.ffns:
+        missing = " and ".join(n for n, found in (("attention", selfs), ("feed-forward network", a.ffns)) if not found)
+        found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
+        hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
+        return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
+                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
+    attn, ffn, cross = selfs[0], a.ffns[0], [g for g in a.attentions if g.cross]
+    heads = a.heads(attn)
+    bias = a.position_bias(attn, heads)
+    causal = a.causal()
+    aware = a.position_aware(causal["causal"])
+    rotary = a.rotary_fraction(attn, heads) if aware and bias.get("kind") == "none" else None
+    if bias.get("kind") in ("alibi", "relative-bias"):
+        position = bias["kind"]
+    elif aware:
+        position = "rope"
+    else:
+        position = (absolute or {}).get("kind") or "none"
+    placements = {"attention": a.norm_placement(attn), "ffn": a.norm_placement(ffn)}
+    norms = {c.name: c.module for c in a.norm_calls
+             if any(c.name in p["norms"] for p in placements.values())}
+    kinds = sorted({norm_kind(m, a.width, a.generator) for m in norms.values()})
+    parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins)
+    ffn_facts = a.ffn(ffn)
+    residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
+    return {
+        "reviewable": True,
+        "residual": "parallel" if parallel else "sequential",
+        "norm_placement": placements["attention"]["placement"],
+        "norm_kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else None),
+        "attention": heads_kind(heads.get("heads"), heads.get("kv_heads")),
+        "query_heads": heads.get("heads"),
+        "kv_heads": heads.get("kv_heads"),
+        "qk_norm": bool(a.qk_norm(attn)),
+        "position": position,
+        "ffn": ffn_facts["kind"],
+        "ffn_ratio": ffn_facts["hidden"] / a.width,
+        "causal": causal["causal"],
+        "cross_attention": bool(cross),
+        "evidence": {
+            "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
+                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
+                          for g in a.sublayers],
+            "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
+            "norm_placement": placements, "qk_norms": a.qk_norm(attn), "max_future_leak": causal["max_leak"],
+            "position_aware_in_layer": aware, "attention_bias": bias, "rotary_fraction": rotary,
+            "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
+        },
+    }
+
+
+def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int) -> dict:
+    """Head counts and FFN ratio at the config's full size: the same modules, built on the meta device."""
+    ev = structure["evidence"]
+    attn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(True)]
+    ffn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(False)]
+    get = lambda name: full_model.get_submodule(f"{layer_path}.{name}")  # noqa: E731
+    o_in = in_width(get(attn["writer"]))
+    in_total = sum(out_width(get(n)) for n in attn["inputs"])
+    head_dim = o_in // heads
+    kv = (in_total // head_dim - heads) // 2
+    full = {"query_heads": heads, "kv_heads": kv, "attention": heads_kind(heads, kv), "head_dim": head_dim,
+            "ffn_ratio": in_width(get(ffn["writer"])) / d, "hidden_size": d}
+    # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
+    full["agrees_with_tiny"] = full["attention"] == structure["attention"]
+    return {**structure, **{k: full[k] for k in ("query_heads", "kv_heads", "attention", "ffn_ratio")},
+            "evidence": {**ev, "full_size": full, "tiny": {k: structure[k] for k in
+                                                           ("query_heads", "kv_heads", "ffn_ratio")}}}
+
+
+def _stack_label(name: str, names) -> str:
+    first = name.split(".")[0]
+    return first if sum(n.split(".")[0] == first for n in names) == 1 else name
+
+
+def review_model(model, tiny_config, full_config=None, subject: str = "model", only_stack: str | None = None,
+                 depth: int | None = None, warmup_steps: int = 0, seed: int = 0) -> Review:
+    """Review a built (tiny, float64) transformers model; full_config scales counts back to the full size."""
+    found = hf.stacks(model)
+    if only_stack:
+        found = {k: v for k, v in found.items() if k == only_stack}
+    review = Review(subject=subject, mode="hf-config", role=None)
+    full = hf.count_full(full_config) if full_config is not None else None
+    head_class = hf.model_class(tiny_config, prefer_head=True)[1]
+    structures = {}
+    for name, layers in found.items():
+        decoder_side = name.startswith("decoder")
+        try:
+            structure = _read_stack(model, layers, tiny_config, decoder_side, seed)
+        except Exception as err:  # transformers' own forward on a valid architecture: reported, never exit 3
+            structure = {"reviewable": False, "reason": f"driving {type(model).__name__} with hooks failed: "
+                                                          f"{type(err).__name__}: {err}"}
+        if structure["reviewable"] and full is not None:
+            base = _base_prefix(full["model"], model)
+            structure = scale_to_full(structure, f"{base}{name}.{len(layers) - 1}", full["model"],
+                                      _heads_of(full_config, decoder_side), full_config.hidden_size)
+        structure["expected_causal"] = _expect_causal(structure, head_class)
+        structure["measured_heads_vs_config"] = {"config": _heads_of(tiny_config, decoder_side),
+                                                 "measured": structure.get("query_heads") if full is None else
+                                                 structure["evidence"]["tiny"]["query_heads"]
+                                                 if structure["reviewable"] else None}
+        structures[_stack_label(name, found)] = structure
+    if not structures:
+        review.add("structure", "cannot", "no stack of repeated layers found in the model", None)
+        return review
+    layers = getattr(full_config or tiny_config, "num_hidden_layers", None)
+    for label, structure in structures.items():
+        judge_structure(review, structure, prefix=f"{label}: " if len(structures) > 1 else "",
+                        depth=depth or layers, warmup_steps=warmup_steps)
+    review.facts["structure"] = next(iter(structures.values())) if len(structures) == 1 else structures
+    if full is not None:
+        review.facts["parameters"] = full["parameters"]
+        review.facts["counted_as"] = full["class"]
+    return review
+
+
+def _read_stack(model, layers, tiny_config, decoder_side: bool, seed: int) -> dict:
+    """The last layer of the stack (the first can be special: ModernBERT's has no attention norm); the absolute
+    position signal at the first layer's input."""
+    first = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=decoder_side)
+    last = hf.ModelDriver(model, layers[-1], tiny_config, seed=seed, decoder_side=decoder_side)
+    return read_layer(LayerAnalysis(last, seed), hf.absolute_position(first))
+
+
+def _heads_of(config, decoder_side: bool) -> int | None:
+    """Query heads the config declares for this stack (BART keeps encoder and decoder heads apart)."""
+    key = "decoder_attention_heads" if decoder_side else "encoder_attention_heads"
+    return getattr(config, key, None) or getattr(config, "num_attention_heads", None)
+
+
+def _base_prefix(full_model, tiny_model) -> str:
+    """The bare model sits under its head class's base_model_prefix ('model.', 'transformer.'); T5 has none."""
+    if type(full_model) is type(tiny_model):
+        return ""
+    prefix = getattr(full_model, "base_model_prefix", "")
+    return f"{prefix}." if prefix and hasattr(full_model, prefix) else ""
+
+
+def _expect_causal(structure: dict, head_class: str) -> bool | None:
+    if not structure.get("reviewable"):
+        return None
+    if structure["cross_attention"]:
+        return True  # the decoder of an encoder-decoder
+    return {"AutoModelForCausalLM": True, "AutoModelForMaskedLM": False, "AutoModelForSeq2SeqLM": False}.get(head_class)
+
+
+def review_architecture(source, attention: str = "eager", depth: int | None = None, warmup_steps: int = 0,
+                        seed: int = 0, only_layer_class=None, stack_role: str | None = None,
+                        subject: str | None = None) -> Review:
+    """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size.
+
+    Bad arguments (an unknown model_type, an unreadable file, an unknown backend) raise ConfigError; a valid
+    architecture that cannot be shrunk, built or driven gets a review that says so (verdict 'cannot review').
+    """
+    if attention not in hf.ATTENTION_BACKENDS:
+        raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
+    full_config = hf.load_config(source)
+    subject = subject or str(source)
+    cannot = Review(subject=subject, mode="hf-config", role=None)
+    fallback = None
+    try:
+        try:
+            tiny_config = hf.shrink(full_config, attention)
+            model = hf.build_tiny(tiny_config, seed)
+        except ConfigError as err:
+            if attention == "eager":
+                raise
+            fallback = f"{attention} is not available for this architecture ({str(err).split(': ', 2)[-1][:80]}...)"
+            tiny_config = hf.shrink(full_config, "eager")
+            model = hf.build_tiny(tiny_config, seed)
+    except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
+        cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {err}", None)
+        return cannot
+    stack = None
+    if only_layer_class is not None:
+        candidates = [n for n, layers in hf.stacks(model).items() if isinstance(layers[0], only_layer_class)]
+        side = "encoder" if stack_role == "encoder" else "decoder" if stack_role else None
+        stack = next((n for n in candidates if side and n.startswith(side)), candidates[0] if candidates else None)
+        if stack is None:
+            cannot.add("structure", "cannot", f"cannot review: {only_layer_class.__name__} is not a layer of a stack "
+                       f"in {type(model).__name__}: only a stack's layer can be driven inside its model", None)
+            return cannot
+    review = review_model(model, tiny_config, full_config, subject=subject, only_stack=stack, depth=depth,
+                          warmup_steps=warmup_steps, seed=seed)
+    review.facts["config"] = hf.config_summary(full_config)
+    review.facts["attention_backend"] = "eager" if fallback else attention
+    if fallback:
+        review.add("attention backend", "info", f"{fallback}: reviewed with eager attention", "eager")
+    _cross_check_counts(review, source, full_config, tiny_config)
+    return review
+
+
+def _cross_check_counts(review: Review, source, full_config, tiny_config) -> None:
+    if "parameters" not in review.facts:
+        return
+    total = review.facts["parameters"]
+    meta, real = hf.count_tiny_both_ways(tiny_config)
+    checks = {"tiny_meta": meta, "tiny_built": real}
+    model_type = getattr(full_config, "model_type", None)
+    if model_type in hf_config.FAMILIES:
+        raw = (hf_config.load_config_dict(source) if not _is_model_type(source)
+               else {**full_config.to_dict(), "model_type": model_type})
+        checks["closed_form"] = hf_config.total_parameters(hf_config.architecture(raw, name=str(source)))
+    review.facts["count_checks"] = checks
+    agree = meta == real and checks.get("closed_form", total) == total
+    note = f"closed form {checks['closed_form']:,}; " if "closed_form" in checks else "no closed form here; "
+    review.add("parameters", "pass" if agree else "flag",
+               f"{total:,} parameters at full size ({review.facts['counted_as']}, meta device); {note}"
+               f"tiny build {real:,} = meta {meta:,}", total)
+
+
+def _is_model_type(source) -> bool:
+    try:
+        return str(source) in hf.model_types() and not str(source).endswith(".json")
+    except ConfigError:
+        return False
+
+
+def hf_layer_class(obj) -> bool:
+    """A transformers layer class (transformers.models.<type>.modeling_<type>:SomeLayer)."""
+    module = getattr(obj, "__module__", "") or ""
+    return isinstance(obj, type) and issubclass(obj, torch.nn.Module) and module.startswith("transformers.models.")
+
+
+def model_type_of(layer_class) -> str:
+    """The model_type whose modeling file defines the class: the config class that file's models use."""
+    module = sys.modules[layer_class.__module__]
+    for value in vars(module).values():
+        config_class = getattr(value, "config_class", None)
+        if isinstance(value, type) and getattr(config_class, "model_type", None):
+            return config_class.model_type
+    raise ConfigError(f"{layer_class.__module__} defines no model with a config class: cannot build "
+                      f"{layer_class.__name__} from its config")

@@ -1,0 +1,113 @@
+"""Building a user's block at a chosen width: `--module package.module:ClassOrFactory`."""
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+
+from torch import nn
+
+from ...config import ConfigError, ModelConfig
+
+DEFAULT_WIDTH, SECOND_WIDTH_STEP, DEFAULT_HEADS = 64, 32, 4
+WIDTH_NAMES = ("d_model", "dim", "embed_dim", "hidden_size", "n_embd")
+HEAD_NAMES = ("nhead", "n_heads", "num_heads", "num_attention_heads", "n_head")
+CONFIG_NAMES = ("cfg", "config", "model_config")
+TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def resolve(target: str):
+    """'package.module:Name' (Name may be dotted) -> the object."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--module must look like package.module:ClassOrFactory, got {target!r}")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"cannot import module {module_name!r}: {err}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _parameters(obj) -> dict:
+    try:
+        return dict(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _first(names, params) -> str | None:
+    return next((n for n in names if n in params), None)
+
+
+class Builder:
+    """Builds the block at a chosen width when its constructor lets us, and says how it did so."""
+
+    def __init__(self, obj, kwargs: dict | None = None):
+        if not (isinstance(obj, nn.Module) or callable(obj)):
+            raise ConfigError(f"{obj!r} is neither an nn.Module, a class nor a factory")
+        self.obj, self.kwargs = obj, dict(kwargs or {})
+        params = _parameters(obj)
+        first = next(iter(params), None)
+        if isinstance(obj, nn.Module):
+            self.how, self.width_arg = "the given module instance", None
+        elif inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS):
+            self.width_arg = "d_model"
+            self.how = "cls(d_model, nhead=4, dim_feedforward=4*d_model, dropout=0, batch_first=True)"
+        elif inspect.isclass(obj) and first in CONFIG_NAMES:
+            self.how, self.width_arg = "cls(ModelConfig(d_model=..., n_heads=4, **kwargs))", "cfg"
+        elif _first(WIDTH_NAMES, params):
+            self.width_arg = _first(WIDTH_NAMES, params)
+            self.how = f"{getattr(obj, '__name__', obj)}({self.width_arg}=..., heads=4 where accepted)"
+        elif all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                 for p in params.values()):
+            self.how, self.width_arg = f"{getattr(obj, '__name__', obj)}() (no width argument)", None
+        else:
+            raise ConfigError(f"cannot construct {obj!r}: its signature {list(params)} is none of the supported ones "
+                              "(see `blocklab review --help`)")
+
+    @property
+    def declared_heads(self) -> int | None:
+        """The query heads the block was asked for, when its constructor takes a head count."""
+        if isinstance(self.obj, nn.Module):
+            return None
+        if inspect.isclass(self.obj) and issubclass(self.obj, TORCH_LAYERS):
+            return self.kwargs.get("nhead", DEFAULT_HEADS)
+        if self.width_arg == "cfg":
+            return self.kwargs.get("n_heads", DEFAULT_HEADS)
+        heads = _first(HEAD_NAMES, _parameters(self.obj)) if self.width_arg else None
+        return self.kwargs.get(heads, DEFAULT_HEADS) if heads else None
+
+    @property
+    def follows_width(self) -> bool:
+        return self.width_arg is not None
+
+    def build(self, d_model: int) -> nn.Module:
+        try:
+            module = self._build(d_model)
+        except ConfigError:
+            raise
+        except Exception as err:  # the user's constructor: report it as one line
+            raise ConfigError(f"building the block as {self.how} failed: {type(err).__name__}: {err}") from None
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"the factory returned {type(module).__name__}, not an nn.Module")
+        return module
+
+    def _build(self, d: int) -> nn.Module:
+        obj, kw = self.obj, self.kwargs
+        if isinstance(obj, nn.Module):
+            return copy.deepcopy(obj)
+        if inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS):
+            base = {"d_model": d, "nhead": DEFAULT_HEADS, "dim_feedforward": 4 * d, "dropout": 0.0, "batch_first": True}
+            return obj(**{**base, **kw})
+        if self.width_arg == "cfg":
+            return obj(ModelConfig(**{"n_heads": DEFAULT_HEADS, **kw, "d_model": d}))
+        if self.width_arg:
+            heads = _first(HEAD_NAMES, _parameters(obj))
+            extra = {heads: DEFAULT_HEADS} if heads else {}
+            return obj(**{**extra, **kw, self.width_arg: d})
+        return obj(**kw)
+

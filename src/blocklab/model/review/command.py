@@ -1,0 +1,195 @@
+"""`blocklab review`: the command line of the block reviewer."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+
+from ...config import ConfigError
+from ...io import write_json
+from ...provenance import stamp
+from . import hf
+from .architecture import hf_layer_class, model_type_of, review_architecture
+from .build import DEFAULT_WIDTH, resolve
+from .judge import ROLES, review_module
+from .report import EXIT_USAGE, Review
+from .rules import DEFAULTS
+
+EXIT_HELP = """exit status:
+  0  pass (info notes only: deviations from the 2026 defaults)
+  1  flags or warnings (e.g. FFN expansion below 2x, hard-coded widths, causal mask left to the caller,
+     a head count that differs from the config's, a sub-layer without a residual)
+  2  reject (post-norm deeper than 12 blocks without warm-up; a decoder whose future leaks into its past)
+  3  bad arguments only: unknown model_type, unreadable or invalid config file, unimportable module, a block that
+     cannot be built or called, an unwritable --json path (unknown options are caught by the top-level parser,
+     which exits 2)
+  4  cannot review: no attention or no feed-forward network recognised in the block's data flow (never a pass)
+
+--hf-config SOURCE: a config.json, a shipped name (llama3-8b, qwen3-vl-4b-text) or any model_type transformers
+  knows (llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...). The architecture's own config
+  class is shrunk (width 32, 4 query heads, 2 layers, vocabulary 128), built in float64 and driven whole; the last
+  layer of each stack is probed with hooks. Parameters are counted at the config's full size on the meta device.
+
+supported --module targets:
+  a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its
+      own model from its config class and reviewed as --hf-config does (--role encoder/decoder picks the stack
+      of an encoder-decoder)
+  torch.nn:TransformerEncoderLayer / TransformerDecoderLayer  built as cls(d_model, nhead=4,
+      dim_feedforward=4*d_model, dropout=0, batch_first=True, **kwargs)
+  a class taking a ModelConfig (first argument named cfg/config), e.g. blocklab.model.blocks:EncoderBlock
+      built as cls(ModelConfig(d_model=..., n_heads=4, **kwargs))
+  a class taking d_model (or dim / embed_dim / hidden_size) and optionally nhead / n_heads / num_heads
+  a factory function, called with d_model=... when it accepts it, else with no arguments
+Calls: encoder and decoder roles call block(x); cross calls block(x, memory). x is (batch, time, d_model).
+A caller-supplied causal mask is tried through tgt_mask / src_mask (torch's additive float mask) or is_causal.
+
+--json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, attention, query_heads,
+  kv_heads, qk_norm, position, ffn, ffn_ratio, causal, cross_attention} (one entry per stack, keyed 'encoder' and
+  'decoder', for an encoder-decoder), parameters (the whole model at full size), facts, findings."""
+
+
+def _usage_error(parser, message):
+    parser.print_usage(sys.stderr)
+    parser.exit(EXIT_USAGE, f"blocklab review: error: {message}\n")
+
+
+def register(subparsers) -> None:
+    from . import __doc__ as doc
+
+    p = subparsers.add_parser(
+        "review", help="review a transformer block (live module or Hugging Face architecture) against the 2026 "
+                       "defaults", description=doc.split("\n\n")[0], epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--module", help="package.module:ClassOrFactory of the block to probe")
+    what.add_argument("--hf-config", help="config.json path, a shipped name (llama3-8b, qwen3-vl-4b-text) or a "
+                                          "transformers model_type (gpt2, t5, ...)")
+    what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
+                      help="print a markdown table of these architectures against the 2026 checklist")
+    p.add_argument("--role", choices=ROLES, help="encoder: block(x); decoder: masked block(x); cross: block(x, memory)")
+    p.add_argument("--attention", choices=hf.ATTENTION_BACKENDS, default="eager",
+                   help="attention backend of a Hugging Face build (default eager; the verdict does not depend on it)")
+    p.add_argument("--d-model", type=int, help=f"width to build the block at (default {DEFAULT_WIDTH})")
+    p.add_argument("--depth", type=int, help="blocks in the intended stack (post-norm rule); default for a config: "
+                                             "num_hidden_layers")
+    p.add_argument("--warmup-steps", type=int, default=0, help="learning-rate warm-up of the intended training "
+                                                               "(default 0: none)")
+    p.add_argument("--kwargs", help="JSON object of constructor arguments (ModelConfig fields for a cfg class)")
+    p.add_argument("--json", help="write the review as JSON here")
+    # this command's own exit 2 means 'reject', so its argument errors exit 3
+    p.error = lambda message: _usage_error(p, message)
+    p.set_defaults(func=_main)
+
+
+def _parse_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--kwargs is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--kwargs must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def run_review(args) -> Review:
+    if sum(bool(getattr(args, k, None)) for k in ("module", "hf_config", "table")) != 1:
+        raise ConfigError("give exactly one of --module, --hf-config or --table")
+    for name in ("d_model", "depth"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.warmup_steps < 0:
+        raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
+    attention = getattr(args, "attention", "eager")
+    if args.hf_config:
+        return review_architecture(args.hf_config, attention=attention, depth=args.depth,
+                                   warmup_steps=args.warmup_steps)
+    target = resolve(args.module)
+    if hf_layer_class(target):
+        model_type = model_type_of(target)
+        return review_architecture(model_type, attention=attention, depth=args.depth, warmup_steps=args.warmup_steps,
+                                   only_layer_class=target, stack_role=args.role,
+                                   subject=f"{args.module} (inside its {model_type} model)")
+    if not args.role:
+        raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
+    return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
+                         kwargs=_parse_kwargs(args.kwargs), subject=args.module)
+
+
+# --- the side-by-side table ----------------------------------------------------------------------
+
+COLUMNS = ("residual", "norm_placement", "norm_kind", "attention", "qk_norm", "position", "ffn", "ffn_ratio", "causal")
+HEADERS = ("architecture", "residual", "norm", "norm kind", "attention (Q/KV heads)", "QK-norm", "position",
+           "FFN (ratio)", "causal", "parameters", "verdict")
+
+
+def _cell(s: dict, key: str) -> str:
+    value = s[key]
+    if key == "attention":
+        text = f"{value} {s['query_heads']}/{s['kv_heads']}"
+    elif key == "ffn_ratio":
+        return ""
+    elif key == "ffn":
+        text = f"{value} ({s['ffn_ratio']:.2f}x)"
+    elif key == "position":
+        rotary = s["evidence"].get("rotary_fraction")
+        text = f"partial rope ({rotary:.0%})" if value == "rope" and rotary is not None and rotary < 1 else value
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    else:
+        text = str(value)
+    default = DEFAULTS.get(key)
+    return f"**{text}**" if default is not None and value == default else text
+
+
+def table_rows(review: Review) -> list[list[str]]:
+    structure = review.facts.get("structure") or {}
+    stacks = {"": structure} if "reviewable" in structure else structure
+    rows = []
+    for label, s in stacks.items():
+        name = review.subject + (f" ({label})" if label else "")
+        if not s.get("reviewable"):
+            rows.append([name, *["—"] * 8, f"{review.facts.get('parameters', 0):,}", review.verdict])
+            continue
+        cells = [_cell(s, k) for k in COLUMNS if k != "ffn_ratio"]
+        rows.append([name, *cells, f"{review.facts.get('parameters', 0):,}", review.verdict])
+    return rows
+
+
+def table(model_types, attention: str = "eager") -> tuple[str, list[Review]]:
+    reviews = [review_architecture(m, attention=attention) for m in model_types]
+    checklist = ["**2026 default**", "**sequential**", "**pre**", "**rmsnorm**", "**GQA**", "—", "**rope**",
+                 "**swiglu** (>= 2x)", "decoder: yes", "", "pass"]
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS), "| " + " | ".join(checklist) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for r in reviews for row in table_rows(r)]
+    return "\n".join(lines), reviews
+
+
+def _main(args) -> int:
+    try:
+        if getattr(args, "table", None):
+            text, reviews = table(args.table, getattr(args, "attention", "eager"))
+            print(f"`blocklab review --table {' '.join(args.table)}` ({dt.date.today().isoformat()}; bold: the "
+                  "2026 default)\n")
+            print(text)
+            if args.json:
+                write_json(stamp(reviews=[r.to_dict() for r in reviews]), args.json)
+            return max(r.exit_status for r in reviews)
+        review = run_review(args)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"blocklab review: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # exit 1 would read as "flagged"
+        print(f"blocklab review: error: cannot write {args.json}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(review.text())
+    if args.json:
+        record = stamp(**review.to_dict(), arguments={k: v for k, v in vars(args).items() if k != "func"})
+        try:
+            write_json(record, args.json)
+        except OSError as err:  # exit 1 would read as "flagged"
+            print(f"blocklab review: error: cannot write {args.json}: {err}", file=sys.stderr)
+            return EXIT_USAGE
+    return review.exit_status

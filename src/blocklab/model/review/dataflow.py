@@ -1,0 +1,433 @@
+"""The structure of one layer, read from its live data flow: forward hooks on its leaf modules, a few batched runs.
+
+A driver maps the layer's input x (batch, time, width) to its output; every batch element of one run is the same x
+with one edit, so one forward pass answers many questions at once. In call order:
+
+    projections   leaf modules with a 2-D weight applied to a float input (Linear, GPT-2's Conv1D, fused QKV)
+    sub-layers    in-projections up to the first projection back to the model width that depends on one of them
+                  (perturbing an in-projection's output changes its input): that one writes the sub-layer's output
+    attention     a sub-layer that mixes tokens (an edit of its in-projections at position 0 reaches its writer's
+                  input at other positions); the other sub-layers are feed-forward networks
+    heads         one edit per in-projection feature: a query feature moves one head's slice of the writer's input
+                  (head_dim wide), a key feature the slices of its group of heads, a value feature one column per
+                  head of its group; so head_dim = the narrowest block, kv group = the widest. Edited at position 0
+                  only, a query moves its own row, a key later rows too
+    cross         an in-projection reading a tensor with the memory's length
+    norms         other leaf modules that are LayerNorm or RMSNorm by what they do (structure.norm_kind); placement
+                  by identity of tensors: a norm's output is a sub-layer's input (pre), a norm's input is the writer's
+                  output (output norm; both: sandwich), or the sub-layer input plus its output (post)
+    parallel      the FFN's input does not depend on the attention's output
+    position      with queries and keys zeroed and each value a one-hot of its position, the writer's input is the
+                  attention matrix: uniform (no bias), linear in distance (ALiBi), anything else (relative bias);
+                  a position-aware layer without such a bias rotates queries and keys (RoPE)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .structure import ACTIVATIONS, GATED, PLAIN, norm_kind
+
+TOL = 1e-9  # relative, float64: tensors that are the same tensor, or exact masks, agree to round-off
+ACT_TOL = 1e-6  # erf and tanh GELU differ by ~1e-3 relative; one formula recomputed outside the model, by ~1e-15
+SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1e-7: a float32 softmax); a learned
+# bias is not
+VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
+ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
+# head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
+ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
+
+
+@dataclass
+class Call:
+    index: int
+    name: str
+    module: nn.Module
+    inp: torch.Tensor
+    out: torch.Tensor
+    key: tuple = ()  # (name, how many times this module was called before): the same call in every run
+
+
+@dataclass
+class SubLayer:
+    ins: list[Call]
+    out: Call
+    mixes: bool = False
+    cross: bool = False
+
+
+def _rel(a, b) -> float:
+    return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+
+def _same(a, b) -> bool:
+    return a.shape == b.shape and _rel(a, b) < TOL
+
+
+def _tokens(t: torch.Tensor, batch: int, lengths) -> tuple[torch.Tensor, object]:
+    """(batch, time, ...) whatever the module saw, and how to put an edited copy back in the module's layout:
+    OPT's FFN runs on (batch * time, features), Gemma 3's per-head norms on (batch, heads, time, head_dim)."""
+    if t.dim() == 2 and t.shape[0] % batch == 0:
+        return t.reshape(batch, -1, t.shape[-1]), lambda e: e.reshape(t.shape)
+    if t.dim() >= 4 and t.shape[1] not in lengths:
+        time = next((i for i in range(2, t.dim()) if t.shape[i] in lengths), None)
+        if time is not None:
+            return t.movedim(time, 1).contiguous(), lambda e: e.movedim(1, time)
+    return t, lambda e: e
+
+
+def _features(t: torch.Tensor) -> int:
+    """Features per token: everything after (batch, time); a per-head norm sees (batch, time, heads, head_dim)."""
+    return t[0, 0].numel()
+
+
+def _is_projection(module: nn.Module, inp) -> bool:
+    weight = getattr(module, "weight", None)
+    return (isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
+            and torch.is_tensor(inp) and inp.is_floating_point() and inp.shape[-1] in weight.shape)
+
+
+def out_width(module: nn.Module) -> int:
+    """Output features of a projection: Linear's out_features, GPT-2 Conv1D's nf, else a Linear-like (out, in)."""
+    return next((getattr(module, a) for a in ("out_features", "nf") if isinstance(getattr(module, a, None), int)),
+                module.weight.shape[0])
+
+
+def in_width(module: nn.Module) -> int:
+    return next((getattr(module, a) for a in ("in_features", "nx") if isinstance(getattr(module, a, None), int)),
+                module.weight.shape[1])
+
+
+class Tracer:
+    """Runs the driver with hooks on every leaf module of the layer; ``edit(call_key, output)`` may change a copy of
+    an output, seen as (batch, time, ...), and return it."""
+
+    def __init__(self, driver):
+        self.driver, self.layer = driver, driver.layer
+        self.leaves = [(n, m) for n, m in self.layer.named_modules() if not list(m.children())]
+
+    def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
+        calls, seen, handles, batch = [], {}, [], x.shape[0]
+        lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
+
+        def hook(module, args, output, name):
+            if not args or not torch.is_tensor(args[0]) or not torch.is_tensor(output):
+                return None
+            seen[name] = seen.get(name, -1) + 1
+            key = (name, seen[name])
+            if edit is not None:
+                copy, back = _tokens(output.clone(), batch, lengths)
+                changed = edit(key, copy.contiguous())
+                output = output if changed is None else back(changed).reshape(output.shape)
+            calls.append(Call(len(calls), name, module, _tokens(args[0], batch, lengths)[0].detach(),
+                              _tokens(output, batch, lengths)[0].detach(), key))
+            return output
+
+        for name, module in self.leaves:
+            handles.append(module.register_forward_hook(lambda m, a, o, name=name: hook(m, a, o, name)))
+        try:
+            y = self.driver(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return calls, y
+
+    def inputs_of(self, x, edit=None) -> tuple[dict, torch.Tensor]:
+        calls, y = self.run(x, edit)
+        return {c.key: c for c in calls}, y
+
+
+class LayerAnalysis:
+    """Everything the data flow says about one layer (see the module docstring)."""
+
+    def __init__(self, driver, seed: int = 0):
+        self.driver, self.width, self.seq = driver, driver.width, driver.seq
+        self.generator = torch.Generator().manual_seed(seed)
+        self.tracer = Tracer(driver)
+        self.x = self.randn(1, self.seq, self.width)
+        self.calls, self.y = self.tracer.run(self.x)
+        self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)]
+        self.norm_calls = [c for c in self.calls if c not in self.projections and c.out.shape == c.inp.shape
+                           and c.inp.shape[-1] > 1 and self._is_norm(c)]
+        self.depends = self._dependencies()
+        self.sublayers = self._sublayers()
+        self._mixing()
+
+    def randn(self, *shape) -> torch.Tensor:
+        return torch.randn(*shape, dtype=torch.float64, generator=self.generator)
+
+    def _is_norm(self, call: Call) -> bool:
+        try:
+            return norm_kind(call.module, call.inp.shape[-1], self.generator) in ("layernorm", "rmsnorm")
+        except (TypeError, RuntimeError):  # needs more than one tensor (a rotary table, an attention kernel)
+            return False
+
+    def batch(self, n: int) -> torch.Tensor:
+        return self.x.expand(n, -1, -1).clone()
+
+    # --- which call feeds which ------------------------------------------------------------------
+
+    def _dependencies(self) -> dict:
+        """depends[(i, j)]: perturbing projection i's output changes call j's input (j later than i)."""
+        keys = [c.key for c in self.projections]
+        noise = {k: self.randn(*c.out.shape[1:]) * c.out.abs().max().clamp_min(1) for k, c in
+                 zip(keys, self.projections)}
+
+        def edit(key, out):
+            if key in noise:
+                out[keys.index(key) + 1] += noise[key]
+                return out
+            return None
+
+        traced, _ = self.tracer.inputs_of(self.batch(len(keys) + 1), edit)
+        out = {}
+        for i, source in enumerate(self.projections):
+            for c in self.calls[source.index + 1:]:
+                inp = traced[c.key].inp if c.key in traced else None
+                if inp is not None and inp.shape[0] == len(keys) + 1:  # routed calls see a token subset: skipped
+                    out[(source.key, c.key)] = _rel(inp[i + 1], inp[0]) > TOL
+        return out
+
+    def _sublayers(self) -> list[SubLayer]:
+        groups, current = [], []
+        for call in self.projections:
+            feeds = [c for c in current if self.depends.get((c.key, call.key))]
+            if feeds and call.out.shape[-1] == self.width:
+                groups.append(SubLayer(ins=current, out=call))
+                current = []
+            else:
+                current.append(call)
+        memory = getattr(self.driver, "memory_seq", None)
+        for g in groups:
+            g.cross = memory is not None and any(c.inp.shape[-2] == memory != self.seq for c in g.ins)
+        return groups
+
+    def _mixing(self) -> None:
+        """An edit of the in-projections' outputs at position 0 reaches the writer's input at later positions."""
+        if not self.sublayers:
+            return
+        owner = {c.key: i for i, g in enumerate(self.sublayers) for c in g.ins}
+
+        def edit(key, out):
+            if key not in owner:
+                return None
+            out[owner[key] + 1, 0] += self.randn(out.shape[-1]) * out.abs().max().clamp_min(1)
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(len(self.sublayers) + 1), edit)
+        for i, g in enumerate(self.sublayers):
+            inp = traced[g.out.key].inp
+            g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+
+    @property
+    def attentions(self) -> list[SubLayer]:
+        return [g for g in self.sublayers if g.mixes]
+
+    @property
+    def ffns(self) -> list[SubLayer]:
+        return [g for g in self.sublayers if not g.mixes]
+
+    # --- attention heads -------------------------------------------------------------------------
+
+    def mixing_inputs(self, g: SubLayer) -> tuple[list[Call], dict]:
+        """Where the per-token work of an attention ends: the in-projections, and the QK-norms that read them (a norm
+        over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
+        the norms its features may feed."""
+        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
+        feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins}
+        return [*g.ins, *[n for n in inner if any(n in f for f in feeds.values())]], feeds
+
+    def heads(self, g: SubLayer) -> dict:
+        """Per feature entering the attention, the writer-input features it moves; head_dim, heads and K/V heads from
+        them. A projection feature that feeds a QK-norm is read after that norm instead."""
+        points, feeds = self.mixing_inputs(g)
+        features = [(c.key, f) for c in points for f in range(_features(c.out))]
+        n = len(features)
+        where = {}
+        for b, (key, f) in enumerate(features, start=1):
+            where.setdefault(key, []).append((b, f))
+
+        def edit(key, out):
+            if key not in where:
+                return None
+            flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
+            for b, f in where[key]:
+                flat[b, :, f] += self.randn(out.shape[1]) * scale
+                flat[b + n, 0, f] += scale  # position 0 only: a query moves its own row, a key later rows too
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(2 * n + 1), edit)
+        o_in = traced[g.out.key].inp
+        base, scale = o_in[0], o_in[0].abs().max().clamp_min(1e-30)
+        moved = ((o_in[1:n + 1] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
+        later = ((o_in[n + 1:, 1:] - base[1:]).abs().amax(dim=(1, 2)) / scale) > TOL  # (features,)
+        blocks, roles = [], []
+        for b, ((key, f), row) in enumerate(zip(features, moved), start=1):
+            normed = any(_rel(traced[c.key].inp[b], traced[c.key].inp[0]) > TOL for c in feeds.get(key, []))
+            idx = row.nonzero().flatten().tolist()
+            contiguous = len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1))
+            roles.append("normed" if normed else ("k" if later[b - 1] else "q") if contiguous else "v" if idx
+                         else "none")
+            if contiguous and not normed:
+                blocks.append(len(idx))
+        o_width = o_in.shape[-1]
+        if not blocks:
+            return {"measured": False, "o_width": o_width}
+        head_dim, widest = min(blocks), max(blocks)
+        heads = o_width // head_dim
+        kv_heads = max(1, heads // (widest // head_dim))
+        v_offsets = {}
+        for (key, f), row, role in zip(features, moved, roles):
+            if role == "v":
+                v_offsets[(key, f)] = row.nonzero().flatten()[0].item() % head_dim
+        return {"measured": True, "head_dim": head_dim, "heads": heads, "kv_heads": kv_heads, "o_width": o_width,
+                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
+                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
+                "v_offsets": v_offsets}
+
+    # --- attention pattern with queries and keys silenced ----------------------------------------
+
+    def position_bias(self, g: SubLayer, heads: dict) -> dict:
+        """softmax(bias + mask) per head, read off the writer's input when values are one-hot position codes."""
+        if not heads.get("measured") or heads["head_dim"] < max(c.inp.shape[-2] for c in g.ins):
+            return {"measured": False}
+        roles, offsets = heads["roles"], heads["v_offsets"]
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                if role in ("q", "k"):
+                    flat[..., f] = 0.0
+                elif role == "v":
+                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(1), edit)
+        o_in, hd, length = traced[g.out.key].inp[0], heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
+        patterns = torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
+        uniform = True
+        for row in patterns.flatten(0, 1):
+            seen = row[row > VISIBLE]
+            if len(seen) > 1 and (seen.log() - seen.log().max()).abs().max().item() > TOL:
+                uniform = False
+        linear = not uniform and not g.cross and self._per_head_linear(patterns)
+        kind = "none" if uniform else "alibi" if linear else "relative-bias"
+        return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear}
+
+    def rotary_fraction(self, g: SubLayer, heads: dict) -> float | None:
+        """Which offsets of a head are rotated by position. Per offset a: queries ROTARY_PROBE at a and 0 elsewhere,
+        keys ROTARY_PROBE everywhere but a. Unrotated, the query meets only zeros (uniform attention); rotated,
+        RoPE turns a towards its partner offset, and the logits become ROTARY_PROBE**2 sin(theta_i - theta_j):
+        first order in the angle, so even the slowest pair shows through a float32 softmax."""
+        if not heads.get("measured") or heads["head_dim"] < max(c.inp.shape[-2] for c in g.ins):
+            return None
+        roles, offsets, hd = heads["roles"], heads["v_offsets"], heads["head_dim"]
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                if role == "q":  # element 0 keeps every query zero: the uniform attention the mask allows
+                    flat[..., f] = 0.0
+                    flat[1 + f % hd, :, f] = ROTARY_PROBE
+                elif role == "k":
+                    flat[..., f] = ROTARY_PROBE
+                    flat[1 + f % hd, :, f] = 0.0
+                elif role == "v":
+                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
+        o_in = traced[g.out.key].inp
+        rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
+        return len(rotated) / hd
+
+    @staticmethod
+    def _per_head_linear(patterns) -> bool:
+        """log A(i, j) - log A(i, i) = -m_h |i - j| with one slope per head (ALiBi)."""
+        for pattern in patterns:
+            slopes = []
+            for i in range(pattern.shape[0]):
+                for j in range(pattern.shape[1]):
+                    if i != j and i < pattern.shape[1] and min(pattern[i, j], pattern[i, i]) > VISIBLE:
+                        slopes.append(((pattern[i, j].log() - pattern[i, i].log()) / abs(i - j)).item())
+            if slopes and max(slopes) - min(slopes) > SLOPE_TOL * max(1.0, max(abs(s) for s in slopes)):
+                return False
+        return True
+
+    # --- in-layer position, causality ------------------------------------------------------------
+
+    def position_aware(self, causal: bool) -> bool:
+        """Tokens rotated by one place (never the identity): a layer without positions permutes its output alike."""
+        if causal:  # the last token sees a set of earlier tokens; without positions their order cannot matter
+            perm = torch.cat([torch.arange(self.seq - 1).roll(1), torch.tensor([self.seq - 1])])
+            moved = self.driver(self.x[:, perm])[:, -1]
+            return _rel(moved, self.y[:, -1]) > TOL
+        perm = torch.arange(self.seq).roll(1)
+        return _rel(self.driver(self.x[:, perm]), self.y[:, perm]) > TOL
+
+    def causal(self) -> dict:
+        cuts = (self.seq - 1, self.seq // 2, 1)
+        x = self.batch(len(cuts) + 1)
+        for b, cut in enumerate(cuts, start=1):
+            x[b, cut:] += self.randn(self.seq - cut, self.width)
+        y = self.driver(x)
+        leak = max(_rel(y[b, :cut], y[0, :cut]) for b, cut in enumerate(cuts, start=1))
+        return {"causal": leak <= TOL, "max_leak": leak}
+
+    # --- residuals, norms, FFN -------------------------------------------------------------------
+
+    def residual_kept(self, g: SubLayer) -> bool:
+        """Its writer silenced, does the layer's output still depend on the input?"""
+        x = self.batch(2)
+        x[1] += self.randn(self.seq, self.width)
+        y = self.driver_with_zero(g.out.key, x)
+        return _rel(y[1], y[0]) > TOL
+
+    def driver_with_zero(self, key, x):
+        _, y = self.tracer.run(x, lambda k, out: torch.zeros_like(out) if k == key else None)
+        return y
+
+    def norm_placement(self, g: SubLayer) -> dict:
+        stream_in = next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
+        stream = [n for n in self.norm_calls if n not in inner]
+        before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)]
+        after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)]
+        post = [n.name for n in stream if n.index > g.out.index and n.inp.shape == g.out.out.shape
+                and _same(n.inp, stream_in.inp + g.out.out)]
+        # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
+        placement = ("post" if post and not after else "sandwich" if before and after else "pre" if before
+                     else "output" if after else "none")
+        return {"placement": placement, "input_norm": before, "output_norm": after, "post_norm": post,
+                "norms": before + after + post}
+
+    def qk_norm(self, g: SubLayer) -> list[str]:
+        keys = [c.key for c in g.ins]
+        return [n.name for n in self.norm_calls if g.ins[0].index < n.index < g.out.index
+                and any(self.depends.get((k, n.key)) for k in keys)]
+
+    def ffn(self, g: SubLayer) -> dict:
+        """Which activation turns the in-projections' outputs into the writer's input."""
+        down_in, hidden = g.out.inp, g.out.inp.shape[-1]
+        outs = [c.out for c in g.ins if c.out.shape[-1] in (hidden, 2 * hidden)]
+        if len(outs) == 1 and outs[0].shape[-1] == 2 * hidden:  # fused gate and up
+            outs = list(outs[0].split(hidden, dim=-1))
+        kind, activation = "unknown", "unknown"
+        if len(outs) == 1:
+            for name, act in ACTIVATIONS.items():
+                if _rel(act(outs[0]), down_in) < ACT_TOL:
+                    kind, activation = PLAIN[name], name
+                    break
+        elif len(outs) == 2:
+            for name, act in ACTIVATIONS.items():
+                if any(_rel(act(a) * b, down_in) < ACT_TOL for a, b in (outs, outs[::-1])):
+                    kind, activation = GATED[name], name
+                    break
+        return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,
+                "writer": g.out.name, "inputs": [c.name for c in g.ins]}

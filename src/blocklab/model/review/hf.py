@@ -1,0 +1,293 @@
+"""Hugging Face architectures, built tiny from their own config class and driven whole.
+
+    config      a config.json path, a shipped name (llama3-8b) or a model_type transformers knows (gpt2, t5, ...):
+                the architecture's own config class, at its full size
+    tiny        the same config shrunk consistently (width 32, 4 query heads of 8, K/V heads 4, 2 or 1 as in the full
+                config, FFN ratio kept, 2 layers, vocabulary 128), float64, eager attention unless asked otherwise
+    driver      runs the whole tiny model on token ids, replaces one layer's input by the probe's x and stops at that
+                layer's output: RoPE tables, position ids, causal and sliding-window masks, relative biases come from
+                the model itself
+    full count  the model with its language-model head, built at full size on the meta device (no memory)
+
+No table of architectures: a few generic config keys say where the widths live (hidden_size through the config's own
+attribute_map, an FFN width key, a head_dim key); everything else is read off the live model.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ...config import ConfigError
+from .. import hf_config
+
+WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 8, 2, 128
+SEQ, MEMORY_SEQ = 6, 9
+ATTENTION_BACKENDS = ("eager", "sdpa")
+FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "dff", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim",
+            "decoder_ffn_dim")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
+KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
+HEAD_KEYS = ("encoder_attention_heads", "decoder_attention_heads")  # besides num_attention_heads (BART)
+LAYER_KEYS = ("num_hidden_layers", "num_decoder_layers", "decoder_layers", "encoder_layers")
+TOKEN_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id")
+
+
+def _transformers():
+    import transformers  # on first use: its import takes seconds, and only the Hugging Face paths need it
+
+    return transformers
+
+
+# --- the config at full size ---------------------------------------------------------------------
+
+
+def model_types() -> list[str]:
+    return sorted(_transformers().CONFIG_MAPPING.keys())
+
+
+def load_config(source):
+    """The architecture's own config class, at full size, from a path, a shipped name or a model_type."""
+    mapping = _transformers().CONFIG_MAPPING
+    if isinstance(source, dict) or str(source) in hf_config.SHIPPED or str(source).endswith(".json") \
+            or Path(str(source)).is_file():
+        try:
+            raw = hf_config.text_config(hf_config.load_config_dict(source))
+        except ConfigError as err:
+            raise ConfigError(f"--hf-config: {err}; or give a model_type transformers knows, e.g. llama, gpt2, "
+                              "t5") from None
+        model_type = raw.get("model_type")
+        if model_type not in mapping:
+            raise ConfigError(f"--hf-config {source}: model_type={model_type!r} is not one transformers knows; "
+                              f"allowed: {_allowed_hint(model_type)}")
+        return mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+    if str(source) in mapping:
+        return mapping[str(source)]()
+    raise ConfigError(f"--hf-config {source!r} is neither a config.json file, a shipped config "
+                      f"({sorted(hf_config.SHIPPED)}) nor a model_type transformers knows; allowed model_types: "
+                      f"{_allowed_hint(str(source))}")
+
+
+def _allowed_hint(name) -> str:
+    known = model_types()
+    close = difflib.get_close_matches(str(name), known, n=5)
+    near = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{near}({len(known)} in all, e.g. llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5)"
+
+
+def _int_attr(config, key):
+    value = getattr(config, key, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def shrink(config, attention: str = "eager"):
+    """The same architecture at a tiny size: every width scaled together, head structure (MHA/GQA/MQA) kept."""
+    tiny = copy.deepcopy(config)
+    d, heads = _int_attr(config, "hidden_size"), _int_attr(config, "num_attention_heads")
+    if not d or not heads:
+        raise ConfigError(f"{type(config).__name__} has no hidden_size / num_attention_heads: not a transformer config "
+                          "this reviewer can shrink")
+    head_dim = next((_int_attr(config, k) for k in HEAD_DIM_KEYS if _int_attr(config, k)), d // heads)
+    for key in FFN_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, round(getattr(config, key) * WIDTH / d))
+    for key in KV_KEYS:
+        kv = _int_attr(config, key)
+        if kv:
+            setattr(tiny, key, HEADS if kv == heads else 1 if kv == 1 else 2)
+    for key in HEAD_DIM_KEYS:
+        if _int_attr(config, key) and not isinstance(getattr(type(config), key, None), property):
+            setattr(tiny, key, HEAD_DIM)  # a property (Falcon's head_dim) follows hidden_size / heads by itself
+    if _int_attr(config, "rotary_dim"):  # absolute rotary width (GPT-J): keep its fraction of the head
+        tiny.rotary_dim = max(2, 2 * round(config.rotary_dim * HEAD_DIM / head_dim / 2))
+    tiny.hidden_size, tiny.num_attention_heads, tiny.vocab_size = WIDTH, HEADS, VOCAB
+    for key in HEAD_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, HEADS)
+    for key in LAYER_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, LAYERS)
+    if isinstance(getattr(config, "layer_types", None), list):
+        tiny.layer_types = list(config.layer_types[:LAYERS])
+    for key in TOKEN_KEYS:
+        if (_int_attr(config, key) or 0) >= VOCAB:
+            setattr(tiny, key, 0)
+    tiny.use_cache = False
+    tiny._attn_implementation = attention
+    if hasattr(config, "_experts_implementation"):
+        tiny._experts_implementation = "eager"  # the grouped kernels take no float64
+    return tiny
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def model_class(config, prefer_head: bool):
+    """The model class: with its language-model head (seq2seq, masked, causal, in that order) or the bare model."""
+    t = _transformers()
+    autos = (t.AutoModelForSeq2SeqLM, t.AutoModelForMaskedLM, t.AutoModelForCausalLM, t.AutoModel) if prefer_head \
+        else (t.AutoModel,)
+    for auto in autos:
+        if type(config) in auto._model_mapping:
+            return auto._model_mapping[type(config)], auto.__name__
+    raise ConfigError(f"transformers has no model class for {type(config).__name__}")
+
+
+def build_tiny(config, seed: int = 0) -> nn.Module:
+    cls, _ = model_class(config, prefer_head=False)
+    torch.manual_seed(seed)
+    try:
+        model = cls(config)
+    except Exception as err:  # transformers' own constructor on a valid config: report, not a traceback
+        raise ConfigError(f"transformers could not build {cls.__name__} at the tiny size: {type(err).__name__}: "
+                          f"{err}") from None
+    return model.double().eval()
+
+
+def count_full(config) -> dict:
+    """Exact parameter count of the model with its head, at full size, on the meta device; tied tensors count once."""
+    cls, auto = model_class(config, prefer_head=True)
+    with torch.device("meta"):
+        model = cls(config)
+    return {"parameters": sum(p.numel() for p in model.parameters()), "class": cls.__name__, "auto": auto,
+            "model": model}
+
+
+def count_tiny_both_ways(config) -> tuple[int, int]:
+    """The tiny model's count on the meta device and with real tensors: the meta count is the same arithmetic."""
+    cls, _ = model_class(config, prefer_head=True)
+    with torch.device("meta"):
+        meta = sum(p.numel() for p in cls(config).parameters())
+    torch.manual_seed(0)
+    return meta, sum(p.numel() for p in cls(config).parameters())
+
+
+# --- finding the layers --------------------------------------------------------------------------
+
+
+def stacks(model: nn.Module) -> dict[str, nn.ModuleList]:
+    """The outermost ModuleLists of two or more modules of one class: the model's stacks of layers."""
+    found = {}
+    for name, sub in model.named_modules():
+        if any(name.startswith(prefix + ".") for prefix in found):
+            continue
+        if isinstance(sub, nn.ModuleList) and len(sub) >= 2 and len({type(m) for m in sub}) == 1:
+            found[name] = sub
+    return found
+
+
+# --- driving the whole model ---------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """Raised by the probed layer's output hook: nothing after it is needed."""
+
+
+class ModelDriver:
+    """x -> the probed layer's output, computed inside the whole model (which supplies masks and positions)."""
+
+    def __init__(self, model: nn.Module, layer: nn.Module, config, seed: int = 0, decoder_side: bool = False):
+        self.model, self.layer, self.config = model, layer, config
+        self.width, self.seq = config.hidden_size, SEQ
+        self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        self.decoder_side = decoder_side
+        self.memory_seq = MEMORY_SEQ if self.encoder_decoder and decoder_side else None
+        generator = torch.Generator().manual_seed(seed + 1)
+        self.ids = torch.randint(3, VOCAB, (1, max(SEQ, MEMORY_SEQ)), generator=generator)
+        self._memory = None
+
+    def memory(self) -> torch.Tensor:
+        """The encoder's output for the probe's tokens, computed once: the decoder's probes all read the same one."""
+        if self._memory is None:
+            with torch.no_grad():
+                out = self.model.get_encoder()(input_ids=self.ids[:, :MEMORY_SEQ])
+            self._memory = out[0]
+        return self._memory
+
+    def inputs(self, batch: int, ids=None) -> dict:
+        if not self.encoder_decoder:
+            return {"input_ids": (self.ids if ids is None else ids)[:, :SEQ].expand(batch, -1)}
+        decoder_ids = (self.ids if ids is None else ids)[:, :SEQ].expand(batch, -1)
+        if self.decoder_side and ids is None and hasattr(self.model, "get_encoder"):
+            return {"encoder_outputs": (self.memory().expand(batch, -1, -1),), "decoder_input_ids": decoder_ids}
+        enc = MEMORY_SEQ if self.decoder_side else SEQ
+        return {"input_ids": (self.ids if ids is None else ids)[:, :enc].expand(batch, -1),
+                "decoder_input_ids": decoder_ids}
+
+    def __call__(self, x: torch.Tensor, ids=None) -> torch.Tensor:
+        """The layer's output when its input is x (batch, SEQ, width); x None: the model's own input to the layer."""
+        captured = {}
+
+        def swap(module, args, kwargs):
+            if x is None:
+                captured["input"] = (args[0] if args else kwargs["hidden_states"]).detach()
+                raise _Stop
+            if args and torch.is_tensor(args[0]):
+                return (x, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": x}
+
+        def grab(module, args, output):
+            captured["output"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
+            raise _Stop
+
+        handles = [self.layer.register_forward_pre_hook(swap, with_kwargs=True),
+                   self.layer.register_forward_hook(grab)]
+        batch = 1 if x is None else x.shape[0]
+        try:
+            with torch.no_grad():
+                self.model(**self.inputs(batch, ids), use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        return captured["input" if x is None else "output"]
+
+    def layer_input(self, ids) -> torch.Tensor:
+        return self(None, ids)
+
+
+class _Lookups(TorchFunctionMode):
+    """Every embedding lookup (F.embedding), also those a subclass makes by calling nn.Embedding.forward itself
+    (OPT's and BART's learned positions), with the table it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.embedding:
+            self.seen.append((args[0], args[1]))
+        return func(*args, **(kwargs or {}))
+
+
+def absolute_position(driver: ModelDriver) -> dict:
+    """Same token at every position: if the layer's input rows differ, the embedding added a position signal.
+
+    Learned: the signal comes from a trainable table looked up by an index that runs along the sequence;
+    sinusoidal: from a fixed table or a formula.
+    """
+    same = torch.full((1, max(SEQ, MEMORY_SEQ)), int(driver.ids[0, 0]))
+    with _Lookups() as lookups:
+        rows = driver.layer_input(same)[0]
+    spread = (rows - rows[:1]).abs().max().item() / max(rows.abs().max().item(), 1e-30)
+    names = {id(t): n for n, t in [*driver.model.named_parameters(), *driver.model.named_buffers()]}
+    tables = [(names.get(id(w), "a computed table"), w) for idx, w in lookups.seen
+              if idx.dim() >= 1 and idx.shape[-1] > 1 and (idx[..., 1:] != idx[..., :1]).any()]
+    kind = None
+    if spread > 1e-9:
+        kind = "learned" if any(isinstance(w, nn.Parameter) and w.requires_grad for _, w in tables) else "sinusoidal"
+    return {"input_rows_differ": spread > 1e-9, "row_spread": spread, "kind": kind,
+            "position_tables": [n for n, _ in tables] if kind else []}
+
+
+def config_summary(config) -> dict:
+    keys = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
+            *KV_KEYS, *FFN_KEYS, *HEAD_DIM_KEYS)
+    values = {key: getattr(config, key, None) for key in keys}
+    return {k: v for k, v in values.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}

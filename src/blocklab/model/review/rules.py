@@ -1,0 +1,144 @@
+"""Document 004's checklist: the 2026 defaults and the rules, applied to a layer's structure (architecture.read_layer).
+
+    default     pre-norm, RMSNorm, GQA, RoPE, SwiGLU with expansion >= 2x, sequential residual; deviations are INFO
+    REJECT      a decoder whose future leaks into its past; post-norm deeper than 12 blocks without warm-up
+    FLAG        FFN expansion below 2x; no normalization; a sub-layer without a residual; a head count that differs
+                from the one the config declares; an FFN whose activation is not recognised
+    CANNOT      no attention or no feed-forward network recognised: nothing to judge, never a pass
+"""
+from __future__ import annotations
+
+MAX_POST_NORM_DEPTH = 12
+MIN_FFN_RATIO = 2.0
+DEFAULTS = {"residual": "sequential", "norm_placement": "pre", "norm_kind": "rmsnorm", "attention": "GQA",
+            "position": "rope", "ffn": "swiglu"}
+WHY = {  # document 004's reasons (its claims are in reporting/claims.yaml)
+    "norm_placement": "pre-norm keeps the residual stream un-normalized, so deep stacks start without warm-up; "
+                      "post-norm deeper than 12 blocks needs it",
+    "norm_kind": "RMSNorm is at least as stable as LayerNorm, without the mean subtraction and the bias",
+    "attention": "GQA shares each K/V head among several query heads: a smaller KV cache at close to MHA quality",
+    "position": "RoPE puts relative position into the query-key product itself",
+    "ffn": "SwiGLU lowers perplexity by about 0.5 against a ReLU/GELU FFN",
+    "residual": "sequential sub-layers are the reference; parallel ones trade a little quality for speed",
+}
+
+
+def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
+    """Findings for one stack's structure; ``prefix`` names the stack when a model has several (T5)."""
+    def add(check, severity, message, value=None):
+        review.add(check, severity, prefix + message, value)
+
+    if not s.get("reviewable"):
+        add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
+        return
+    _placement(add, s, depth, warmup_steps)
+    _defaults(add, s)
+    _residuals(add, s)
+    _causal(add, s)
+    _heads(add, s)
+    ratio = s["ffn_ratio"]
+    if ratio < MIN_FFN_RATIO:
+        add("ffn ratio", "flag", f"expansion {ratio:.2f}x is below {MIN_FFN_RATIO:g}x", ratio)
+    else:
+        add("ffn ratio", "pass", f"expansion {ratio:.2f}x", ratio)
+    if s["cross_attention"]:
+        add("cross-attention", "info", "cross-attention: keys and values from the encoder output", True)
+
+
+def _placement(add, s, depth, warmup_steps) -> None:
+    where, ffn_where = s["norm_placement"], s["evidence"]["norm_placement"]["ffn"]["placement"]
+    if ffn_where != where:
+        add("norm position", "info", f"the FFN's norm placement ({ffn_where}) differs from the attention's "
+            f"({where}, reported)", ffn_where)
+    messages = {"pre": "pre-norm: h + F(norm(h))",
+                "sandwich": "sandwich: h + norm(F(norm(h))), pre-norm plus a norm on each sub-layer's output",
+                "output": f"output norm: h + norm(F(h)), the sub-layer input is not normalized; 2026 default: "
+                          f"pre-norm ({WHY['norm_placement']})",
+                "post": f"post-norm: norm(h + F(h)); 2026 default: pre-norm ({WHY['norm_placement']})"}
+    if where == "none":
+        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums",
+            where)
+        return
+    add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
+    if where == "post" and depth is not None:
+        if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
+            add("post-norm depth", "reject", f"post-norm stack of {depth} blocks without warm-up: deeper than "
+                f"{MAX_POST_NORM_DEPTH} it needs a warm-up schedule, or switch to pre-norm", depth)
+        else:
+            add("post-norm depth", "pass", f"post-norm stack of {depth} blocks"
+                + (f" with {warmup_steps} warm-up steps" if warmup_steps else f" (<= {MAX_POST_NORM_DEPTH})"), depth)
+
+
+def _defaults(add, s) -> None:
+    kind = s["norm_kind"]
+    add("norm kind", "pass" if kind == "rmsnorm" else "info",
+        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(kind, str(kind))
+        + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
+    _attention(add, s)
+    if s["qk_norm"]:
+        add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
+    position, rotary = s["position"], s["evidence"].get("rotary_fraction")
+    partial = f"partial RoPE ({rotary:.0%} of each head rotated)" if rotary is not None and rotary < 1 else "RoPE"
+    text = {"rope": partial, "learned": "learned absolute positions added to the embedding",
+            "sinusoidal": "sinusoidal absolute positions added to the embedding",
+            "relative-bias": "learned relative-position bias on the attention logits",
+            "alibi": "ALiBi: a fixed bias linear in distance on the attention logits",
+            "none": "no position signal found (neither in the embedding nor in the layer)"}[position]
+    add("position", "pass" if position == "rope" else "info",
+        text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
+    ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
+    if s["evidence"].get("unhooked_weights"):
+        add("ffn", "warn", f"weights of 3 or more dimensions in {s['evidence']['unhooked_weights']} work without a "
+            "layer to hook (routed experts?): the FFN read here is only part of the layer's feed-forward work", None)
+    if ffn == "unknown":
+        add("ffn kind", "flag", "the FFN's activation is none of ReLU, ReLU², GELU (erf, tanh, quick), SiLU, gated "
+            "or not", ffn)
+    else:
+        add("ffn kind", "pass" if ffn == "swiglu" else "info", f"{ffn} (activation {act}, "
+            f"{s['evidence']['ffn']['matrices']} matrices)" + ("" if ffn == "swiglu" else
+                                                             f"; 2026 default: SwiGLU ({WHY['ffn']})"), ffn)
+    add("residual", "pass" if s["residual"] == "sequential" else "info",
+        "sequential: the FFN reads the attention's output" if s["residual"] == "sequential" else
+        f"parallel: attention and FFN read the same input, h + attn(.) + ffn(.); {WHY['residual']}", s["residual"])
+
+
+def _attention(add, s) -> None:
+    attention, heads = s["attention"], f"{s['query_heads']}/{s['kv_heads']} (query/KV heads)"
+    if attention is None:
+        add("attention", "flag", "token mixing found, but no query/key head structure in it", None)
+        return
+    full = s["evidence"].get("full_size")
+    if full and not full["agrees_with_tiny"]:
+        add("attention", "flag", f"the tiny build measured {s['evidence']['tiny']['query_heads']}/"
+            f"{s['evidence']['tiny']['kv_heads']} heads, which the full-size shapes ({heads}) do not repeat", None)
+    add("attention", "pass" if attention == "GQA" else "info",
+        f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
+        attention)
+
+
+def _residuals(add, s) -> None:
+    for sub in s["evidence"]["sublayers"]:
+        if not sub["residual_kept_when_silenced"]:
+            add("residual", "flag", f"none around '{sub['writer']}': silenced, the output no longer depends on the "
+                "input (deep stacks then lose their gradient path)", sub["writer"])
+
+
+def _causal(add, s) -> None:
+    expected, causal, leak = s.get("expected_causal"), s["causal"], s["evidence"]["max_future_leak"]
+    if expected and not causal:
+        add("causal mask", "reject", f"future tokens leak into earlier positions (relative change {leak:.1e}) in a "
+            "decoder: it needs a causal mask", False)
+    elif expected is False and causal:
+        add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
+    elif causal:
+        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged, with the mask "
+            "the model builds itself", True)
+    else:
+        add("masking", "pass", "bidirectional: every position sees every other", False)
+
+
+def _heads(add, s) -> None:
+    check = s.get("measured_heads_vs_config") or {}
+    if check.get("config") and check.get("measured") and check["config"] != check["measured"]:
+        add("head count", "flag", f"the attention computes {check['measured']} heads, the config declares "
+            f"{check['config']}", check["measured"])
