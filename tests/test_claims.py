@@ -1,5 +1,6 @@
 """Claim checks on small hand-made data with known verdicts."""
 import copy
+import math
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,23 @@ def test_gradnorm_trend(tmp_path, document_params, curve, direction, expected):
     write(tmp_path, "gradnorm/gradnorm.csv", pd.DataFrame({"norm": "post", "seed": 0, "block": range(1, 25),
                                                             "grad_norm": curve}))
     assert claims.gradnorm_trend(claims.Data(tmp_path, document_params), "post", direction, 1.07)[1] == expected
+
+
+def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_losses():
+    import pandas as pd
+
+    from blocklab.reporting.inference import FIT_CLAIMS, distance, score, targets
+
+    assert distance(0.05, 0.01, 0.08) == 0.0 and distance(0.003, 0.0, 0.007) == 0.0  # inside the range; "below 0.007"
+    assert math.isclose(distance(0.16, 0.01, 0.08), math.log(2)) and math.isclose(distance(0.005, 0.01, 0.08), math.log(2))
+    rows = []
+    for setting, factor in (("near", 1.0), ("far", math.e)):  # "far" misses every target by a factor e: distance 1
+        for seed in (0, 1):
+            for t in targets():
+                value = t["high"] * factor  # near: the range's top (inside it); far: e x the top, distance 1
+                rows.append({"setting": setting, "run": f"{t['norm']}-w{t['warmup']}-s{seed}", "step": t["step"],
+                             "loss": value})
+    ranked = score(pd.DataFrame(rows)).set_index("setting")
+    assert list(ranked.index) == ["near", "far"] and ranked.loc["near", "score"] == 0.0
+    assert math.isclose(ranked.loc["far", "score"], 1.0) and ranked.loc["far", "seeds"] == 2
+    assert set(FIT_CLAIMS) <= set(ranked.columns)

@@ -38,6 +38,7 @@ COMMANDS = {
     "probe-copy": "blocklab.experiments.probe",
     "review": "blocklab.model.review",
     "claims": "blocklab.reporting.claims",
+    "inference-score": "blocklab.reporting.inference",
     "report": "blocklab.reporting.report",
     "figure": "blocklab.reporting.report",
     "inspect-report": "blocklab.reporting.browser",
