@@ -22,6 +22,7 @@ include: "workflow/rules/doc004.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/sensitivity.smk"
 include: "workflow/rules/dynamics.smk"
+include: "workflow/rules/inference.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -30,6 +31,7 @@ rule all:
     input:
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
         DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
+        INFERENCE_OUTPUTS if config["inference"]["in_report"] else INFERENCE_PLAN,
         expand("figs/{figure}.png", figure=FIGURES),
         "reports/analysis.html",
         "data/claims/claims.csv",

@@ -321,3 +321,14 @@ def test_precursors_look_strictly_before_the_event_with_the_fixed_rules():
     assert bool(got.loc["a", "adam_jumped"]) and not bool(got.loc["b", "adam_jumped"])  # step e itself does not count
     assert not bool(got.loc["a", "logit_grew"]) and bool(got.loc["b", "logit_grew"])  # 60 > 1.2 x 40 at step 90
     assert got.loc["a", "adam_rms_ref"] == 0.05 and got.loc["a", "adam_rms_lead"] == 2.0
+
+
+def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
+    from blocklab.experiments import inference
+
+    planned = inference.plan(TINY)
+    losses = pd.read_csv(snake_project / inference.LOSSES)
+    steps = losses.groupby(["setting", "run"])["step"].max()
+    assert len(steps) == len(planned) and set(steps) == {TINY["inference"]["fit_steps"]}  # each run stops at fit_steps
+    ranked = pd.read_csv(snake_project / inference.RANKING)
+    assert list(ranked["setting"]) == sorted(set(planned["setting"])) and ranked["score"].notna().all()

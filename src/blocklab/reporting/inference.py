@@ -36,9 +36,14 @@ def distance(loss: float, low: float, high: float) -> float:
     return math.log(loss / high) if loss > high else math.log(low / loss)
 
 
-def score(losses: pd.DataFrame) -> pd.DataFrame:
+COLUMNS = ["rank", "setting", *FIT_CLAIMS, "score", "seeds", "seed_score_min", "seed_score_max"]
+
+
+def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
     """One row per setting: the score (mean distance of the seed-median losses), the per-seed score range, the seeds
-    it rests on and each target's distance. ``losses``: setting, run (``{norm}-w{warmup}-s{seed}``), step, loss."""
+    it rests on and each target's distance. ``losses``: setting, run (``{norm}-w{warmup}-s{seed}``), step, loss.
+    ``post_warmup``: read the post-norm targets at this warm-up instead of the document's (a configuration that is not
+    the document's, e.g. the tiny one; such a ranking exercises the code and says nothing about the document)."""
     frame = losses.copy()
     parts = frame["run"].str.extract(r"(?P<norm>post|pre)-w(?P<warmup>\d+)-s(?P<seed>\d+)")
     frame = pd.concat([frame, parts.astype({"warmup": int, "seed": int})], axis=1)
@@ -47,6 +52,8 @@ def score(losses: pd.DataFrame) -> pd.DataFrame:
         row, per_seed = {"setting": setting}, {}
         complete = True
         for target in targets():
+            if post_warmup is not None and target["norm"] == "post":
+                target = {**target, "warmup": post_warmup}
             at = runs[(runs["norm"] == target["norm"]) & (runs["warmup"] == target["warmup"])
                       & (runs["step"] == target["step"])]
             if at.empty:
@@ -62,9 +69,11 @@ def score(losses: pd.DataFrame) -> pd.DataFrame:
         row.update(score=float(np.mean([row[i] for i in FIT_CLAIMS])), seeds=len(seeds),
                    seed_score_min=min(seed_scores), seed_score_max=max(seed_scores))
         rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS)
     ranked = pd.DataFrame(rows).sort_values("score", ignore_index=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
-    return ranked
+    return ranked[COLUMNS]
 
 
 def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], setting_of_sweep: str) -> pd.DataFrame:
@@ -78,12 +87,33 @@ def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], set
 
 
 def register(subparsers) -> None:
+    p = subparsers.add_parser("aggregate-inference", help="the fitting runs' losses and the ranking of the candidates")
+    p.add_argument("--params", default="params.yaml")
+    p.set_defaults(func=_aggregate_main)
+
     p = subparsers.add_parser("inference-score", help="rank recorded settings by the document's five early losses")
     p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
     p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
     p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")
     p.add_argument("--out", type=Path, default=None)
     p.set_defaults(func=_main)
+
+
+def _aggregate_main(args) -> None:
+    from ..experiments.inference import LOSSES, RANKING, collect
+    from ..params import load_params
+
+    params = load_params(args.params)
+    _, losses = collect(params)
+    write_table(losses, LOSSES)
+    warmup = max(params["sweep"]["warmups"])
+    document_warmup = next(t["warmup"] for t in targets() if t["norm"] == "post")
+    if warmup != document_warmup:
+        print(f"note: post-norm runs use warm-up {warmup}, the document {document_warmup}: this ranking is not about "
+              "the document's setup")
+    ranked = score(losses, post_warmup=warmup)
+    write_table(ranked, RANKING)
+    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def _main(args) -> None:

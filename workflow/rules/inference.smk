@@ -1,0 +1,58 @@
+# The document's unstated setup, inferred (issue 23; the procedure is in docs/dynamics.md, stated before these runs):
+# 300-step fitting runs of every candidate setting, ranked by the document's five early losses.
+# `snakemake --cores 4 inference`; part of `all` when inference.in_report is true.
+from blocklab.experiments.inference import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, aggregate_inputs as inference_aggregate_inputs, run_identity as inference_identity
+
+INFERENCE_OUTPUTS = [INFERENCE_PLAN, INFERENCE_LOSSES, INFERENCE_RANKING]
+
+
+rule inference_plan:
+    input:
+        code_files("experiments/inference"),
+    output:
+        INFERENCE_PLAN,
+    params:
+        inference=config["inference"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
+    shell:
+        "blocklab inference-plan --params {PARAMS_FILE} --out {output}"
+
+
+rule train_inference:
+    output:
+        loss="data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/loss.csv",
+        diagnostics="data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/diagnostics.parquet",
+        weights="data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/model.safetensors",
+        meta="data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/meta.json",
+    wildcard_constraints:
+        cell=CELL_PATTERN,
+    params:
+        run=lambda wildcards: inference_identity(config, wildcards.cell),
+    log:
+        "data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/train.log",
+    threads: config["threads_per_run"]
+    resources:
+        mem_mb=2000,
+        runtime=240,
+    shell:
+        "blocklab train-inference --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
+        " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
+        " 2> {log}"
+
+
+rule aggregate_inference:
+    input:
+        inference_aggregate_inputs(config),
+        code=code_files("experiments/inference", "reporting/inference"),
+        claims="src/blocklab/reporting/claims.yaml",
+    output:
+        INFERENCE_LOSSES,
+        INFERENCE_RANKING,
+    params:
+        inference=config["inference"],
+    shell:
+        "blocklab aggregate-inference --params {PARAMS_FILE}"
+
+
+rule inference:
+    input:
+        INFERENCE_OUTPUTS,
