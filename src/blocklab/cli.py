@@ -38,6 +38,7 @@ COMMANDS = {
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
     "gallery": "blocklab.reporting.gallery",
+    "docs": "blocklab.reporting.docs",
 }
 
 
