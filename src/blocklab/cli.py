@@ -34,11 +34,11 @@ COMMANDS = {
     "claims": "blocklab.reporting.claims",
     "report": "blocklab.reporting.report",
     "figure": "blocklab.reporting.report",
+    "docs": "blocklab.reporting.docs",
     "inspect-report": "blocklab.reporting.browser",
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
     "gallery": "blocklab.reporting.gallery",
-    "docs": "blocklab.reporting.docs",
 }
 
 
