@@ -28,7 +28,6 @@ import torch
 from blocklab.config import ConfigError
 from blocklab.params import ParamsError, load_params, validate_params
 from blocklab.pipeline import training_settings
-from blocklab.smoke import make_scratch_project
 from blocklab.training import precision as precision_mod
 from blocklab.training.precision import autocast, check_precision, cpu_bf16_units
 from blocklab.training.sweep import train_copy_run
@@ -174,11 +173,11 @@ def _planned(project, target) -> dict:
 
 
 @pytest.mark.skipif(not (BIN / "snakemake").exists(), reason="Snakemake is not installed beside this python")
-def test_switching_precision_plans_the_training_jobs_again(tmp_path):
-    """The cache treats fp32 and bf16 as different runs: after an fp32 sweep, bf16 retrains every run (and only then)."""
-    project = make_scratch_project(tmp_path / "project")
+def test_switching_precision_plans_the_training_jobs_again(snake_project):
+    """The cache treats fp32 and bf16 as different runs: after an fp32 sweep, bf16 retrains every run (and only then).
+    The fp32 sweep is the session's tiny DAG run (tests/tiny_dag.py); only dry runs here, params.yaml restored."""
+    project = snake_project
     target = "data/sweep/summary.csv"
-    _snakemake(project, "--cores", "2", target)
     assert _planned(project, target) == {}
     params = project / "params.yaml"
     text = params.read_text(encoding="utf-8")

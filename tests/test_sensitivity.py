@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from blocklab.experiments import sensitivity as sens
+from blocklab.reporting import sensitivity as study_report  # claim x setting, robustness (the reporting layer)
 from blocklab.params import ParamsError, load_params, validate_params
 from blocklab.reporting import claims
 from blocklab.training.train import train
@@ -203,13 +204,13 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
     gradnorm = pd.DataFrame([{"position": p, "norm": n, "seed": 0, "block": k, "grad_norm": 1.0, "loss": 4.2}
                              for p in ("sinusoidal", "learned") for n in ("post", "pre") for k in range(1, 25)])
-    table = sens.claims_by_setting(FULL, pd.concat([la, lb]), pd.concat([sa, sb]), gradnorm)
+    table = study_report.claims_by_setting(FULL, pd.concat([la, lb]), pd.concat([sa, sb]), gradnorm)
     verdict = table.set_index(["id", "setting"])["verdict"]
     assert verdict[("d000-post-nowarm-stuck", a)] == "reproduced"
     assert verdict[("d000-post-nowarm-stuck", b)] == "not reproduced"
     assert set(table["setting"]) == {a, b} and table.loc[table["setting"] == a, "default"].all()
     assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
-    robust = sens.robustness(table).set_index("id")
+    robust = study_report.robustness(table).set_index("id")
     assert not robust.loc["d000-post-nowarm-stuck", "robust"]
     assert robust.loc["d000-post-nowarm-stuck", "default_verdict"] == "reproduced"
 
@@ -304,14 +305,14 @@ def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake
     shutil.copytree(snake_project / "data", tmp_path / "data")
     study = pd.read_csv(snake_project / sens.TABLES["claims_by_setting"])
     verdicts = lambda t: dict(zip(zip(t["id"], t["setting"]), t["verdict"]))  # noqa: E731
-    table, judged, cells = sens.finished_verdicts(TINY, tmp_path)
+    table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
     assert judged == cells == study["setting"].nunique() and verdicts(table) == verdicts(study)
     # one run of a non-default cell is not finished (its meta.json is what marks a finished run): that cell drops out
     base = sens.default_cell(TINY).name
     plan = sens.plan(TINY)
     other = plan[(plan["family"] == "choices") & (plan["setting"] != base)].iloc[0]
     (tmp_path / other.run_dir / "meta.json").unlink()
-    table, judged, cells = sens.finished_verdicts(TINY, tmp_path)
+    table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
     assert judged == cells - 1 and other.setting not in set(table["setting"])
     assert verdicts(table) == {k: v for k, v in verdicts(study).items() if k[1] != other.setting}
     out = tmp_path / "so_far.csv"

@@ -207,7 +207,7 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
             and (rc["d_model"] // rc["n_heads"]) % 2:
         problems.append(("reverse_copy.n_heads", f"the variants 'rope' and 'modern' need an even head dimension, got "
                          f"d_model/n_heads={rc['d_model'] // rc['n_heads']}; allowed: n_heads giving an even d_model/n_heads"))
-    from .experiments.sensitivity import check_problems
+    from .study import check_problems  # the sensitivity section (its plan; the params layer too)
 
     problems += check_problems(params)
     from .experiments.dynamics import check_problems as dynamics_problems

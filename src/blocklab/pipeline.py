@@ -45,8 +45,13 @@ def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
 
 
 def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:
-    """Paths (relative to the project) of package modules, for rules whose results depend on that code."""
-    return [f"{root}/{m}.py" for m in modules]
+    """Paths (relative to the project) of package modules, for rules whose results depend on that code; a module that is
+    a package (a directory, e.g. experiments/sensitivity) stands for every .py file in it."""
+    paths = []
+    for m in modules:
+        package = Path(root) / m
+        paths += sorted(str(p) for p in package.glob("*.py")) if package.is_dir() else [f"{root}/{m}.py"]
+    return paths
 
 
 def sweep_batched(config: dict) -> bool:

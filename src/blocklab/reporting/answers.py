@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..experiments.sensitivity import robustness, snapshots
+from ..study import snapshots
+from .sensitivity import robustness
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 
 ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")

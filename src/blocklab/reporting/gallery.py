@@ -97,12 +97,13 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
 
     study = data / "sensitivity" / "summary.csv"
     if study.exists():  # the sensitivity study was run: its figures too
-        from ..experiments.sensitivity import FIGURES as STUDY_FIGURES, save_figures
+        from ..study import FIGURES as STUDY_FIGURES
+        from .sensitivity import save_figures
 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
-    from ..experiments.sensitivity import snapshots
+    from ..study import snapshots
 
     from_snapshots = snapshots(params) if "sensitivity" in params else []
     snapshot = snapshot_tables(data, out / "data", FROM_SNAPSHOTS_SKIP if from_snapshots else set())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
-from ..experiments.sensitivity import robustness
+from .sensitivity import robustness
 from ..params import load_params
 from ..pipeline import FIGURES
 from . import answers as answers_mod

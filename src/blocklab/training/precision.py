@@ -8,51 +8,21 @@ them oneDNN emulates bf16 and is slower than fp32), on CUDA a device for which `
 from __future__ import annotations
 
 import contextlib
-import functools
-from pathlib import Path
 
 import torch
 
+from .. import runtime
 from ..config import ConfigError
+from ..runtime import CPU_BF16_FLAGS, cpu_bf16_units  # noqa: F401  (the hardware probe lives in runtime)
 
 PRECISIONS = ("fp32", "bf16")
 DEFAULT = "fp32"
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of the processor's bf16 instructions
-
-
-@functools.cache
-def cpu_bf16_units() -> tuple[str, ...]:
-    """The bf16 instruction sets this CPU has, by /proc/cpuinfo flags and torch's own CPU checks (empty: none)."""
-    found = set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                found.update(flag for flag in line.split(":", 1)[1].split() if flag in CPU_BF16_FLAGS)
-                break
-    checks = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_bf16": "_is_amx_tile_supported"}
-    for flag, check in checks.items():
-        with contextlib.suppress(Exception):
-            if getattr(torch.cpu, check)():
-                found.add(flag)
-    return tuple(sorted(found))
 
 
 def bf16_support(device) -> tuple[bool, str]:
-    """Whether ``device`` has bf16 units, and what was found (or what is missing), in words."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            return False, "no CUDA device is available"
-        name = torch.cuda.get_device_name(torch.device(device))
-        if torch.cuda.is_bf16_supported():
-            return True, f"CUDA device {name} supports bf16"
-        return False, f"CUDA device {name} does not support bf16 (torch.cuda.is_bf16_supported() is False)"
-    if kind == "cpu":
-        units = cpu_bf16_units()
-        if units:
-            return True, f"CPU has {' and '.join(units)}"
-        return False, f"this CPU has neither of the bf16 instruction sets {list(CPU_BF16_FLAGS)} (/proc/cpuinfo flags)"
-    return False, f"bf16 is not supported on device type {kind!r} here"
+    """Whether ``device`` has bf16 units, and what was found (or what is missing), in words (``runtime.bf16_support``,
+    asking this module's ``cpu_bf16_units``, which a test may replace to play a CPU without bf16 units)."""
+    return runtime.bf16_support(device, cpu_bf16_units)
 
 
 def check_precision(precision: str, device, key: str = "sweep.precision") -> str:

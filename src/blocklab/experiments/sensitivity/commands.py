@@ -1,0 +1,101 @@
+"""The study's training commands: ``train-sensitivity`` (one run of a cell), ``sensitivity-plan``,
+``sensitivity-gradnorm`` and ``sensitivity-snapshot``. Its tables, claims and figures are made by the reporting
+layer's commands (``blocklab.reporting.sensitivity``)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from ...config import ConfigError
+from ...io import write_json, write_table
+from ...params import load_params
+from ...provenance import stamp
+from ...study import Cell, cell_params, early_stop_rule, plan
+from .aggregation import gradnorm_by_position, record_runs
+
+log = logging.getLogger("blocklab.sensitivity")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train-sensitivity", help="train one run of a sensitivity cell (open choices of document 000)")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--cell", required=True, help="e.g. learned-b32-L24-lr0.001-fp32")
+    p.add_argument("--norm", required=True, choices=["post", "pre"])
+    p.add_argument("--warmup", required=True, type=int)
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_train_main)
+
+    p = subparsers.add_parser("sensitivity-plan", help="list every run of the sensitivity study and where it lives")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=lambda a: write_table(plan(load_params(a.params)), a.out))
+
+    p = subparsers.add_parser("sensitivity-gradnorm", help="gradient norms at init under each position signal")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=_gradnorm_main)
+
+    p = subparsers.add_parser("sensitivity-snapshot",
+                              help="record the finished runs of the study (losses and what their summary needs) in DIR")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--family", choices=["choices", "depth_lr"], default=None, help="only this family's runs")
+    p.add_argument("--setting", nargs="+", default=None, help="only these cells (e.g. learned-b32-L24-lr0.001-bf16)")
+    p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
+    p.set_defaults(func=_snapshot_main)
+
+
+def _train_main(args) -> None:
+    from ...runtime import set_threads
+    from ...training.sweep import train_copy_run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    params = load_params(args.params)
+    cell = Cell.parse(args.cell)
+    planned = plan(params)
+    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == args.norm)
+                   & (planned["warmup"] == args.warmup) & (planned["seed"] == args.seed)]
+    if mine.empty:
+        raise ConfigError(f"--cell={args.cell} --norm={args.norm} --warmup={args.warmup} --seed={args.seed} is not a run "
+                          f"of the sensitivity section of {args.params}; allowed cells: "
+                          f"{sorted(planned['setting'].unique())}")
+    set_threads(args.threads or params["threads_per_run"])
+    stop, words = early_stop_rule(params, cell)
+    meta = train_copy_run(cell_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
+                          stop_when=stop, stop_rule=words, sensitivity_cell=asdict(cell) | {"name": cell.name})
+    log.info("%s/%s %s (%s) in %.1f s", cell.name, meta["run"], meta["status"], meta["stop_reason"], meta["wall_time_s"])
+
+
+def _gradnorm_main(args) -> None:
+    from ...runtime import set_threads
+
+    params = load_params(args.params)
+    set_threads(params["threads_per_run"])
+    frame = gradnorm_by_position(params)
+    write_table(frame, args.out)
+    write_json(stamp(artifact=args.out.name, positions=params["sensitivity"]["choices"]["positions"],
+                     params={k: params[k] for k in ("copy_task", "copy_model", "gradnorm")}),
+               args.out.with_suffix(".json"))
+
+
+def _snapshot_main(args) -> None:
+    params = load_params(args.params)
+    planned = plan(params)
+    if args.family:
+        planned = planned[planned["family"] == args.family]
+    if args.setting:
+        unknown = sorted(set(args.setting) - set(planned["setting"]))
+        if unknown:
+            raise ConfigError(f"--setting: {', '.join(unknown)} not planned{' in ' + args.family if args.family else ''}"
+                              f"; allowed: {', '.join(planned['setting'].unique())}")
+        planned = planned[planned["setting"].isin(args.setting)]
+    runs, losses, summary = record_runs(params, args.root, planned, machine=args.machine)
+    write_table(runs, args.out / "runs.csv")
+    write_table(losses, args.out / "losses.csv")
+    write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), args.out / "summary.csv")
+    print(f"{len(runs)} finished of {planned['run_dir'].nunique()} planned runs recorded in {args.out}/ "
+          "(runs.csv, losses.csv, summary.csv)")

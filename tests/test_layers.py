@@ -1,0 +1,147 @@
+"""The package's layers (STYLE.md, issue 25): a module imports only from its own layer or below, so each layer can be
+read and tested without the ones above it, and no two modules import each other, even lazily inside a function.
+
+Bottom to top: params and config; model; training; experiments; figures and reporting; the command line. The rule is
+read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
+dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
+"""
+import ast
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
+
+# First matching prefix wins (longest first); every module of the package must match one (tested).
+LAYERS = {
+    "params": ["blocklab.config", "blocklab.params", "blocklab.study", "blocklab.io", "blocklab.provenance",
+               "blocklab.runtime", "blocklab.pipeline"],
+    "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
+    "training": ["blocklab.training"],
+    "experiments": ["blocklab.experiments", "blocklab.bench"],
+    "figures and reporting": ["blocklab.figures", "blocklab.reporting"],
+    "cli": ["blocklab.cli", "blocklab.smoke"],
+}
+ORDER = list(LAYERS)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def layer(module: str) -> int:
+    matches = [(len(prefix), ORDER.index(name)) for name, prefixes in LAYERS.items() for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} is in no layer of LAYERS"
+    return max(matches)[1]
+
+
+def imported(module: str, path: Path, known: dict) -> list[tuple[str, int]]:
+    """(imported blocklab module, line) for every import statement of ``module``, at any depth of its code."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "blocklab"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "blocklab":
+                continue
+            for alias in node.names:  # `from . import style` imports the module blocklab.figures.style
+                sub = f"{target}.{alias.name}"
+                found.append((sub if sub in known else target, node.lineno))
+    return found
+
+
+def test_every_module_is_in_a_layer_and_the_resolver_sees_relative_imports():
+    known = modules()
+    assert len(known) > 40 and {layer(m) for m in known} == set(range(len(ORDER)))
+    # the resolver itself, on imports whose targets are known: relative, parent-relative, `from . import module`
+    edges = {m: {t for t, _ in imported(m, p, known)} for m, p in known.items()}
+    assert "blocklab.figures.style" in edges["blocklab.figures.doc000"]  # from . import style
+    assert "blocklab.provenance" in edges["blocklab.training.sweep"]  # from .. import provenance
+    assert "blocklab.study" in edges["blocklab.params"]  # a deferred import, inside a function
+
+
+def test_no_module_imports_a_higher_layer():
+    known = modules()
+    wrong = [f"{module} ({ORDER[layer(module)]}) imports {target} ({ORDER[layer(target)]}), line {line}"
+             for module, path in known.items() for target, line in imported(module, path, known)
+             if layer(target) > layer(module)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circles():
+    known = modules()
+    edges = {m: {t for t, _ in imported(m, p, known) if t in known and t != m} for m, p in known.items()}
+    # a package's __init__ importing its own submodules (re-exports) is not a circle with them: drop parent edges
+    edges = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in edges.items()}
+    circles, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "\n".join(circles)
+
+
+def test_every_module_imports_alone_in_any_order():
+    """Each module imported with no other module of the package loaded, in a shuffled order (seed in the message), in
+    one fresh interpreter: between imports every ``blocklab`` module is dropped from sys.modules, so each import
+    starts as in a fresh process (third-party modules such as torch stay loaded: they cannot take part in a circle of
+    ours, and loading torch 50 times would cost a minute of CI)."""
+    names = sorted(modules())
+    seed = random.randrange(10**6)
+    random.Random(seed).shuffle(names)
+    driver = ("import importlib, sys, traceback\n"
+              "failed = []\n"
+              "for name in sys.argv[1:]:\n"
+              "    for loaded in [m for m in sys.modules if m == 'blocklab' or m.startswith('blocklab.')]:\n"
+              "        del sys.modules[loaded]\n"
+              "    try:\n"
+              "        importlib.import_module(name)\n"
+              "    except Exception:\n"
+              "        failed.append(name + ':\\n' + traceback.format_exc(limit=-3))\n"
+              "print('\\n'.join(failed)); sys.exit(1 if failed else 0)\n")
+    env = {**os.environ, "PYTHONPATH": f"{PACKAGE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", driver, *names], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, f"order seed {seed}:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("module", ["blocklab.study", "blocklab.reporting.sensitivity", "blocklab.experiments.probe"])
+def test_a_module_imports_alone_in_a_fresh_process(module):
+    """The same, in a truly fresh interpreter, for a module of the params layer and two that sit on long chains."""
+    env = {**os.environ, "PYTHONPATH": f"{PACKAGE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_plan_names_runs_as_the_sweep_does():
+    """blocklab.study keeps its own copy of the sweep's run-directory name (the params layer cannot import training)."""
+    from blocklab import study
+    from blocklab.training import sweep
+
+    for norm, warmup, seed in [("post", 0, 0), ("pre", 400, 2), ("post", 40, 11)]:
+        assert study.run_name(norm, warmup, seed) == sweep.run_name(norm, warmup, seed)
