@@ -210,7 +210,7 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
     from .study import check_problems  # the sensitivity section (its plan; the params layer too)
 
     problems += check_problems(params)
-    from .experiments.dynamics import check_problems as dynamics_problems
+    from .dynamics_plan import check_problems as dynamics_problems  # diagnostics and dynamics sections
 
     problems += dynamics_problems(params)
     probe_model = params["probe"]["model"]

@@ -25,22 +25,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import ConfigError
+from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_FILES, TABLES,  # noqa: F401  (re-exported)
+                             aggregate_inputs, check_problems, plan, read_snapshots, snapshots, unrecorded)
 from ..io import read_json, read_table, write_table
 from ..params import load_params
-from .sensitivity import Cell, cell_params, default_cell
+from ..study import Cell, cell_params, default_cell
 
 log = logging.getLogger("blocklab.dynamics")
 
-ROOT = "data/dynamics"
-RUNS = f"{ROOT}/runs"
-PLAN = f"{ROOT}/plan.csv"
-TABLES = {"losses": f"{ROOT}/losses.csv", "diagnostics": f"{ROOT}/diagnostics.parquet",
-          "summary": f"{ROOT}/summary.csv", "rates": f"{ROOT}/rates.csv"}
-SNAPSHOT_FILES = ("runs.csv", "losses.csv", "diagnostics.parquet")
-FIGURES = {  # figure -> the tables it is drawn from
-    "dynamics_gradnorm": [TABLES["diagnostics"], TABLES["summary"]],
-    "dynamics_collapse": [TABLES["diagnostics"], TABLES["losses"], TABLES["summary"]],
-}
 OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
 WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)
 
@@ -52,33 +44,6 @@ def figure_steps(warmup: int, steps: int) -> list[int]:
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------------------
-
-
-PLAN_COLUMNS = ["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep", "compare", "collapse"]
-
-
-def plan(params: dict) -> pd.DataFrame:
-    """Every run of the family once: the cell, norm, warm-up, seed, its run directory and its groups (compare,
-    collapse: booleans)."""
-    from ..training.sweep import run_name
-
-    dyn, sweep = params["dynamics"], params["sweep"]
-    base = default_cell(params)
-    rows = [("compare", base, norm, warmup, seed)
-            for norm in sweep["norms"] for warmup in sweep["warmups"] for seed in dyn["compare_seeds"]]
-    collapse = dyn["collapse"]
-    rows += [("collapse", Cell.parse(name), "post", collapse["warmup"], seed)
-             for name in collapse["settings"] for seed in collapse["seeds"]]
-    records: dict[str, dict] = {}
-    for group, cell, norm, warmup, seed in rows:
-        in_main = cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"]
-        run = run_name(norm, warmup, seed)
-        run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
-        record = records.setdefault(run_dir, {"setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
-                                              "run": run, "run_dir": run_dir, "main_sweep": in_main,
-                                              "compare": False, "collapse": False})
-        record[group] = True  # a run can be in both groups (post-norm with warm-up at a compare seed): listed once
-    return pd.DataFrame(list(records.values()), columns=PLAN_COLUMNS)
 
 
 def collapse_params(params: dict, cell_name: str) -> dict:
@@ -227,33 +192,6 @@ def collect(planned: pd.DataFrame, root: str | Path = ".", only_finished: bool =
     return runs, losses, diagnostics
 
 
-def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    runs, losses, diags = [], [], []
-    for d in map(Path, dirs):
-        missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
-        if missing:
-            raise ConfigError(f"{d}: no dynamics snapshot there (missing {', '.join(missing)}); allowed: directories "
-                              "written by `blocklab dynamics-snapshot`")
-        runs.append(read_table(d / "runs.csv"))
-        losses.append(read_table(d / "losses.csv"))
-        diags.append(pd.read_parquet(d / "diagnostics.parquet").astype({"value": "float64", "step": "int64", "block": "int64"}))
-    runs = pd.concat(runs, ignore_index=True)
-    doubled = runs[runs.duplicated(["setting", "run"], keep=False)]
-    if len(doubled):
-        raise ConfigError(f"dynamics.from_snapshots: runs recorded twice: {sorted(set(doubled['setting'] + '/' + doubled['run']))}")
-    return runs, pd.concat(losses, ignore_index=True), pd.concat(diags, ignore_index=True)
-
-
-def unrecorded(runs: pd.DataFrame, planned: pd.DataFrame) -> str | None:
-    have = set(zip(runs["setting"], runs["run"])) if len(runs) else set()
-    missing = [f"{s}/{r}" for s, r in zip(planned["setting"], planned["run"]) if (s, r) not in have]
-    if missing:
-        return (f"{len(missing)} planned run(s) not in the snapshots: {', '.join(missing[:6])}"
-                f"{' ...' if len(missing) > 6 else ''}; allowed: snapshots that record every run of the plan, or "
-                "dynamics.from_snapshots: [] to train them here")
-    return None
-
-
 def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame) -> pd.DataFrame:
     """One row per planned run: its identity, how it ended and its events (judged now, with params' thresholds)."""
     rule = params["dynamics"]["events"]
@@ -271,18 +209,6 @@ def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: p
                      "stop_reason": record["stop_reason"], "diagnostics": record["diagnostics"],
                      "wall_time_s": record["wall_time_s"], "machine": record["machine"]})
     return pd.DataFrame(rows)
-
-
-def snapshots(params: dict) -> list[str]:
-    return list(params["dynamics"].get("from_snapshots", []))
-
-
-def aggregate_inputs(params: dict) -> list[str]:
-    """What the aggregation reads: every planned run's meta.json (they train first), or the snapshots' files."""
-    dirs = snapshots(params)
-    if dirs:
-        return [f"{d}/{name}" for d in dirs for name in SNAPSHOT_FILES]
-    return [f"{d}/meta.json" for d in plan(params)["run_dir"]]
 
 
 def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
@@ -318,62 +244,6 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".") -> pd.
 
 
 # ---- checks before any compute ---------------------------------------------------------------------------------------
-
-
-def check_problems(params: dict) -> list[tuple[str, str]]:
-    """Cross-field checks of ``dynamics`` and ``diagnostics`` (params.validate_params calls this): (key, message)."""
-    from ..training.diagnostics import check_settings
-
-    problems = []
-    try:
-        check_settings(params.get("diagnostics"))
-    except ConfigError as why:
-        problems.append(("diagnostics", str(why)))
-    dyn = params.get("dynamics")
-    if dyn is None:
-        return problems
-    steps, chance = params["sweep"]["steps"], math.log(params["copy_task"]["vocab_size"])
-    rule = dyn["events"]
-    if not 0 < rule["learned_below"] < rule["spike_above"]:
-        problems.append(("dynamics.events.learned_below", f"{rule['learned_below']} must be below "
-                         f"dynamics.events.spike_above={rule['spike_above']}, else every learned run spikes; allowed: "
-                         f"a number in (0, {rule['spike_above']})"))
-    if rule["spike_above"] >= rule["collapse_at"] * chance:
-        problems.append(("dynamics.events.spike_above", f"{rule['spike_above']} is not below the collapse level "
-                         f"collapse_at x ln(vocab) = {rule['collapse_at'] * chance:.3f}; allowed: (learned_below, "
-                         f"{rule['collapse_at'] * chance:.3f})"))
-    if rule["learned_for"] + rule["collapse_for"] > steps:
-        problems.append(("dynamics.events.collapse_for", f"learned_for + collapse_for = "
-                         f"{rule['learned_for'] + rule['collapse_for']} exceeds sweep.steps={steps}, so a collapse "
-                         f"could never fire; allowed: 1..{steps - rule['learned_for']}"))
-    warmup = dyn["collapse"]["warmup"]
-    if warmup > steps:
-        problems.append(("dynamics.collapse.warmup", f"{warmup} is longer than training (sweep.steps={steps}); "
-                         f"allowed: 0..{steps}"))
-    for i, name in enumerate(dyn["collapse"]["settings"]):
-        try:
-            Cell.parse(name)
-        except ConfigError:
-            problems.append((f"dynamics.collapse.settings[{i}]", f"{name!r} is not a setting; allowed: "
-                             "{position}-b{batch}-L{depth}-lr{lr}-{fp32|bf16}, e.g. " + default_cell(params).name))
-    dirs = snapshots(params)
-    if dirs and not problems:
-        bad = [d for d in dirs if not all((Path(d) / n).is_file() for n in SNAPSHOT_FILES)]
-        if bad:
-            problems.append(("dynamics.from_snapshots", f"{', '.join(bad)}: no snapshot there; allowed: directories "
-                             "written by `blocklab dynamics-snapshot`, e.g. docs/dynamics/collapse"))
-        else:
-            try:
-                runs, _, _ = read_snapshots(dirs)
-                why = unrecorded(runs, plan(params))
-                if why:
-                    problems.append(("dynamics.from_snapshots", why))
-            except ConfigError as why:
-                problems.append(("dynamics.from_snapshots", str(why)))
-    return problems
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------------
 
 
 def register(subparsers) -> None:

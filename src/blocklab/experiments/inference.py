@@ -17,7 +17,7 @@ import pandas as pd
 from ..config import ConfigError
 from ..io import read_json, read_table, write_table
 from ..params import load_params
-from .sensitivity import Cell, cell_params, default_cell
+from ..study import Cell, cell_params, default_cell, run_name
 
 log = logging.getLogger("blocklab.inference")
 
@@ -37,8 +37,6 @@ def candidates(params: dict) -> list[Cell]:
 
 
 def plan(params: dict) -> pd.DataFrame:
-    from ..training.sweep import run_name
-
     warmup = max(params["sweep"]["warmups"])
     rows = []
     for cell in candidates(params):

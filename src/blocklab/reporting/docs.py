@@ -167,6 +167,51 @@ def bench_latest(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
 
 
+def dynamics_runs(data: Path, root: Path) -> str:
+    """The recorded dynamics runs (docs/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
+    collapse and spike rates with their 95 % Wilson intervals, judged with the thresholds of params.yaml."""
+    from ..experiments.dynamics import events, rates
+    from ..params import load_params
+
+    snap = root / "docs" / "dynamics" / "collapse"
+    rule = load_params(root / "params.yaml")["dynamics"]["events"]
+    runs, losses = read_table(snap / "runs.csv"), read_table(snap / "losses.csv")
+    lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = []
+    for r in runs.itertuples(index=False):
+        curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
+        e = events(curve["loss"], curve["step"], rule, int(r.vocab_size))
+        rows.append({"setting": r.setting, "seed": r.seed, "collapse": r.warmup > 0 and r.norm == "post", **e})
+        spike = "—" if e["spike_step"] != e["spike_step"] else f"{int(e['spike_step'])}: {e['spike_loss']:.3f}"
+        worst = "—" if e["max_after_learned"] != e["max_after_learned"] else f"{e['max_after_learned']:.3f}"
+        learned = "never" if e["learned_step"] != e["learned_step"] else f"{int(e['learned_step'])}"
+        lines.append(f"| {r.setting} {r.run} | {e['outcome']} | {learned} | {spike} | {worst} | {r.machine} | "
+                     f"{r.wall_time_s / 60:.0f} min |")
+    table = rates(pd.DataFrame(rows))
+    for t in table.itertuples(index=False):
+        lines += ["", f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
+                      f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
+                      f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}); seeds {t.seeds}."]
+    return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/runs.csv", "docs/dynamics/collapse/losses.csv")
+
+
+def inference_ranking(data: Path, root: Path) -> str:
+    """The pre-registered fitting score (docs/dynamics.md) of every fp32 setting recorded so far: the sensitivity
+    study's snapshot and the gallery's main sweep."""
+    from .inference import read_losses, score
+
+    ranked = score(read_losses([root / "docs" / "sensitivity" / "choices"], [data / "sweep" / "losses.csv"],
+                               "learned-b32-L24-lr0.001-fp32"))
+    ids = [c for c in ranked.columns if c.startswith("d000-")]
+    lines = ["| rank | setting | " + " | ".join(i.removeprefix("d000-") for i in ids) + " | score | seeds |",
+             "| --- | --- | " + " | ".join("---" for _ in ids) + " | --- | --- |"]
+    for r in ranked.to_dict("records"):
+        values = " | ".join(f"{r[i]:.2f}" for i in ids)
+        lines.append(f"| {r['rank']} | {r['setting']} | {values} | **{r['score']:.2f}** | {r['seeds']} |")
+    return "\n".join(lines) + "\n\n" + _note("docs/sensitivity/choices/losses.csv", "docs/gallery/data/sweep/losses.csv")
+
+
 GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
@@ -176,6 +221,8 @@ GENERATORS = {
     "sensitivity-depth-lr": sensitivity_depth_lr,
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
+    "dynamics-runs": dynamics_runs,
+    "inference-ranking": inference_ranking,
 }
 
 

@@ -12,53 +12,10 @@ The gradient and Adam metrics are taken every step; the forward ones every ``eve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import pandas as pd
 import torch
 
-from ..config import ConfigError
-
-
-@dataclass(frozen=True)
-class Metric:
-    scope: str      # "block" (one value per block) or "model"
-    cadence: str    # "step" (every step) or "every" (every `every` steps: needs a forward pass of its own)
-    label: str      # what it is, in words (figure axes, the README)
-
-
-METRICS = {
-    "grad_ffn_out": Metric("block", "step", "gradient norm of the block's second MLP weight (Xiong et al. 2020, Fig. 3)"),
-    "grad_attn": Metric("block", "step", "gradient norm of the attention sub-layer (its norm included)"),
-    "grad_ffn": Metric("block", "step", "gradient norm of the MLP sub-layer (its norm included)"),
-    "update_ratio": Metric("block", "step", "Adam's relative update ||dtheta|| / ||theta|| of the block"),
-    "adam_rms": Metric("block", "step", "sqrt(mean(g^2 / v_hat)) over the block, v_hat before the step (Wortsman et al. 2023)"),
-    "stream_norm": Metric("block", "every", "mean L2 norm of the residual stream entering the block"),
-    "attn_entropy": Metric("block", "every", "mean attention entropy of the block's heads (nats; Zhai et al. 2023)"),
-    "attn_logit_max": Metric("block", "every", "largest attention logit q.k/sqrt(d_head) of the block"),
-    "output_logit_max": Metric("model", "every", "largest output logit of the model"),
-}
-MODEL_BLOCK = -1  # the block index of whole-model metrics
-COLUMNS = ["step", "block", "metric", "value"]
-
-
-def check_settings(settings: dict | None, key: str = "diagnostics") -> dict:
-    """The ``diagnostics`` section of params.yaml, checked: unknown metric names and a non-positive interval fail here,
-    naming the key and the allowed values, before anything trains."""
-    settings = dict(settings or {"enabled": False})
-    allowed = {"enabled", "every", "metrics"}
-    unknown = set(settings) - allowed
-    if unknown:
-        raise ConfigError(f"{key}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    every = settings.get("every", 10)
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        raise ConfigError(f"{key}.every={every!r} is not allowed; choose an integer >= 1 (steps between forward metrics)")
-    metrics = settings.get("metrics", list(METRICS))
-    bad = [m for m in metrics if m not in METRICS]
-    if bad or not metrics or len(set(metrics)) != len(metrics):
-        why = f"unknown {bad}" if bad else "empty" if not metrics else "repeated names"
-        raise ConfigError(f"{key}.metrics: {why}; allowed: {list(METRICS)} (each at most once)")
-    return {"enabled": bool(settings.get("enabled", False)), "every": every, "metrics": list(metrics)}
+from ..dynamics_plan import COLUMNS, METRICS, MODEL_BLOCK, Metric, check_settings  # noqa: F401  (names live there)
 
 
 class Recorder:
