@@ -124,12 +124,24 @@ def snapshots(params: dict) -> list[str]:
     return list(params["dynamics"].get("from_snapshots", []))
 
 
+def from_runs(params: dict) -> pd.DataFrame:
+    """The planned runs read from their own directories: all of them, or with ``dynamics.from_snapshots`` the main
+    sweep's (the pipeline trains those anyway, with their diagnostics); the snapshots give the rest."""
+    planned = plan(params)
+    return planned[planned["main_sweep"]] if snapshots(params) else planned
+
+
+def from_records(params: dict) -> pd.DataFrame:
+    """The planned runs the snapshots must record (none without ``dynamics.from_snapshots``)."""
+    planned = plan(params)
+    return planned[~planned["main_sweep"]] if snapshots(params) else planned.iloc[0:0]
+
+
 def aggregate_inputs(params: dict) -> list[str]:
-    """What the aggregation reads: every planned run's meta.json (they train first), or the snapshots' files."""
-    dirs = snapshots(params)
-    if dirs:
-        return [f"{d}/{name}" for d in dirs for name in SNAPSHOT_FILES]
-    return [f"{d}/meta.json" for d in plan(params)["run_dir"]]
+    """What the aggregation reads: the meta.json of every run read from its directory (they train first), and the
+    snapshots' files."""
+    return ([f"{d}/{name}" for d in snapshots(params) for name in SNAPSHOT_FILES]
+            + [f"{d}/meta.json" for d in from_runs(params)["run_dir"]])
 
 
 def check_problems(params: dict) -> list[tuple[str, str]]:
@@ -175,7 +187,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         else:
             try:
                 runs, _, _ = read_snapshots(dirs)
-                why = unrecorded(runs, plan(params))
+                why = unrecorded(runs, from_records(params))
                 if why:
                     problems.append(("dynamics.from_snapshots", why))
             except ConfigError as why:

@@ -26,7 +26,8 @@ import pandas as pd
 
 from ..config import ConfigError
 from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_FILES, TABLES,  # noqa: F401  (re-exported)
-                             aggregate_inputs, check_problems, plan, read_snapshots, snapshots, unrecorded)
+                             aggregate_inputs, check_problems, from_records, from_runs, plan, read_snapshots, snapshots,
+                             unrecorded)
 from ..io import read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell
@@ -212,16 +213,22 @@ def summarize(params: dict, runs: pd.DataFrame, losses: pd.DataFrame, planned: p
 
 
 def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
-    """The family's tables, from the run directories or from ``dynamics.from_snapshots``."""
+    """The family's tables: the main sweep's runs (and, without ``dynamics.from_snapshots``, every run) from their
+    directories, the others from the snapshots."""
     planned = plan(params)
     dirs = snapshots(params)
+    runs, losses, diagnostics = collect(from_runs(params), root)
     if dirs:
-        runs, losses, diagnostics = read_snapshots([Path(root) / d for d in dirs])
-        why = unrecorded(runs, planned)
+        recorded = from_records(params)
+        r, l_, d = read_snapshots([Path(root) / d for d in dirs])
+        why = unrecorded(r, recorded)
         if why:
             raise ConfigError(f"dynamics.from_snapshots: {why}")
-    else:
-        runs, losses, diagnostics = collect(planned, root)
+        wanted = set(zip(recorded["setting"], recorded["run"]))
+        mine = lambda frame: frame[[k in wanted for k in zip(frame["setting"], frame["run"])]]  # noqa: E731
+        runs = pd.concat([runs, mine(r)], ignore_index=True)
+        losses = pd.concat([losses, mine(l_)], ignore_index=True)
+        diagnostics = pd.concat([diagnostics, mine(d)], ignore_index=True)
     keys = set(zip(planned["setting"], planned["run"]))
     keep = lambda frame: frame[[k in keys for k in zip(frame["setting"], frame["run"])]].reset_index(drop=True)  # noqa: E731
     losses, diagnostics = keep(losses), keep(diagnostics)
