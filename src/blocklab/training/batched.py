@@ -23,6 +23,7 @@ from ..runtime import resolve_device, set_threads
 from . import sweep
 from .precision import autocast, check_precision
 from .tasks import copy_batch, copy_loss
+from .diagnostics import table as diagnostics_table
 from .train import TrainResult, warmup_factor, write_run
 
 log = logging.getLogger("blocklab.batched")
@@ -163,7 +164,7 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
         # the vmapped path records no diagnostics (its members share one forward): said in meta.json, empty table
         meta = sweep.run_meta(params, cfg, norm, warmup, seed, device, result, diagnostics=None,
                               batched_group=group, group_wall_time_s=round(group_seconds, 2))
-        write_run(Path(out_root) / sweep.run_name(norm, warmup, seed), result, model, meta)
+        write_run(Path(out_root) / sweep.run_name(norm, warmup, seed), result, model, meta, diagnostics_table([]))
         metas.append(meta)
     return metas
 

@@ -15,7 +15,7 @@ from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.models import DecoderLM
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
-from .diagnostics import Recorder, check_settings as check_diagnostics
+from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table
 from .precision import check_precision
 from .tasks import copy_batch, copy_loss
 from .train import train, write_run
@@ -83,7 +83,7 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     meta = run_meta(params, cfg, norm, warmup, seed, device, result, **extra_meta,
                     stopped_step=result.stopped_step, stop_reason=stop_reason(result, stop_rule),
                     diagnostics=diagnostics_meta(recorder, result))
-    write_run(out_dir, result, model, meta, recorder)
+    write_run(out_dir, result, model, meta, recorder.table() if recorder is not None else diagnostics_table([]))
     checkpoint.unlink(missing_ok=True)
     return meta
 

@@ -150,19 +150,18 @@ def train(
     return result
 
 
-def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict, diagnostics=None) -> None:
-    """A finished run's artifacts: loss.csv, diagnostics.parquet (no rows when not recorded) and weights first,
-    meta.json last (its presence marks a finished run)."""
+def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict,
+              diagnostics: pd.DataFrame | None = None) -> None:
+    """A finished run's artifacts: loss.csv, diagnostics.parquet (when a table is given: a copy-task run writes one,
+    with no rows when it recorded none) and weights first, meta.json last (its presence marks a finished run)."""
     from safetensors.torch import save_file
 
     from ..io import write_json, write_table
 
     write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), Path(out_dir) / "loss.csv")
-    from .diagnostics import table
-
-    frame = diagnostics.table() if diagnostics is not None else table([])
-    with atomic_path(Path(out_dir) / "diagnostics.parquet") as tmp:
-        frame.to_parquet(tmp, index=False, compression="zstd")
+    if diagnostics is not None:
+        with atomic_path(Path(out_dir) / "diagnostics.parquet") as tmp:
+            diagnostics.to_parquet(tmp, index=False, compression="zstd")
     with atomic_path(Path(out_dir) / "model.safetensors") as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
     write_json(meta, Path(out_dir) / "meta.json")
