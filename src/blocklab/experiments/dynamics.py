@@ -394,23 +394,33 @@ def event_precursors(summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int = 10) -> pd.DataFrame:
+def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int = 10, later: int = 50) -> pd.DataFrame:
     """Per compare run: the median over its first ``steps`` steps of the largest relative update of a block
-    (||dtheta||/||theta||), Adam's ratio there, and at the end of training the largest attention logit and the lowest
-    attention entropy: how hard the first steps push, and whether attention ever left uniform."""
+    (||dtheta||/||theta||); the output-end / input-end ratio of the per-block gradient (second MLP weight; last sixth
+    over first sixth of the stack, steps within WINDOW) at init and at step ``later``; and at the end of training the
+    largest attention logit and the highest attention entropy of a block (uniform causal attention has the most):
+    how hard the first steps push, where the gradient goes, and whether attention ever left uniform."""
     rows = []
     for r in summary[summary["compare"].astype(bool)].itertuples():
         update = _fold(diagnostics, r.setting, r.run, "update_ratio")
         logit = _fold(diagnostics, r.setting, r.run, "attn_logit_max")
-        entropy = _fold(diagnostics, r.setting, r.run, "attn_entropy", "min")
+        entropy = _fold(diagnostics, r.setting, r.run, "attn_entropy", "max")
         grad = diagnostics[(diagnostics["setting"] == r.setting) & (diagnostics["run"] == r.run)
                            & (diagnostics["metric"] == "grad_ffn_out")]
-        first = grad[grad["step"] <= 1 + WINDOW].groupby("block")["value"].mean().sort_index()
-        ends = max(1, len(first) // 6)
+
+        def out_over_in(step: int) -> float:
+            near = grad[(grad["step"] - step).abs() <= WINDOW].groupby("block")["value"].mean().sort_index()
+            ends = max(1, len(near) // 6)
+            return float(near.iloc[-ends:].mean() / near.iloc[:ends].mean()) if len(near) else float("nan")
+
         rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "outcome": r.outcome,
                      "early_update": float(update[update.index <= steps].median()) if len(update) else float("nan"),
+                     "init_grad_out_over_in": out_over_in(1), "grad_out_over_in_later": out_over_in(later),
                      "final_logit_max": float(logit.iloc[-1]) if len(logit) else float("nan"),
-                     "final_entropy_min": float(entropy.iloc[-1]) if len(entropy) else float("nan"),
-                     "init_grad_out_over_in": float(first.iloc[-ends:].mean() / first.iloc[:ends].mean())
-                     if len(first) else float("nan")})
+                     "final_entropy_max": float(entropy.iloc[-1]) if len(entropy) else float("nan")})
     return pd.DataFrame(rows)
+
+
+def uniform_entropy(time_: int) -> float:
+    """Mean entropy of uniform causal attention over ``time_`` positions: the mean of ln(t + 1), t = 0 .. time_-1."""
+    return sum(math.log(t + 1) for t in range(time_)) / time_

@@ -327,8 +327,13 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
         reading = t["why_logit"][lang]
     else:
         reading = t["why_neither"][lang]
+    from ..experiments.dynamics import uniform_entropy
+
+    uniform = uniform_entropy(2 * data.params["copy_task"]["seq_len"] - 1)
     return t["why"][lang].format(
         early="; ".join(f"{case(r)} {r.early_update:.2g}" for r in early.itertuples()),
+        ratio="; ".join(f"{case(r)} {r.grad_out_over_in_later:.3g}" for r in early.itertuples()),
+        entropy="; ".join(f"{case(r)} {r.final_entropy_max:.3f}" for r in early.itertuples()), uniform=f"{uniform:.3f}",
         logits="; ".join(f"{case(r)} {r.final_logit_max:.3g}" for r in early.itertuples()),
         n_events=len(events_), jump=f"{ADAM_JUMP:g}", adam_k=adam_k, growth=f"{LOGIT_GROWTH:g}", logit_k=logit_k,
         reading=reading)

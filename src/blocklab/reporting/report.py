@@ -347,10 +347,11 @@ class Report:
                                      "grad_ffn_out_ref": 3, "grad_ffn_out_lead": 3, "attn_logit_max_ref": 1,
                                      "attn_logit_max_lead": 1}, names, self.lang, self.t("dynamics_events"), None))
         early = early_updates(summary, diagnostics)
-        parts.append(table_html(early, ["run", "outcome", "early_update", "init_grad_out_over_in", "final_logit_max",
-                                        "final_entropy_min"],
-                                {"early_update": 4, "init_grad_out_over_in": 2, "final_logit_max": 1,
-                                 "final_entropy_min": 2}, names, self.lang, self.t("dynamics_early"), None))
+        parts.append(table_html(early, ["run", "outcome", "early_update", "init_grad_out_over_in", "grad_out_over_in_later",
+                                        "final_logit_max", "final_entropy_max"],
+                                {"early_update": 4, "init_grad_out_over_in": 2, "grad_out_over_in_later": 2,
+                                 "final_logit_max": 1, "final_entropy_max": 3}, names, self.lang,
+                                self.t("dynamics_early"), None))
         return f'<div class="dynamics" data-dynamics="present">{"".join(parts)}</div>'
 
     # the claims table, grouped by document and section, coloured by verdict
