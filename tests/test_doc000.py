@@ -37,6 +37,7 @@ def tiny_params(tmp_path) -> Path:
     params["residual_sim"].update(dim=8, trials=50, max_blocks=6, report_blocks=[1, 4])
     # the default reads the study from snapshots of the document's size; at this size none records its runs (refused)
     params["sensitivity"]["from_snapshots"] = []
+    params["dynamics"]["from_snapshots"] = []  # the same for the dynamics family's recorded runs
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     return path

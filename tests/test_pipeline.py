@@ -165,8 +165,8 @@ def test_adding_a_seed_trains_only_the_new_runs(snake_project):
 
 def test_changing_a_plot_option_redraws_without_retraining(snake_project):
     jobs = jobs_after_edit(snake_project, "lang: ko", "lang: en")
-    # only jobs that draw: the report, and the sensitivity family's own figures (its tiny configuration is in_report)
-    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "all"}
+    # only jobs that draw: the report, and the sensitivity and dynamics families' own figures (in_report in tiny)
+    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "dynamics_figures", "all"}
 
 
 def test_changing_a_model_parameter_retrains_what_depends_on_it(snake_project):

@@ -19,6 +19,7 @@ from blocklab.pipeline import FIGURES
 from blocklab.reporting import answers
 from blocklab.reporting.browser import find_chromium, inspect_report
 from blocklab.reporting.claims import Data
+from blocklab.dynamics_plan import FIGURES as DYNAMICS_FIGURES
 from blocklab.reporting.report import SENSITIVITY_FIGURES
 
 CHROMIUM = find_chromium()
@@ -42,6 +43,7 @@ def seen(snake_project, tmp_path_factory):
 def test_every_figure_loads_and_no_code_is_shown(seen, snake_project):
     params = load_params(snake_project / "params.yaml")
     expected = set(FIGURES) | (set(SENSITIVITY_FIGURES) if params["sensitivity"]["in_report"] else set())
+    expected |= set(DYNAMICS_FIGURES) if params["dynamics"]["in_report"] else set()
     assert {f["figure"] for f in seen["figures"]} == expected and seen["missing_figures"] == 0
     for figure in seen["figures"]:
         assert figure["complete"] and figure["width"] > 100 and figure["height"] > 100 and figure["shown"] > 100, figure
