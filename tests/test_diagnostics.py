@@ -332,3 +332,49 @@ def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
     assert len(steps) == len(planned) and set(steps) == {TINY["inference"]["fit_steps"]}  # each run stops at fit_steps
     ranked = pd.read_csv(snake_project / inference.RANKING)
     assert list(ranked["setting"]) == sorted(set(planned["setting"])) and ranked["score"].notna().all()
+
+
+def test_the_why_answer_reads_the_hand_made_diagnostics_by_its_fixed_rules():
+    """Problem 11 (c)'s "why": a post-norm run whose input-side gradient vanished while pre-norm's did not, and a spike
+    preceded by Adam's ratio and not by the attention logit, give the vanish and the Adam readings, in both languages."""
+    from blocklab.reporting import answers
+    from blocklab.reporting.claims import Data
+
+    compare = [("post-w0-s0", "post", 0, "never learned"), ("pre-w0-s0", "pre", 0, "stable")]
+    summary = pd.DataFrame([{"compare": True, "collapse": False, "setting": "s", "run": run, "norm": norm,
+                             "warmup": warmup, "seed": 0, "outcome": outcome, "spike_step": float("nan"),
+                             "spike_loss": float("nan")} for run, norm, warmup, outcome in compare]
+                           + [{"compare": False, "collapse": True, "setting": "s", "run": "post-w20-s1", "norm": "post",
+                               "warmup": 20, "seed": 1, "outcome": "spiked", "spike_step": 100.0, "spike_loss": 0.7}])
+    rows = []
+    for run, norm, _, _ in compare:
+        for step in range(1, 61):
+            for block in range(6):  # post-norm: the input end's gradient 1e-6 of the output end's; pre-norm: flat
+                value = (1e-6 if block == 0 else 1.0) if norm == "post" else 1.0
+                rows.append(("s", run, step, block, "grad_ffn_out", value))
+            rows += [("s", run, step, 0, "update_ratio", 0.007)]
+            if step % 10 == 0:
+                rows += [("s", run, step, 0, "attn_logit_max", 5.0), ("s", run, step, 0, "attn_entropy", 3.19)]
+    for step in range(30, 101):  # the spike: Adam's ratio jumps at step 95, the attention logit stays at 40
+        rows += [("s", "post-w20-s1", step, 0, "adam_rms", 2.0 if step >= 95 else 0.05),
+                 ("s", "post-w20-s1", step, 0, "grad_ffn_out", 1.0)]
+        if step % 10 == 0:
+            rows += [("s", "post-w20-s1", step, 0, "attn_logit_max", 40.0), ("s", "post-w20-s1", step, 0, "attn_entropy", 1.0)]
+    diagnostics = pd.DataFrame(rows, columns=["setting", "run", "step", "block", "metric", "value"])
+    rates = pd.DataFrame([{"setting": "s", "runs": 1, "learned": 1, "collapsed": 0, "collapsed_rate": 0.0,
+                           "collapsed_low": 0.0, "collapsed_high": 0.79, "spiked": 1, "spiked_rate": 1.0,
+                           "spiked_low": 0.21, "spiked_high": 1.0}])
+    tables = {"dynamics/summary.csv": summary, "dynamics/rates.csv": rates, "dynamics/diagnostics.parquet": diagnostics}
+    t = answers.texts()["answers"]["p11c"]
+    for lang in ("en", "ko"):
+        data = Data("/nonexistent", copy.deepcopy(TINY), tables=dict(tables))
+        why = answers._why_text(data, t, lang)
+        assert t["why_adam"][lang] in why and t["why_vanish"][lang].split("{")[0] in why, why
+        assert "1e+06" in why  # post-norm's output/input ratio (1 / 1e-6 with six blocks: ends of one block each)
+    # the rules can say otherwise: pre-norm's input side vanishing too, and the logit growing before the spike
+    both = diagnostics.copy()
+    both.loc[(both["run"] == "pre-w0-s0") & (both["metric"] == "grad_ffn_out") & (both["block"] == 0), "value"] = 1e-6
+    both.loc[(both["run"] == "post-w20-s1") & (both["metric"] == "attn_logit_max") & (both["step"] == 90), "value"] = 60.0
+    data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/diagnostics.parquet": both})
+    why = answers._why_text(data, t, "en")
+    assert t["why_neither"]["en"] in why and t["why_vanish"]["en"].split("{")[0] not in why, why

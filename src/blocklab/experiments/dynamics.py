@@ -360,6 +360,7 @@ LEAD = 10      # the steps just before an event (e-10 .. e-1, the event's own st
 BEFORE = 60    # the reference window before that: steps e-60 .. e-11
 ADAM_JUMP = 3.0    # Adam's ratio counts as "jumped" when its peak in the lead exceeds 3x its reference median
 LOGIT_GROWTH = 1.2  # the attention logit counts as "grew" when its lead peak exceeds 1.2x its reference peak
+VANISHED = 100.0   # the input-side gradient counts as "vanished" when the output end's is over 100x it (step 50)
 
 
 def _fold(diagnostics: pd.DataFrame, setting: str, run: str, metric: str, fold: str = "max") -> pd.Series:

@@ -327,9 +327,13 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
         reading = t["why_logit"][lang]
     else:
         reading = t["why_neither"][lang]
-    from ..experiments.dynamics import uniform_entropy
+    from ..experiments.dynamics import VANISHED, uniform_entropy
 
     uniform = uniform_entropy(2 * data.params["copy_task"]["seq_len"] - 1)
+    ratio = {(r.norm, int(r.warmup)): r.grad_out_over_in_later for r in early.itertuples()}
+    post0, pre0 = ratio.get(("post", 0), float("nan")), ratio.get(("pre", 0), float("nan"))
+    if post0 > VANISHED and not pre0 > VANISHED:  # the rule, fixed in experiments.dynamics
+        reading = t["why_vanish"][lang].format(post=f"{post0:.3g}", pre=f"{pre0:.3g}") + reading
     return t["why"][lang].format(
         early="; ".join(f"{case(r)} {r.early_update:.2g}" for r in early.itertuples()),
         ratio="; ".join(f"{case(r)} {r.grad_out_over_in_later:.3g}" for r in early.itertuples()),
