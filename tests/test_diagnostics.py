@@ -378,3 +378,23 @@ def test_the_why_answer_reads_the_hand_made_diagnostics_by_its_fixed_rules():
     data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/diagnostics.parquet": both})
     why = answers._why_text(data, t, "en")
     assert t["why_neither"]["en"] in why and t["why_vanish"]["en"].split("{")[0] not in why, why
+
+
+def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_project, tmp_path, monkeypatch):
+    from blocklab.cli import main
+    from blocklab.experiments import dynamics as dyn
+
+    snap = tmp_path / "snap"
+    dyn.write_snapshot(TINY, snap, root=snake_project)
+    runs = pd.read_csv(snap / "runs.csv")
+    lost = runs[~runs["run_dir"].str.startswith("data/sweep/")].iloc[0]
+    runs[runs["run"] != lost["run"]].to_csv(snap / "runs.csv", index=False)  # as if the seed were just added
+    params = copy.deepcopy(TINY)
+    params["dynamics"]["from_snapshots"] = [str(snap)]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(ParamsError):
+        load_params(path)  # these parameters are refused until the run is recorded ...
+    monkeypatch.chdir(snake_project)
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", str(snap)]) in (0, None)
+    assert lost["run"] in set(pd.read_csv(snap / "runs.csv")["run"]) and load_params(path)  # ... and accepted after

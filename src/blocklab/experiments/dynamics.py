@@ -349,7 +349,16 @@ def _aggregate_main(args) -> None:
 
 
 def _snapshot_main(args) -> None:
-    params = copy.deepcopy(load_params(args.params))
+    """Record every finished planned run, including seeds just added to the plan that ``from_snapshots`` does not yet
+    cover (so the parameters are checked with it cleared: recording is how a new seed gets covered)."""
+    import yaml
+
+    from ..params import validate_params
+
+    raw = yaml.safe_load(Path(args.params).read_text(encoding="utf-8"))
+    if isinstance(raw, dict) and isinstance(raw.get("dynamics"), dict):
+        raw["dynamics"]["from_snapshots"] = []
+    params = validate_params(raw, str(args.params))
     runs = write_snapshot(params, args.out)
     print(f"{len(runs)} finished run(s) recorded in {args.out}")
 
