@@ -181,6 +181,9 @@ def test_a_bad_setting_fails_before_any_compute_and_touches_nothing(tmp_path):
                  "--out-dir", str(out)]) == 2
     assert main(["train-copy", "--params", str(path), "--norm", "post", "--warmup", "0", "--seed", "0",
                  "--out-dir", str(out)]) == 2
+    # a fitting run outside the inference plan (a batch size the candidates do not list)
+    assert main(["train-inference", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
+                 "--norm", "post", "--warmup", "400", "--seed", "0", "--out-dir", str(out)]) == 2
     assert sorted(p.name for p in out.iterdir()) == ["marker"]
 
 

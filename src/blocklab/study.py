@@ -168,6 +168,16 @@ def plan(params: dict) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
+def require_planned(planned: pd.DataFrame, cell: Cell, norm: str, warmup: int, seed: int, what: str) -> None:
+    """Refuse, before any compute, a run that is not in ``planned`` (a plan with setting, norm, warmup, seed columns):
+    the error names the run, ``what`` it is not a run of, and the planned cells."""
+    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == norm) & (planned["warmup"] == warmup)
+                   & (planned["seed"] == seed)]
+    if mine.empty:
+        raise ConfigError(f"--cell={cell.name} --norm={norm} --warmup={warmup} --seed={seed} is not a run of {what}; "
+                          f"allowed cells: {sorted(planned['setting'].unique())}")
+
+
 def run_dirs(params: dict) -> list[str]:
     """Each run directory once (a run can belong to both families: the default cell at the document's size)."""
     return list(dict.fromkeys(plan(params)["run_dir"]))

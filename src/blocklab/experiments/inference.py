@@ -17,7 +17,7 @@ import pandas as pd
 from ..config import ConfigError
 from ..io import read_json, read_table, write_table
 from ..params import load_params
-from ..study import Cell, cell_params, default_cell, run_name
+from ..study import Cell, cell_params, default_cell, require_planned, run_name
 
 log = logging.getLogger("blocklab.inference")
 
@@ -134,12 +134,7 @@ def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
     cell = Cell.parse(args.cell)
-    planned = plan(params)
-    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == args.norm)
-                   & (planned["warmup"] == args.warmup) & (planned["seed"] == args.seed)]
-    if mine.empty:
-        raise ConfigError(f"--cell={args.cell} --norm={args.norm} --warmup={args.warmup} --seed={args.seed} is not a "
-                          f"fitting run of {args.params}; allowed cells: {sorted(planned['setting'].unique())}")
+    require_planned(plan(params), cell, args.norm, args.warmup, args.seed, f"the inference fitting runs of {args.params}")
     set_threads(args.threads or params["threads_per_run"])
     meta = train_copy_run(fit_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
                           inference_cell=cell.name)

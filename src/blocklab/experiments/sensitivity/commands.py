@@ -11,7 +11,7 @@ from ...config import ConfigError
 from ...io import write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
-from ...study import Cell, cell_params, early_stop_rule, plan
+from ...study import Cell, cell_params, early_stop_rule, plan, require_planned
 from .aggregation import gradnorm_by_position, record_runs
 
 log = logging.getLogger("blocklab.sensitivity")
@@ -56,13 +56,7 @@ def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
     cell = Cell.parse(args.cell)
-    planned = plan(params)
-    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == args.norm)
-                   & (planned["warmup"] == args.warmup) & (planned["seed"] == args.seed)]
-    if mine.empty:
-        raise ConfigError(f"--cell={args.cell} --norm={args.norm} --warmup={args.warmup} --seed={args.seed} is not a run "
-                          f"of the sensitivity section of {args.params}; allowed cells: "
-                          f"{sorted(planned['setting'].unique())}")
+    require_planned(plan(params), cell, args.norm, args.warmup, args.seed, f"the sensitivity section of {args.params}")
     set_threads(args.threads or params["threads_per_run"])
     stop, words = early_stop_rule(params, cell)
     meta = train_copy_run(cell_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
