@@ -11,6 +11,7 @@ import yaml
 
 from blocklab import ModelConfig
 from blocklab.experiments.dynamics import collapse_stop, events, plan, rates, wilson
+from blocklab.config import ConfigError
 from blocklab.params import ParamsError, load_params, validate_params
 from blocklab.training.diagnostics import METRICS, Recorder
 from blocklab.training.sweep import build_copy_model, train_copy_run
@@ -335,6 +336,55 @@ def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
     assert len(steps) == len(planned) and set(steps) == {TINY["inference"]["fit_steps"]}  # each run stops at fit_steps
     ranked = pd.read_csv(snake_project / inference.RANKING)
     assert list(ranked["setting"]) == sorted(set(planned["setting"])) and ranked["score"].notna().all()
+
+
+def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_the_rest(tmp_path):
+    from blocklab.experiments import inference
+
+    params = copy.deepcopy(FULL)
+    params["inference"].update(positions=["learned"], batch_sizes=[16, 32], seeds=[0, 1], fit_steps=300,
+                               from_snapshots=["snap"])
+    planned = inference.plan(params)
+    main = planned[planned["main_sweep"]]
+    # the default cell (batch 32) at the sweep's seeds: its 1,200-step runs begin with the fitting run's 300 steps
+    assert set(main["setting"]) == {"learned-b32-L24-lr0.001-fp32"} and len(main) == 4
+    assert all(d.startswith("data/sweep/runs/") for d in main["run_dir"])
+
+    def curve(run_dir, steps, value):
+        (tmp_path / run_dir).mkdir(parents=True)
+        pd.DataFrame({"step": range(1, steps + 1), "loss": [value] * steps}).to_csv(tmp_path / run_dir / "loss.csv",
+                                                                                     index=False)
+        (tmp_path / run_dir / "meta.json").write_text('{"wall_time_s": 1.0}')
+
+    for d in main["run_dir"]:
+        curve(d, 1200, 0.5)
+    # a snapshot records batch 16's seed 0 (both cases) and a run outside the plan, which is not read
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    b16 = "learned-b16-L24-lr0.001-fp32"
+    pd.DataFrame({"setting": [b16, b16, "other"], "run": ["post-w400-s0", "pre-w0-s0", "pre-w0-s0"]}).to_csv(
+        snap / "runs.csv", index=False)
+    pd.DataFrame([{"setting": s, "run": r, "step": t, "loss": 0.25} for s, r in
+                  [(b16, "post-w400-s0"), (b16, "pre-w0-s0"), ("other", "pre-w0-s0")] for t in range(1, 1201)]).to_csv(
+        snap / "losses.csv", index=False)
+    own, _, _ = inference.sources(params, tmp_path)
+    trained_here = own[~own["main_sweep"]]
+    assert set(trained_here["run"]) == {"post-w400-s1", "pre-w0-s1"} and set(trained_here["setting"]) == {b16}
+    with pytest.raises(ConfigError, match="not trained yet"):
+        inference.collect(params, tmp_path)
+    for d in trained_here["run_dir"]:
+        curve(d, 300, 1.0)
+    runs, losses = inference.collect(params, tmp_path)
+    assert len(runs) == len(planned) == 8 and losses.groupby(["setting", "run"]).size().eq(300).all()
+    by_source = losses.groupby(["setting", "run"])["loss"].first()
+    assert by_source[(b16, "pre-w0-s0")] == 0.25 and by_source[(b16, "pre-w0-s1")] == 1.0
+    assert by_source[("learned-b32-L24-lr0.001-fp32", "pre-w0-s1")] == 0.5
+    # the snapshot command records the fitting runs trained here only
+    runs, _ = inference.collect(params, tmp_path, only_finished=True)
+    assert sorted(runs["run"]) == ["post-w400-s1", "pre-w0-s1"]
+    params["inference"]["from_snapshots"] = ["nowhere"]
+    with pytest.raises(ConfigError, match="inference.from_snapshots"):
+        inference.sources(params, tmp_path)
 
 
 def test_the_why_answer_reads_the_hand_made_diagnostics_by_its_fixed_rules():

@@ -37,16 +37,24 @@ def candidates(params: dict) -> list[Cell]:
 
 
 def plan(params: dict) -> pd.DataFrame:
+    """Every fitting run: setting, norm, warm-up, seed, run, its directory and whether it is a main-sweep run (the
+    default cell at a seed of ``sweep.seeds``, trained by the pipeline anyway at ``sweep.steps`` >= ``fit_steps``: its
+    first ``fit_steps`` steps are the fitting run's, so it is read from ``data/sweep/runs`` and not trained again)."""
     warmup = max(params["sweep"]["warmups"])
+    sweep, base = params["sweep"], default_cell(params)
+    reuse = sweep["steps"] >= params["inference"]["fit_steps"]
     rows = []
     for cell in candidates(params):
         for norm, w in CASES:
             w = warmup if w is None else w
             for seed in params["inference"]["seeds"]:
                 run = run_name(norm, w, seed)
+                main = (reuse and cell == base and norm in sweep["norms"] and w in sweep["warmups"]
+                        and seed in sweep["seeds"])
                 rows.append({"setting": cell.name, "norm": norm, "warmup": w, "seed": seed, "run": run,
-                             "run_dir": f"{RUNS}/{cell.name}/{run}"})
-    return pd.DataFrame(rows, columns=["setting", "norm", "warmup", "seed", "run", "run_dir"])
+                             "run_dir": f"data/sweep/runs/{run}" if main else f"{RUNS}/{cell.name}/{run}",
+                             "main_sweep": main})
+    return pd.DataFrame(rows, columns=["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep"])
 
 
 def fit_params(params: dict, cell: Cell) -> dict:
@@ -68,27 +76,58 @@ def snapshots(params: dict) -> list[str]:
     return list(params["inference"].get("from_snapshots", []))
 
 
+def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, losses) recorded in ``dirs``: fitting snapshots (``blocklab inference-snapshot``) or the sensitivity
+    study's (its full-length runs begin with the fitting run's steps). A run recorded in two of them is read from the
+    first."""
+    runs, losses = [], []
+    for d in map(Path, dirs):
+        missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
+        if missing:
+            raise ConfigError(f"inference.from_snapshots: {d} has no {', '.join(missing)}; allowed: directories "
+                              "written by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
+        runs.append(read_table(d / "runs.csv").assign(snapshot=str(d)))
+        losses.append(read_table(d / "losses.csv")[["setting", "run", "step", "loss"]].assign(snapshot=str(d)))
+    if not runs:
+        return pd.DataFrame(columns=["setting", "run", "snapshot"]), pd.DataFrame(columns=["setting", "run", "step", "loss"])
+    runs = pd.concat(runs, ignore_index=True).drop_duplicates(["setting", "run"], keep="first")
+    losses = pd.concat(losses, ignore_index=True)
+    losses = losses.merge(runs[["setting", "run", "snapshot"]], on=["setting", "run", "snapshot"])
+    return runs, losses.drop(columns="snapshot")
+
+
+def sources(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(planned runs read from their directories, runs the snapshots give, their losses): main-sweep runs always from
+    ``data/sweep/runs``; other runs from the first snapshot that records them, else from their own directory."""
+    planned = plan(params)
+    dirs = [Path(root) / d for d in snapshots(params)]
+    runs, losses = read_snapshots(dirs)
+    have = set(zip(runs["setting"], runs["run"]))
+    recorded = [(not m) and (s, r) in have for s, r, m in zip(planned["setting"], planned["run"], planned["main_sweep"])]
+    recorded = pd.Series(recorded, index=planned.index, dtype=bool)
+    keys = set(zip(planned.loc[recorded, "setting"], planned.loc[recorded, "run"]))
+    keep = lambda frame: frame[[k in keys for k in zip(frame["setting"], frame["run"])]].reset_index(drop=True)  # noqa: E731
+    return planned[~recorded], keep(runs), keep(losses)
+
+
 def aggregate_inputs(params: dict) -> list[str]:
-    dirs = snapshots(params)
-    if dirs:
-        return [f"{d}/{name}" for d in dirs for name in SNAPSHOT_FILES]
-    return [f"{d}/meta.json" for d in plan(params)["run_dir"]]
+    """The snapshots' files and the meta.json of every planned run they do not record (those train first)."""
+    own, _, _ = sources(params)
+    return [f"{d}/{name}" for d in snapshots(params) for name in SNAPSHOT_FILES] + [f"{d}/meta.json" for d in own["run_dir"]]
 
 
 def collect(params: dict, root: str | Path = ".", only_finished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, losses) of the planned runs, from their directories or from ``inference.from_snapshots``."""
-    planned, root = plan(params), Path(root)
-    dirs = [] if only_finished else snapshots(params)
-    if dirs:
-        runs = pd.concat([read_table(root / d / "runs.csv") for d in dirs], ignore_index=True)
-        losses = pd.concat([read_table(root / d / "losses.csv") for d in dirs], ignore_index=True)
-        missing = set(zip(planned["setting"], planned["run"])) - set(zip(runs["setting"], runs["run"]))
-        if missing:
-            raise ConfigError(f"inference.from_snapshots: {len(missing)} planned run(s) not recorded, e.g. "
-                              f"{sorted(missing)[0]}; allowed: snapshots with every run, or [] to train them here")
-        return runs, losses
+    """(runs, losses up to ``fit_steps``) of the planned runs: from ``inference.from_snapshots`` where they record
+    them, else from the run directories. ``only_finished``: the finished fitting runs trained here only (what
+    ``inference-snapshot`` records)."""
+    root = Path(root)
+    if only_finished:
+        own = plan(params)
+        own, runs, losses = own[~own["main_sweep"]], pd.DataFrame(), pd.DataFrame()
+    else:
+        own, runs, losses = sources(params, root)
     records, curves = [], []
-    for row in planned.itertuples(index=False):
+    for row in own.itertuples(index=False):
         meta_path = root / row.run_dir / "meta.json"
         if not meta_path.is_file():
             if only_finished:
@@ -100,9 +139,13 @@ def collect(params: dict, root: str | Path = ".", only_finished: bool = False) -
                         "git_commit": meta.get("code", {}).get("git_commit")})
         curves.append(read_table(root / row.run_dir / "loss.csv")[["step", "loss"]].assign(setting=row.setting,
                                                                                             run=row.run))
-    losses = pd.concat(curves, ignore_index=True)[["setting", "run", "step", "loss"]] if curves else \
-        pd.DataFrame(columns=["setting", "run", "step", "loss"])
-    return pd.DataFrame(records), losses
+    columns = ["setting", "run", "step", "loss"]
+    runs = pd.concat([frame for frame in (pd.DataFrame(records), runs) if len(frame)], ignore_index=True) \
+        if len(records) or len(runs) else pd.DataFrame(columns=["setting", "run"])
+    losses = pd.concat([frame[columns] for frame in (*curves, losses) if len(frame)], ignore_index=True) \
+        if curves or len(losses) else pd.DataFrame(columns=columns)
+    losses = losses[losses["step"] <= params["inference"]["fit_steps"]].reset_index(drop=True)
+    return runs, losses
 
 
 def register(subparsers) -> None:

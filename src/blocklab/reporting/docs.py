@@ -198,18 +198,20 @@ def dynamics_runs(data: Path, root: Path) -> str:
 
 def inference_ranking(data: Path, root: Path) -> str:
     """The pre-registered fitting score (docs/dynamics.md) of every fp32 setting recorded so far: the sensitivity
-    study's snapshot and the gallery's main sweep."""
+    study's snapshot (seed 0), the fitting runs recorded in docs/inference/fit and the gallery's main sweep."""
     from .inference import read_losses, score
 
-    ranked = score(read_losses([root / "docs" / "sensitivity" / "choices"], [data / "sweep" / "losses.csv"],
-                               "learned-b32-L24-lr0.001-fp32"))
+    dirs = [root / "docs" / "sensitivity" / "choices"] + [d for d in [root / "docs" / "inference" / "fit"] if d.is_dir()]
+    ranked = score(read_losses(dirs, [data / "sweep" / "losses.csv"], "learned-b32-L24-lr0.001-fp32"))
     ids = [c for c in ranked.columns if c.startswith("d000-")]
-    lines = ["| rank | setting | " + " | ".join(i.removeprefix("d000-") for i in ids) + " | score | seeds |",
-             "| --- | --- | " + " | ".join("---" for _ in ids) + " | --- | --- |"]
+    lines = ["| rank | setting | " + " | ".join(i.removeprefix("d000-") for i in ids) + " | score | seed scores | seeds |",
+             "| --- | --- | " + " | ".join("---" for _ in ids) + " | --- | --- | --- |"]
     for r in ranked.to_dict("records"):
         values = " | ".join(f"{r[i]:.2f}" for i in ids)
-        lines.append(f"| {r['rank']} | {r['setting']} | {values} | **{r['score']:.2f}** | {r['seeds']} |")
-    return "\n".join(lines) + "\n\n" + _note("docs/sensitivity/choices/losses.csv", "docs/gallery/data/sweep/losses.csv")
+        lines.append(f"| {r['rank']} | {r['setting']} | {values} | **{r['score']:.2f}** | "
+                     f"{r['seed_score_min']:.2f}–{r['seed_score_max']:.2f} | {r['seeds']} |")
+    return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root)}/losses.csv" for d in dirs],
+                                             "docs/gallery/data/sweep/losses.csv")
 
 
 GENERATORS = {
