@@ -194,19 +194,21 @@ RULE = {"learned_below": 0.05, "learned_for": 3, "spike_above": 0.5, "collapse_a
 CHANCE = math.log(64)
 
 
-@pytest.mark.parametrize("losses, outcome, learned, spike, collapse", [
-    ([4.1] * 12, "never learned", None, None, None),
-    ([4.1, 1.0, 0.04, 0.03, 0.02, 0.01, 0.01, 0.01], "stable", 3, None, None),
-    ([4.1, 0.04, 0.03, 0.02, 0.01, 0.9, 0.2, 0.01, 0.01], "spiked", 2, 6, None),
-    ([4.1, 0.04, 0.03, 0.02, 0.7, 4.3, 4.2, 3.9, 4.0, 4.1], "collapsed", 2, 5, 6),
-    # back at chance for 3 steps only (collapse_for is 4), then recovered: a spike, not a collapse
-    ([4.1, 0.04, 0.03, 0.02, 4.3, 4.2, 4.0, 0.02, 0.01], "spiked", 2, 5, None),
+@pytest.mark.parametrize("losses, outcome, learned, spike, collapse, to_chance", [
+    ([4.1] * 12, "never learned", None, None, None, False),
+    ([4.1, 1.0, 0.04, 0.03, 0.02, 0.01, 0.01, 0.01], "stable", 3, None, None, False),
+    ([4.1, 0.04, 0.03, 0.02, 0.01, 0.9, 0.2, 0.01, 0.01], "spiked", 2, 6, None, False),
+    ([4.1, 0.04, 0.03, 0.02, 0.7, 4.3, 4.2, 3.9, 4.0, 4.1], "collapsed", 2, 5, 6, True),
+    # back at chance for 3 steps only (collapse_for is 4), then recovered: a spike, not a collapse, but at chance once
+    ([4.1, 0.04, 0.03, 0.02, 4.3, 4.2, 4.0, 0.02, 0.01], "spiked", 2, 5, None, True),
+    # 0.9 x ln 64 = 3.743: a spike to 3.7 does not reach chance
+    ([4.1, 0.04, 0.03, 0.02, 3.7, 0.02, 0.01], "spiked", 2, 5, None, False),
     # at chance before it learned is not a collapse
-    ([4.2, 4.2, 4.2, 4.2, 4.2, 0.04, 0.03, 0.02, 0.01], "stable", 6, None, None),
+    ([4.2, 4.2, 4.2, 4.2, 4.2, 0.04, 0.03, 0.02, 0.01], "stable", 6, None, None, False),
 ])
-def test_events_on_hand_made_loss_curves(losses, outcome, learned, spike, collapse):
+def test_events_on_hand_made_loss_curves(losses, outcome, learned, spike, collapse, to_chance):
     got = events(losses, range(1, len(losses) + 1), RULE, 64)
-    assert got["outcome"] == outcome
+    assert got["outcome"] == outcome and got["reached_chance"] is to_chance
     for key, want in (("learned_step", learned), ("spike_step", spike), ("collapse_step", collapse)):
         assert (math.isnan(got[key]) if want is None else got[key] == want), (key, got)
 
@@ -232,9 +234,11 @@ def test_wilson_interval_matches_the_closed_form_values():
 
 def test_rates_count_only_runs_that_learned():
     summary = pd.DataFrame({"collapse": True, "setting": "s", "seed": range(5),
-                            "outcome": ["collapsed", "stable", "spiked", "never learned", "stable"]})
+                            "outcome": ["collapsed", "stable", "spiked", "never learned", "stable"],
+                            "reached_chance": [True, False, True, False, False]})
     row = rates(summary).iloc[0]
-    assert (row["runs"], row["learned"], row["collapsed"], row["spiked"]) == (5, 4, 1, 1)
+    assert (row["runs"], row["learned"], row["collapsed"], row["spiked"], row["to_chance"]) == (5, 4, 1, 1, 2)
+    assert (row["to_chance_low"], row["to_chance_high"]) == pytest.approx(wilson(2, 4))
     assert (row["collapsed_low"], row["collapsed_high"]) == pytest.approx(wilson(1, 4))
 
 

@@ -80,7 +80,7 @@ def events(losses, steps, rule: dict, vocab_size: int) -> dict:
     chance = math.log(vocab_size)
     nan = float("nan")
     out = {"outcome": "never learned", "learned_step": nan, "spike_step": nan, "spike_loss": nan, "collapse_step": nan,
-           "max_after_learned": nan}
+           "max_after_learned": nan, "reached_chance": False}
     learned = _first_streak([x < rule["learned_below"] for x in losses], steps, rule["learned_for"])
     if learned is None:
         return out
@@ -91,6 +91,9 @@ def events(losses, steps, rule: dict, vocab_size: int) -> dict:
         return out
     worst = max(range(after, len(losses)), key=lambda i: losses[i])
     out["max_after_learned"] = losses[worst]
+    # back at chance for at least one step after learning, whether it stayed there (a collapse) or recovered: the
+    # document's "4.32 at step 460" as far as a single number shows (a reading added after the first runs; see rates)
+    out["reached_chance"] = losses[worst] >= rule["collapse_at"] * chance
     collapse = _first_streak([x >= rule["collapse_at"] * chance for x in losses], steps, rule["collapse_for"], after)
     spike = next((i for i in range(after, len(losses)) if losses[i] > rule["spike_above"]), None)
     if collapse is not None:
@@ -131,16 +134,20 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def rates(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per setting, over the collapse group's runs that learned: how many collapsed and how many spiked (k of N, 95 %
-    Wilson interval). Runs that never learned cannot collapse after learning and are counted apart."""
+    """Per setting, over the collapse group's runs that learned: how many collapsed, how many spiked and recovered, and
+    how many went back to chance at least once, recovered or not (``reached_chance``; k of N, 95 % Wilson interval).
+    Runs that never learned cannot collapse after learning and are counted apart."""
     rows = []
     collapse = summary[summary["collapse"].astype(bool)] if "collapse" in summary else summary
     for setting, runs in collapse.groupby("setting", sort=True):
         learned = runs[runs["outcome"] != "never learned"]
         n = len(learned)
         row = {"setting": setting, "runs": len(runs), "learned": n}
-        for event in ("collapsed", "spiked"):
-            k = int((learned["outcome"] == event).sum())
+        hits = {"collapsed": learned["outcome"] == "collapsed", "spiked": learned["outcome"] == "spiked"}
+        if "reached_chance" in learned:
+            hits["to_chance"] = learned["reached_chance"].astype(bool)
+        for event, hit in hits.items():
+            k = int(hit.sum())
             low, high = wilson(k, n)
             row.update({event: k, f"{event}_rate": k / n if n else float("nan"), f"{event}_low": low,
                         f"{event}_high": high})

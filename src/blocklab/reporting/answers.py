@@ -301,7 +301,10 @@ def _collapse_text(data: Data, t: dict, lang: str) -> str:
     return t["collapse"][lang].format(
         n=int(r["runs"]), setting=setting, learned=int(r["learned"]), k=int(r["collapsed"]), rate=pct(r["collapsed_rate"]),
         low=pct(r["collapsed_low"]), high=pct(r["collapsed_high"]), spikes=int(r["spiked"]),
-        spike_rate=pct(r["spiked_rate"]), spike_low=pct(r["spiked_low"]), spike_high=pct(r["spiked_high"]), where=where)
+        spike_rate=pct(r["spiked_rate"]), spike_low=pct(r["spiked_low"]), spike_high=pct(r["spiked_high"]), where=where,
+        chance=int(r["to_chance"]), chance_rate=pct(r["to_chance_rate"]), chance_low=pct(r["to_chance_low"]),
+        chance_high=pct(r["to_chance_high"]), at=f'{data.params["dynamics"]["events"]["collapse_at"]:g}',
+        vocab=data.params["copy_task"]["vocab_size"])
 
 
 def _why_text(data: Data, t: dict, lang: str) -> str:

@@ -192,7 +192,9 @@ def dynamics_runs(data: Path, root: Path) -> str:
     for t in table.itertuples(index=False):
         lines += ["", f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
                       f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
-                      f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}); seeds {t.seeds}."]
+                      f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}), **{t.to_chance} of {t.learned}** went back to "
+                      f"chance (≥ {rule['collapse_at']:g} × ln 64) at least once, recovered or not "
+                      f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}."]
     return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/runs.csv", "docs/dynamics/collapse/losses.csv")
 
 
