@@ -92,6 +92,26 @@ def test_gradnorm_trend(tmp_path, document_params, curve, direction, expected):
     assert claims.gradnorm_trend(claims.Data(tmp_path, document_params), "post", direction, 1.07)[1] == expected
 
 
+@pytest.mark.parametrize("count, want, runs, expected", [
+    (1, 1, 3, claims.REPRODUCED),
+    (2, 1, 3, claims.PARTLY),          # some of the runs, as claimed, but another count
+    (0, 1, 3, claims.NOT_REPRODUCED),  # none where the claim says some: the opposite shape
+    (3, 1, 3, claims.NOT_REPRODUCED),  # all where the claim says some
+    (3, 4, 6, claims.PARTLY),
+    (6, 4, 6, claims.NOT_REPRODUCED),
+])
+def test_a_count_claim_is_partly_reproduced_only_when_its_shape_holds(count, want, runs, expected):
+    assert claims.judge_count(count, want, runs) == expected
+
+
+def test_single_number_claims_are_reproduced_or_not_never_partly(tmp_path, document_params):
+    curve = pd.DataFrame({"blocks": [4], "mean_length": [2.236 * 1.03], "std_length": [0.05], "sqrt_L_plus_1": [2.236]})
+    write(tmp_path, "residual_sim/curve.csv", curve)  # 3 % off, far outside 4 standard errors (0.004)
+    assert claims.residual_sim(claims.Data(tmp_path, document_params), 4, 2.235)[1] == claims.NOT_REPRODUCED
+    write(tmp_path, "residual_sim/curve.csv", curve.assign(mean_length=2.2372))
+    assert claims.residual_sim(claims.Data(tmp_path, document_params), 4, 2.235)[1] == claims.REPRODUCED
+
+
 def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_losses():
     import pandas as pd
 
