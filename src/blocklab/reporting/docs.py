@@ -167,44 +167,59 @@ def bench_latest(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
 
 
-def dynamics_runs(data: Path, root: Path) -> str:
-    """The recorded dynamics runs (docs/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
-    collapse and spike rates with their 95 % Wilson intervals, judged with the thresholds of params.yaml."""
+def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """(runs, their events, rates, the event rule) of the recorded dynamics runs, judged with params.yaml's thresholds."""
     from ..experiments.dynamics import events, rates
     from ..params import load_params
 
     snap = root / "docs" / "dynamics" / "collapse"
     rule = load_params(root / "params.yaml")["dynamics"]["events"]
     runs, losses = read_table(snap / "runs.csv"), read_table(snap / "losses.csv")
-    lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
     rows = []
     for r in runs.itertuples(index=False):
         curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
-        e = events(curve["loss"], curve["step"], rule, int(r.vocab_size))
-        rows.append({"setting": r.setting, "seed": r.seed, "collapse": r.warmup > 0 and r.norm == "post", **e})
+        rows.append({"setting": r.setting, "seed": r.seed, "collapse": r.warmup > 0 and r.norm == "post",
+                     **events(curve["loss"], curve["step"], rule, int(r.vocab_size))})
+    judged = pd.DataFrame(rows)
+    return runs, judged, rates(judged), rule
+
+
+def _rate_lines(table: pd.DataFrame, rule: dict) -> list[str]:
+    return [f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
+            f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
+            f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}), **{t.to_chance} of {t.learned}** went back to "
+            f"chance (≥ {rule['collapse_at']:g} × ln 64) at least once, recovered or not "
+            f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}." for t in table.itertuples(index=False)]
+
+
+def dynamics_runs(data: Path, root: Path) -> str:
+    """The recorded dynamics runs (docs/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
+    collapse and spike rates with their 95 % Wilson intervals, judged with the thresholds of params.yaml."""
+    runs, judged, table, rule = _dynamics_events(root)
+    lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r, e in zip(runs.itertuples(index=False), judged.to_dict("records")):
         spike = "—" if e["spike_step"] != e["spike_step"] else f"{int(e['spike_step'])}: {e['spike_loss']:.3f}"
         worst = "—" if e["max_after_learned"] != e["max_after_learned"] else f"{e['max_after_learned']:.3f}"
         learned = "never" if e["learned_step"] != e["learned_step"] else f"{int(e['learned_step'])}"
         lines.append(f"| {r.setting} {r.run} | {e['outcome']} | {learned} | {spike} | {worst} | {r.machine} | "
                      f"{r.wall_time_s / 60:.0f} min |")
-    table = rates(pd.DataFrame(rows))
-    for t in table.itertuples(index=False):
-        lines += ["", f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
-                      f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
-                      f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}), **{t.to_chance} of {t.learned}** went back to "
-                      f"chance (≥ {rule['collapse_at']:g} × ln 64) at least once, recovered or not "
-                      f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}."]
+    for line in _rate_lines(table, rule):
+        lines += ["", line]
     return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/runs.csv", "docs/dynamics/collapse/losses.csv")
+
+
+def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
+    from .inference import read_losses, score
+
+    dirs = [root / "docs" / "sensitivity" / "choices"] + [d for d in [root / "docs" / "inference" / "fit"] if d.is_dir()]
+    return score(read_losses(dirs, [data / "sweep" / "losses.csv"], "learned-b32-L24-lr0.001-fp32")), dirs
 
 
 def inference_ranking(data: Path, root: Path) -> str:
     """The pre-registered fitting score (docs/dynamics.md) of every fp32 setting recorded so far: the sensitivity
     study's snapshot (seed 0), the fitting runs recorded in docs/inference/fit and the gallery's main sweep."""
-    from .inference import read_losses, score
-
-    dirs = [root / "docs" / "sensitivity" / "choices"] + [d for d in [root / "docs" / "inference" / "fit"] if d.is_dir()]
-    ranked = score(read_losses(dirs, [data / "sweep" / "losses.csv"], "learned-b32-L24-lr0.001-fp32"))
+    ranked, dirs = _ranking(data, root)
     ids = [c for c in ranked.columns if c.startswith("d000-")]
     lines = ["| rank | setting | " + " | ".join(i.removeprefix("d000-") for i in ids) + " | score | seed scores | seeds |",
              "| --- | --- | " + " | ".join("---" for _ in ids) + " | --- | --- | --- |"]
@@ -213,6 +228,30 @@ def inference_ranking(data: Path, root: Path) -> str:
         lines.append(f"| {r['rank']} | {r['setting']} | {values} | **{r['score']:.2f}** | "
                      f"{r['seed_score_min']:.2f}–{r['seed_score_max']:.2f} | {r['seeds']} |")
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root)}/losses.csv" for d in dirs],
+                                             "docs/gallery/data/sweep/losses.csv")
+
+
+def dynamics_summary(data: Path, root: Path) -> str:
+    """The README's three lines on problem 11's open questions: the collapse rate so far, the fitting ranking's top
+    settings and the fitting runs' measured cost."""
+    _, _, table, rule = _dynamics_events(root)
+    ranked, dirs = _ranking(data, root)
+    top = "; ".join(f"{r['rank']}. {r['setting']} **{r['score']:.2f}** ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''}"
+                    f", per seed {r['seed_score_min']:.2f}–{r['seed_score_max']:.2f})"
+                    for r in ranked.head(3).to_dict("records"))
+    fit = root / "docs" / "inference" / "fit" / "runs.csv"
+    cost = ""
+    if fit.is_file():
+        runs = read_table(fit)
+        runs["batch"] = runs["setting"].str.extract(r"-b(\d+)-", expand=False).astype(int)
+        per = runs.groupby("batch")["wall_time_s"].median() / 60
+        cost = (" Measured cost of a 300-step fitting run, two side by side on 2 cores: "
+                + ", ".join(f"batch {b}: {m:.0f} min" for b, m in per.items())
+                + f" ({', '.join(sorted(set(runs['machine'].astype(str))))}).")
+    lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, rule)),
+             "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
+             f"matched, lower is better; [procedure and full table](docs/dynamics.md)): {top}.{cost}"]
+    return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/", *[f"{d.relative_to(root)}/" for d in dirs],
                                              "docs/gallery/data/sweep/losses.csv")
 
 
@@ -227,6 +266,7 @@ GENERATORS = {
     "bench-latest": bench_latest,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
+    "dynamics-summary": dynamics_summary,
 }
 
 
