@@ -158,6 +158,11 @@ def test_diagnostics_survive_a_resume(tmp_path):
     (lambda p: p["dynamics"]["events"].update(learned_below=0.6), "dynamics.events.learned_below", "every learned run"),
     (lambda p: p["dynamics"]["events"].update(collapse_at=1.5), "dynamics.events.collapse_at", "<= 1"),
     (lambda p: p["dynamics"].update(from_snapshots=["no/such/dir"]), "dynamics.from_snapshots", "dynamics-snapshot"),
+    (lambda p: p["inference"].update(skip=["learned-b99-L24-lr0.001-fp32"]), "inference.skip[0]", "learned-b16-L24"),
+    (lambda p: p["inference"].update(positions=["learned"], batch_sizes=[16], skip=["learned-b16-L24-lr0.001-fp32"]),
+     "inference.skip", "a subset of"),
+    (lambda p: p["inference"].update(from_snapshots=["no/such/dir"]), "inference.from_snapshots[0]", "inference-snapshot"),
+    (lambda p: p["inference"].update(seeds=[1, 1]), "inference.seeds", "repeated"),
 ])
 def test_bad_diagnostics_and_dynamics_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
     params = copy.deepcopy(FULL)
@@ -386,6 +391,15 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
     # the snapshot command records the fitting runs trained here only
     runs, _ = inference.collect(params, tmp_path, only_finished=True)
     assert sorted(runs["run"]) == ["post-w400-s1", "pre-w0-s1"]
+    # the status names each run's source and state; the projection scales the timed runs' seconds per step by batch
+    state = inference.status(params, tmp_path).set_index(["setting", "run"])
+    assert state.loc[(b16, "post-w400-s0"), "source"] == "snap" and state.loc[(b16, "post-w400-s0"), "status"] == "recorded"
+    assert state.loc[(b16, "pre-w0-s1"), "status"] == "finished" and state.loc[(b16, "pre-w0-s1"), "source"] == "here"
+    assert (state["source"] == "main sweep").sum() == 4 and state["steps_left"].eq(0).all()
+    # skipping a candidate drops its runs from the plan
+    params["inference"]["skip"] = [b16]
+    assert set(inference.plan(params)["setting"]) == {"learned-b32-L24-lr0.001-fp32"}
+    params["inference"]["skip"] = []
     params["inference"]["from_snapshots"] = ["nowhere"]
     with pytest.raises(ConfigError, match="inference.from_snapshots"):
         inference.sources(params, tmp_path)

@@ -175,6 +175,29 @@ def _divides(params, section) -> list[tuple[str, str]]:
     return []
 
 
+def _inference_problems(params) -> list[tuple[str, str]]:
+    """``inference.skip`` names candidates (position x batch size at the document's size) and leaves at least one."""
+    from .study import Cell, default_cell
+
+    inf = params.get("inference")
+    if not inf:
+        return []
+    problems = [(f"inference.from_snapshots[{i}]", f"{d!r} has no runs.csv and losses.csv; allowed: directories written "
+                 "by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
+                for i, d in enumerate(inf.get("from_snapshots", []))
+                if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
+    if not inf.get("skip"):
+        return problems
+    base = default_cell(params)
+    names = [Cell(p, b, base.depth, base.lr, base.precision).name for p in inf["positions"] for b in inf["batch_sizes"]]
+    unknown = [(f"inference.skip[{i}]", f"{name!r} is not a candidate; allowed: {names}")
+               for i, name in enumerate(inf["skip"]) if name not in names]
+    problems += unknown
+    if not unknown and set(inf["skip"]) >= set(names):
+        problems.append(("inference.skip", f"skips every candidate; allowed: a subset of {names}"))
+    return problems
+
+
 def _cross_field_problems(params) -> list[tuple[str, str]]:
     problems = _divides(params, "copy_model") + _divides(params, "activation_norms") + _divides(params, "reverse_copy")
     model = params["copy_model"]
@@ -210,6 +233,7 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
     from .study import check_problems  # the sensitivity section (its plan; the params layer too)
 
     problems += check_problems(params)
+    problems += _inference_problems(params)
     from .dynamics_plan import check_problems as dynamics_problems  # diagnostics and dynamics sections
 
     problems += dynamics_problems(params)

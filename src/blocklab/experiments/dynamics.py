@@ -291,7 +291,7 @@ def register(subparsers) -> None:
 
 def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
     """Every planned run: finished here, checkpointed (at which step), recorded in a snapshot, or still to train."""
-    import torch
+    from ..training.sweep import run_state
 
     root = Path(root)
     recorded = set()
@@ -301,14 +301,10 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
             recorded |= set(zip(runs["setting"], runs["run"]))
     rows = []
     for row in plan(params).itertuples(index=False):
-        run_dir = root / row.run_dir
-        if (run_dir / "meta.json").is_file():
-            state, wall = "finished", read_json(run_dir / "meta.json").get("wall_time_s")
-        elif (run_dir / "checkpoint.pt").is_file():
-            step = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)["step"]
-            state, wall = f"checkpointed at step {step}", None
-        else:
-            state, wall = "to do", None
+        got = run_state(root / row.run_dir, params["sweep"]["steps"])
+        state = f"checkpointed at step {got['steps_done']}" if got["status"] == "checkpointed" else \
+            "to do" if got["status"] == "not started" else "finished"
+        wall = got["seconds"] if state == "finished" else None
         rows.append({"setting": row.setting, "run": row.run, "state": state,
                      "in_snapshot": (row.setting, row.run) in recorded, "wall_time_s": wall})
     return pd.DataFrame(rows)

@@ -32,8 +32,9 @@ CASES = (("post", None), ("pre", 0))  # post-norm with the sweep's largest warm-
 
 def candidates(params: dict) -> list[Cell]:
     base, inf = default_cell(params), params["inference"]
-    return [Cell(position, batch, base.depth, base.lr, base.precision)
-            for position in inf["positions"] for batch in inf["batch_sizes"]]
+    cells = [Cell(position, batch, base.depth, base.lr, base.precision)
+             for position in inf["positions"] for batch in inf["batch_sizes"]]
+    return [cell for cell in cells if cell.name not in inf.get("skip", [])]
 
 
 def plan(params: dict) -> pd.DataFrame:
@@ -148,6 +149,41 @@ def collect(params: dict, root: str | Path = ".", only_finished: bool = False) -
     return runs, losses
 
 
+def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
+    """Every planned fitting run: where it comes from (``source``: main sweep, a snapshot, or trained here), where it
+    stands (recorded, finished, checkpointed, not started), the steps and run time spent and the run time projected for
+    what is left (seconds per step scaled with batch size, from the runs timed on this family: see
+    ``sensitivity.status.projected_seconds``)."""
+    from ..training.sweep import run_state
+    from .sensitivity.status import projected_seconds
+
+    root, fit = Path(root), params["inference"]["fit_steps"]
+    planned = plan(params)
+    recorded, _ = read_snapshots([root / d for d in snapshots(params)])
+    where = {(r.setting, r.run): r for r in recorded.itertuples(index=False)}
+    fitting = {str(Path(d)) for d in snapshots(params) if (root / d / "runs.csv").is_file()
+               and "wall_time_s" in read_table(root / d / "runs.csv")}
+    rows = []
+    for row in planned.itertuples(index=False):
+        cell = Cell.parse(row.setting)
+        steps = params["sweep"]["steps"] if row.main_sweep else fit
+        base = {"setting": row.setting, "run": row.run, "batch_size": cell.batch_size, "depth": cell.depth,
+                "precision": cell.precision}
+        hit = None if row.main_sweep else where.get((row.setting, row.run))
+        if hit is not None:
+            snap = str(Path(hit.snapshot).relative_to(root)) if Path(hit.snapshot).is_absolute() else hit.snapshot
+            timed = snap.endswith("inference/fit") and hit.wall_time_s == hit.wall_time_s
+            rows.append({**base, "source": snap, "status": "recorded", "steps_done": fit if timed else 0,
+                         "steps_left": 0, "seconds": float(hit.wall_time_s) if timed else 0.0})
+            continue
+        state = run_state(root / row.run_dir, steps)
+        rows.append({**base, "source": "main sweep" if row.main_sweep else "here", **state,
+                     "steps_left": 0 if state["status"] == "finished" else steps - state["steps_done"]})
+    frame = pd.DataFrame(rows)
+    frame["projected_s"] = projected_seconds(frame)
+    return frame
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("train-inference", help="train one fitting run of the inferred-setup procedure")
     p.add_argument("--params", default="params.yaml")
@@ -163,6 +199,11 @@ def register(subparsers) -> None:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", type=Path, default=Path(PLAN))
     p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
+
+    p = subparsers.add_parser("inference-status", help="which fitting runs are recorded, finished or to do; hours left")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--root", type=Path, default=Path("."))
+    p.set_defaults(func=_status_main)
 
     p = subparsers.add_parser("inference-snapshot", help="record the finished fitting runs in a directory kept in git")
     p.add_argument("--params", default="params.yaml")
@@ -182,6 +223,18 @@ def _train_main(args) -> None:
     meta = train_copy_run(fit_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
                           inference_cell=cell.name)
     log.info("%s/%s %s in %.1f s", cell.name, meta["run"], meta["status"], meta["wall_time_s"])
+
+
+def _status_main(args) -> None:
+    frame = status(load_params(args.params), args.root)
+    shown = frame.assign(minutes=(frame["seconds"] / 60).round(1), projected_min=(frame["projected_s"] / 60).round(1))
+    print(shown[["setting", "run", "source", "status", "steps_done", "minutes", "projected_min"]].to_string(index=False))
+    left = frame[(frame["steps_left"] > 0) & (frame["source"] == "here")]
+    main = frame[(frame["steps_left"] > 0) & (frame["source"] == "main sweep")]
+    hours = float(left["projected_s"].sum()) / 3600
+    print(f"{len(frame) - len(left) - len(main)} of {len(frame)} fitting runs recorded or finished; {len(left)} to train "
+          f"(`snakemake --cores 4 inference`): ~{hours:.1f} run-hours, ~{hours / 2:.1f} wall-hours with two side by side"
+          + (f"; and {len(main)} main-sweep runs the default pipeline trains anyway" if len(main) else ""))
 
 
 def _snapshot_main(args) -> None:

@@ -88,6 +88,21 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     return meta
 
 
+def run_state(run_dir: Path, steps: int) -> dict:
+    """Where one run stands (a study may span sessions): ``status`` finished (its meta.json), checkpointed or not
+    started; ``steps_done`` (a finished run's stop or divergence step, else ``steps``) and ``seconds``, the run time
+    spent (a finished run's wall time, a checkpoint's saved seconds)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "meta.json").is_file():
+        meta = read_json(run_dir / "meta.json")
+        return {"status": "finished", "steps_done": int(meta.get("stopped_step") or meta.get("diverged_step") or steps),
+                "seconds": float(meta["wall_time_s"])}
+    if (run_dir / "checkpoint.pt").is_file():
+        state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+        return {"status": "checkpointed", "steps_done": int(state["step"]), "seconds": float(state.get("seconds", 0.0))}
+    return {"status": "not started", "steps_done": 0, "seconds": 0.0}
+
+
 def diagnostics_recorder(params: dict, model) -> Recorder | None:
     """The run's diagnostics recorder, or None when params' ``diagnostics.enabled`` is false (an execution setting:
     it changes what is recorded, never the numbers, so it is not part of a run's identity)."""

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...io import read_json
 from ...study import plan
 
 
@@ -16,20 +15,13 @@ def progress(params: dict, root: str | Path = ".") -> pd.DataFrame:
     ``seconds`` is the run time spent so far (a finished run's ``wall_time_s``, a checkpoint's saved seconds), and
     ``steps_left`` the most steps still to train (an early-stoppable run may need fewer).
     """
-    import torch
+    from ...training.sweep import run_state
 
     root, steps = Path(root), params["sweep"]["steps"]
     rows = []
     for row in plan(params).drop_duplicates("run_dir").itertuples(index=False):
-        run_dir = root / row.run_dir
-        status, done, seconds = "not started", 0, 0.0
-        if (run_dir / "meta.json").exists():
-            meta = read_json(run_dir / "meta.json")
-            done = int(meta.get("stopped_step") or meta.get("diverged_step") or steps)
-            status, seconds = "finished", float(meta["wall_time_s"])
-        elif (run_dir / "checkpoint.pt").exists():
-            state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-            status, done, seconds = "checkpointed", int(state["step"]), float(state["seconds"])
+        state = run_state(root / row.run_dir, steps)
+        status, done, seconds = state["status"], state["steps_done"], state["seconds"]
         rows.append({"setting": row.setting, "run": row.run, "batch_size": row.batch_size, "depth": row.depth,
                      "precision": row.precision, "status": status, "steps_done": done,
                      "steps_left": 0 if status == "finished" else steps - done, "seconds": seconds,
