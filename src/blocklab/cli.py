@@ -43,6 +43,7 @@ COMMANDS = {
     "train-inference": "blocklab.experiments.inference",
     "inference-plan": "blocklab.experiments.inference",
     "inference-snapshot": "blocklab.experiments.inference",
+    "inference-status": "blocklab.experiments.inference",
     "report": "blocklab.reporting.report",
     "figure": "blocklab.reporting.report",
     "docs": "blocklab.reporting.docs",
