@@ -288,6 +288,7 @@ def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(s
         sidecar = json.loads((project / "figs" / f"{figure}.json").read_text())
         assert sidecar["sources"] and sidecar["params"]["dynamics"] == TINY["dynamics"]
     page = (project / "reports" / "analysis.html").read_text(encoding="utf-8")
+    assert 'data-inference="present"' in page and "learned-b8-L3" in page.split('data-inference="present"')[1]
     assert 'data-dynamics="present"' in page and "dynamics_gradnorm.png" in page and "dynamics_collapse.png" in page
     claims = pd.read_csv(project / "data/claims/claims.csv").set_index("id")
     assert {"d000-post-warm-collapse-rate", "d000-xiong-output-gradient-training"} <= set(claims.index)

@@ -29,9 +29,10 @@ rule report:
         ANALYSIS_DATA,
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else [],
         DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else [],
+        INFERENCE_OUTPUTS if config["inference"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
-        figure_code=code_files("reporting/report", "reporting/answers", "figures/style", "figures/doc000", "figures/doc004",
+        figure_code=code_files("reporting/report", "reporting/answers", "reporting/inference", "figures/style", "figures/doc000", "figures/doc004",
                                "figures/params", "figures/probe"),
         answers="src/blocklab/reporting/answers.yaml",
     output:

@@ -286,6 +286,7 @@ class Report:
         if key == "p11":
             parts.append(self.sensitivity())
             parts.append(self.dynamics())
+            parts.append(self.inference())
         return f'<section class="blocklab" data-section="{key}">{"".join(parts)}</section>'
 
     def sensitivity(self) -> str:
@@ -334,7 +335,9 @@ class Report:
                                  f"{answers_mod.pct(r[e + '_high'])})")
         rates["collapsed_text"] = [interval(r, "collapsed") for _, r in rates.iterrows()]
         rates["spiked_text"] = [interval(r, "spiked") for _, r in rates.iterrows()]
-        parts.append(table_html(rates, ["setting", "runs", "learned", "collapsed_text", "spiked_text"], {}, names,
+        if "to_chance" in rates:
+            rates["to_chance_text"] = [interval(r, "to_chance") for _, r in rates.iterrows()]
+        parts.append(table_html(rates, ["setting", "runs", "learned", "collapsed_text", "spiked_text", "to_chance_text"], {}, names,
                                 self.lang, self.t("dynamics_rates"), None))
         summary = self.data.table(answers_mod.DYNAMICS["summary"])
         diagnostics = answers_mod.dynamics_diagnostics(self.data)
@@ -353,6 +356,22 @@ class Report:
                                  "final_logit_max": 1, "final_entropy_max": 3}, names, self.lang,
                                 self.t("dynamics_early"), None))
         return f'<div class="dynamics" data-dynamics="present">{"".join(parts)}</div>'
+
+    def inference(self) -> str:
+        """The document's unstated setup, inferred (issue 23): the fitting runs' ranking by the pre-registered score."""
+        from .inference import FIT_CLAIMS
+
+        head = f'<h4 id="sec-inference">{html.escape(self.t("inference_title"))}</h4>'
+        path = "inference/ranking.csv"
+        if not (self.data.params.get("inference", {}).get("in_report") and self.data.exists(path)):
+            return f'{head}<p class="note" data-inference="absent">{html.escape(self.t("inference_absent"))}</p>'
+        ranked = self.data.table(path)
+        names = {**self.column_names(), **{i: {"ko": i.removeprefix("d000-"), "en": i.removeprefix("d000-")}
+                                           for i in FIT_CLAIMS}}
+        formats = {"score": 2, "seed_score_min": 2, "seed_score_max": 2, **{i: 2 for i in FIT_CLAIMS}}
+        table = table_html(ranked, ["rank", "setting", *FIT_CLAIMS, "score", "seed_score_min", "seed_score_max", "seeds"],
+                           formats, names, self.lang, self.t("inference_table"), None)
+        return f'<div class="inference" data-inference="present">{head}{table}</div>'
 
     # the claims table, grouped by document and section, coloured by verdict
 
