@@ -158,8 +158,8 @@ def test_diagnostics_survive_a_resume(tmp_path):
     (lambda p: p["dynamics"]["events"].update(learned_below=0.6), "dynamics.events.learned_below", "every learned run"),
     (lambda p: p["dynamics"]["events"].update(collapse_at=1.5), "dynamics.events.collapse_at", "<= 1"),
     (lambda p: p["dynamics"].update(from_snapshots=["no/such/dir"]), "dynamics.from_snapshots", "dynamics-snapshot"),
-    (lambda p: p["inference"].update(skip=["learned-b99-L24-lr0.001-fp32"]), "inference.skip[0]", "learned-b16-L24"),
-    (lambda p: p["inference"].update(positions=["learned"], batch_sizes=[16], skip=["learned-b16-L24-lr0.001-fp32"]),
+    (lambda p: p["inference"].update(skip=["learned-b99"]), "inference.skip[0]", "'learned-b16'"),
+    (lambda p: p["inference"].update(positions=["learned"], batch_sizes=[16], skip=["learned-b16"]),
      "inference.skip", "a subset of"),
     (lambda p: p["inference"].update(from_snapshots=["no/such/dir"]), "inference.from_snapshots[0]", "inference-snapshot"),
     (lambda p: p["inference"].update(seeds=[1, 1]), "inference.seeds", "repeated"),
@@ -171,6 +171,16 @@ def test_bad_diagnostics_and_dynamics_parameters_name_the_key_and_the_allowed_va
     with pytest.raises(ParamsError) as err:
         validate_params(params)
     assert key in str(err.value) and allowed in str(err.value), str(err.value)
+
+
+def test_skipped_candidates_are_named_by_position_and_batch_so_other_depths_still_validate():
+    params = copy.deepcopy(FULL)
+    params["copy_model"]["n_layers"] = 3  # the candidates become ...-L3-...; the skip list still names them
+    params["sensitivity"]["from_snapshots"] = params["dynamics"]["from_snapshots"] = []  # (recorded at depth 24 only)
+    from blocklab.experiments import inference
+
+    validate_params(params)
+    assert not any(s.startswith(("sinusoidal-b64-", "sinusoidal-b128-")) for s in inference.plan(params)["setting"])
 
 
 def test_a_bad_setting_fails_before_any_compute_and_touches_nothing(tmp_path):
@@ -398,7 +408,7 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
     assert state.loc[(b16, "pre-w0-s1"), "status"] == "finished" and state.loc[(b16, "pre-w0-s1"), "source"] == "here"
     assert (state["source"] == "main sweep").sum() == 4 and state["steps_left"].eq(0).all()
     # skipping a candidate drops its runs from the plan
-    params["inference"]["skip"] = [b16]
+    params["inference"]["skip"] = ["learned-b16"]
     assert set(inference.plan(params)["setting"]) == {"learned-b32-L24-lr0.001-fp32"}
     params["inference"]["skip"] = []
     params["inference"]["from_snapshots"] = ["nowhere"]

@@ -176,9 +176,8 @@ def _divides(params, section) -> list[tuple[str, str]]:
 
 
 def _inference_problems(params) -> list[tuple[str, str]]:
-    """``inference.skip`` names candidates (position x batch size at the document's size) and leaves at least one."""
-    from .study import Cell, default_cell
-
+    """``inference.from_snapshots`` holds snapshots; ``inference.skip`` names candidates as ``{position}-b{batch}`` (all
+    at the default depth, learning rate and precision) and leaves at least one."""
     inf = params.get("inference")
     if not inf:
         return []
@@ -188,8 +187,7 @@ def _inference_problems(params) -> list[tuple[str, str]]:
                 if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
     if not inf.get("skip"):
         return problems
-    base = default_cell(params)
-    names = [Cell(p, b, base.depth, base.lr, base.precision).name for p in inf["positions"] for b in inf["batch_sizes"]]
+    names = [f"{p}-b{b}" for p in inf["positions"] for b in inf["batch_sizes"]]
     unknown = [(f"inference.skip[{i}]", f"{name!r} is not a candidate; allowed: {names}")
                for i, name in enumerate(inf["skip"]) if name not in names]
     problems += unknown

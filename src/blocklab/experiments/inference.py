@@ -34,7 +34,7 @@ def candidates(params: dict) -> list[Cell]:
     base, inf = default_cell(params), params["inference"]
     cells = [Cell(position, batch, base.depth, base.lr, base.precision)
              for position in inf["positions"] for batch in inf["batch_sizes"]]
-    return [cell for cell in cells if cell.name not in inf.get("skip", [])]
+    return [cell for cell in cells if f"{cell.position}-b{cell.batch_size}" not in inf.get("skip", [])]
 
 
 def plan(params: dict) -> pd.DataFrame:
