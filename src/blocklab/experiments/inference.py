@@ -161,8 +161,6 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
     planned = plan(params)
     recorded, _ = read_snapshots([root / d for d in snapshots(params)])
     where = {(r.setting, r.run): r for r in recorded.itertuples(index=False)}
-    fitting = {str(Path(d)) for d in snapshots(params) if (root / d / "runs.csv").is_file()
-               and "wall_time_s" in read_table(root / d / "runs.csv")}
     rows = []
     for row in planned.itertuples(index=False):
         cell = Cell.parse(row.setting)
