@@ -347,6 +347,44 @@ def test_precursors_look_strictly_before_the_event_with_the_fixed_rules():
     assert got.loc["a", "adam_rms_ref"] == 0.05 and got.loc["a", "adam_rms_lead"] == 2.0
 
 
+def test_a_thinned_snapshot_keeps_every_step_the_tables_figures_and_claims_read():
+    """1,200-step runs at the default's figure steps (1, 200, 400, 800): one spiked at step 500, one calm, one compare
+    run; the thinned diagnostics give the same precursors and early updates, keep every step of the figure windows and
+    the anatomy window of every run of the setting, and drop the rest but every 10th step (so thinning does happen)."""
+    import numpy as np
+
+    from blocklab.experiments import dynamics as dyn
+
+    params = copy.deepcopy(TINY)
+    params["sweep"].update(steps=1200, warmups=[0, 400])
+    summary = pd.DataFrame({"compare": [False, False, True], "collapse": [True, True, False], "setting": "s",
+                            "run": ["spike", "calm", "cmp"], "seed": [0, 1, 2], "norm": "post", "warmup": [400, 400, 0],
+                            "outcome": ["spiked", "stable", "never learned"], "spike_step": [500.0, np.nan, np.nan],
+                            "spike_loss": [0.9, np.nan, np.nan], "collapse_step": np.nan})
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 1201)
+    frames = [pd.DataFrame({"step": np.repeat(steps, 3), "block": np.tile([0, 1, 2], len(steps)), "metric": metric,
+                            "value": rng.lognormal(size=3 * len(steps)), "setting": "s", "run": run})
+              for run in summary["run"] for metric in ("adam_rms", "grad_ffn_out", "update_ratio")]
+    frames += [pd.DataFrame({"step": s_, "block": 0, "metric": metric, "value": rng.lognormal(size=len(s_)),
+                             "setting": "s", "run": run})
+               for run in summary["run"] for metric in ("attn_logit_max", "attn_entropy")
+               for s_ in [np.r_[1, np.arange(7, 1200, 7)]]]  # every 7th step: its last (1197) is not a 10th
+    full = pd.concat(frames, ignore_index=True)
+    thinned = dyn.thin(params, summary, full)
+    for f in (dyn.event_precursors, dyn.early_updates):
+        pd.testing.assert_frame_equal(f(summary, thinned), f(summary, full))
+    per_step = thinned[thinned["metric"] == "grad_ffn_out"]
+    for run in summary["run"]:
+        kept = set(per_step.loc[per_step["run"] == run, "step"])
+        windows = set(range(1, 61)) | set(range(350, 601)) | {s_ + d for s_ in (200, 400, 800) for d in range(-5, 6)}
+        assert windows <= kept, sorted(windows - kept)[:5]
+        assert kept - windows == {s_ for s_ in range(70, 1201, 10)} - windows  # elsewhere every 10th step only
+        attn = thinned[(thinned["run"] == run) & (thinned["metric"] == "attn_logit_max")]["step"]
+        assert attn.max() == 1197  # the final attention logit is kept
+    assert len(thinned) < 0.5 * len(full)
+
+
 def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
     from blocklab.experiments import inference
 

@@ -36,6 +36,8 @@ log = logging.getLogger("blocklab.dynamics")
 
 OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
 WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)
+ANATOMY_BEFORE, ANATOMY_AFTER = 150, 100  # the anatomy figure's window around an event (steps before, after)
+EARLY, THIN = 60, 10  # a snapshot keeps every diagnostic step up to EARLY, and every THIN-th after it (kept_steps)
 
 
 def figure_steps(warmup: int, steps: int) -> list[int]:
@@ -243,9 +245,41 @@ def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
     return {"losses": losses, "diagnostics": diagnostics, "summary": summary, "rates": rates(summary)}
 
 
+def kept_steps(params: dict, summary: pd.DataFrame, steps) -> pd.Series:
+    """Which diagnostic steps a snapshot keeps (True) in a setting whose runs are ``summary``: every step that a table,
+    figure, answer or claim reads, and every THIN-th step elsewhere (a run's per-step metrics, 24 blocks x 5 metrics a
+    step, are most of a snapshot's size). Kept: steps <= EARLY (the first updates, and the gradient ratio at step 50
+    +- WINDOW), +- WINDOW around each figure step (Xiong et al.'s Fig. 3 and its claim), and ANATOMY_BEFORE before to
+    ANATOMY_AFTER after every spike or collapse of the setting, in all its runs (the precursor windows, and the anatomy
+    figure, which shows a calm seed of the same setting on the same axis). ``thin`` adds each metric's last step."""
+    steps = pd.Series(steps).astype(int).reset_index(drop=True)
+    keep = (steps <= EARLY) | (steps % THIN == 0)
+    for at in figure_steps(max(params["sweep"]["warmups"]), params["sweep"]["steps"]):
+        keep |= (steps - at).abs() <= WINDOW
+    for e in pd.concat([summary["spike_step"], summary["collapse_step"]]).dropna():
+        keep |= (steps >= e - ANATOMY_BEFORE) & (steps <= e + ANATOMY_AFTER)
+    return keep
+
+
+def thin(params: dict, summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """The diagnostics a snapshot records: per setting, the steps ``kept_steps`` keeps, and each run's last recorded
+    step of each metric (the final attention logit and entropy)."""
+    parts = []
+    for setting, frame in diagnostics.groupby("setting", sort=False):
+        last = frame["step"] == frame.groupby(["run", "metric"])["step"].transform("max")
+        mask = kept_steps(params, summary[summary["setting"] == setting], frame["step"]).to_numpy() | last.to_numpy()
+        parts.append(frame[mask])
+    return pd.concat(parts, ignore_index=True) if parts else diagnostics
+
+
 def write_snapshot(params: dict, out: str | Path, root: str | Path = ".") -> pd.DataFrame:
-    """Record the finished runs of the plan in ``out`` (kept in git): what the tables need, diagnostics included."""
-    runs, losses, diagnostics = collect(plan(params), root, only_finished=True)
+    """Record the finished runs of the plan in ``out`` (kept in git): what the tables need, diagnostics included
+    (thinned: ``kept_steps``)."""
+    planned = plan(params)
+    runs, losses, diagnostics = collect(planned, root, only_finished=True)
+    if len(runs):
+        done = planned.merge(runs[["setting", "run"]], on=["setting", "run"])
+        diagnostics = thin(params, summarize(params, runs, losses, done), diagnostics)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_table(runs, out / "runs.csv")

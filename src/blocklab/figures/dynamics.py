@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from ..experiments.dynamics import WINDOW, figure_steps
+from ..experiments.dynamics import ANATOMY_AFTER, ANATOMY_BEFORE, WINDOW, figure_steps
 from . import style
 from .doc000 import NORM_COLORS, norm_label, warmup_label
 from .style import log_y, text
@@ -83,7 +83,8 @@ def pick_anatomy(summary: pd.DataFrame, setting: str) -> tuple[pd.Series | None,
 
 
 def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, summary: pd.DataFrame, setting: str,
-                            lang: str = "ko", warmup: int = 400, before: int = 150, after: int = 100):
+                            lang: str = "ko", warmup: int = 400, before: int = ANATOMY_BEFORE,
+                            after: int = ANATOMY_AFTER):
     """The loss and the diagnostics of the collapse (or largest spike) of ``setting`` on one step axis, beside a seed
     that did not collapse, zoomed on the event. With no event in any run: both seeds' whole training, saying so."""
     style.setup(lang)
