@@ -518,3 +518,27 @@ def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_p
     monkeypatch.chdir(snake_project)
     assert main(["dynamics-snapshot", "--params", str(path), "--out", str(snap)]) in (0, None)
     assert lost["run"] in set(pd.read_csv(snap / "runs.csv")["run"]) and load_params(path)  # ... and accepted after
+
+
+def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad_one(tmp_path, monkeypatch, capsys):
+    """A validation setting is recorded seed by seed before params.yaml lists it (``--setting``); its seeds then read
+    back from the snapshot; a setting that is not a sensitivity cell name fails naming the key, and writes nothing."""
+    from blocklab.cli import main
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(TINY, allow_unicode=True), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    cell = "learned-b4-L3-lr0.001-fp32"  # not in the tiny plan's settings
+    run_dir = Path("data/dynamics/runs") / cell / "post-w20-s0"
+    assert main(["train-dynamics", "--params", str(path), "--cell", cell, "--seed", "0", "--out-dir", str(run_dir)]) in (0, None)
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--setting", cell]) in (0, None)
+    runs = pd.read_csv("snap/runs.csv")
+    assert list(zip(runs["setting"], runs["run"])) == [(cell, "post-w20-s0")]  # only what finished here
+    losses = pd.read_csv("snap/losses.csv")
+    assert (losses["setting"] == cell).all() and losses["step"].max() == TINY["sweep"]["steps"]
+    capsys.readouterr()
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--setting", "learned-b4"]) == 2
+    err = capsys.readouterr().err
+    assert "dynamics.collapse.settings[1]" in err and "'learned-b4' is not a setting; allowed:" in err
+    assert not Path("bad").exists()
+

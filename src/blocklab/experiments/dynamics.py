@@ -320,6 +320,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--setting", action="append", default=[],
+                   help="also record this collapse setting (a sensitivity cell name) at dynamics.collapse.seeds, "
+                        "before params.yaml lists it (repeatable)")
     p.set_defaults(func=_snapshot_main)
 
 
@@ -387,7 +390,8 @@ def _aggregate_main(args) -> None:
 
 def _snapshot_main(args) -> None:
     """Record every finished planned run, including seeds just added to the plan that ``from_snapshots`` does not yet
-    cover (so the parameters are checked with it cleared: recording is how a new seed gets covered)."""
+    cover (so the parameters are checked with it cleared: recording is how a new seed gets covered), and the runs of
+    any ``--setting`` not yet in the plan (a setting whose seeds are still training)."""
     import yaml
 
     from ..params import validate_params
@@ -395,6 +399,9 @@ def _snapshot_main(args) -> None:
     raw = yaml.safe_load(Path(args.params).read_text(encoding="utf-8"))
     if isinstance(raw, dict) and isinstance(raw.get("dynamics"), dict):
         raw["dynamics"]["from_snapshots"] = []
+        settings = raw["dynamics"].get("collapse", {}).get("settings")
+        if args.setting and isinstance(settings, list):
+            settings += [s for s in args.setting if s not in settings]
     params = validate_params(raw, str(args.params))
     runs = write_snapshot(params, args.out)
     print(f"{len(runs)} finished run(s) recorded in {args.out}")

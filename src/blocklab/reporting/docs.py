@@ -167,14 +167,20 @@ def bench_latest(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
 
 
+def _dynamics_snapshots(root: Path) -> list[Path]:
+    return sorted(p.parent for p in (root / "docs" / "dynamics").glob("*/runs.csv"))
+
+
 def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """(runs, their events, rates, the event rule) of the recorded dynamics runs, judged with params.yaml's thresholds."""
+    """(runs, their events, rates, the event rule) of the recorded dynamics runs (every snapshot in docs/dynamics/,
+    settings still training included), judged with params.yaml's thresholds."""
     from ..experiments.dynamics import events, rates
     from ..params import load_params
 
-    snap = root / "docs" / "dynamics" / "collapse"
     rule = load_params(root / "params.yaml")["dynamics"]["events"]
-    runs, losses = read_table(snap / "runs.csv"), read_table(snap / "losses.csv")
+    dirs = _dynamics_snapshots(root)
+    runs = pd.concat([read_table(d / "runs.csv") for d in dirs], ignore_index=True)
+    losses = pd.concat([read_table(d / "losses.csv") for d in dirs], ignore_index=True)
     rows = []
     for r in runs.itertuples(index=False):
         curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
@@ -206,7 +212,8 @@ def dynamics_runs(data: Path, root: Path) -> str:
                      f"{r.wall_time_s / 60:.0f} min |")
     for line in _rate_lines(table, rule):
         lines += ["", line]
-    return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/runs.csv", "docs/dynamics/collapse/losses.csv")
+    return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/{name}" for d in _dynamics_snapshots(root)
+                                             for name in ("runs.csv", "losses.csv")])
 
 
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
@@ -251,7 +258,8 @@ def dynamics_summary(data: Path, root: Path) -> str:
     lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, rule)),
              "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
              f"matched, lower is better; [procedure and full table](docs/dynamics.md)): {top}.{cost}"]
-    return "\n".join(lines) + "\n\n" + _note("docs/dynamics/collapse/", *[f"{d.relative_to(root)}/" for d in dirs],
+    return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)],
+                                             *[f"{d.relative_to(root)}/" for d in dirs],
                                              "docs/gallery/data/sweep/losses.csv")
 
 
