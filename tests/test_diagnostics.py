@@ -531,13 +531,17 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     cell = "learned-b4-L3-lr0.001-fp32"  # not in the tiny plan's settings
     run_dir = Path("data/dynamics/runs") / cell / "post-w20-s0"
     assert main(["train-dynamics", "--params", str(path), "--cell", cell, "--seed", "0", "--out-dir", str(run_dir)]) in (0, None)
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--setting", cell]) in (0, None)
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
     runs = pd.read_csv("snap/runs.csv")
     assert list(zip(runs["setting"], runs["run"])) == [(cell, "post-w20-s0")]  # only what finished here
     losses = pd.read_csv("snap/losses.csv")
     assert (losses["setting"] == cell).all() and losses["step"].max() == TINY["sweep"]["steps"]
     capsys.readouterr()
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--setting", "learned-b4"]) == 2
+    assert main(["dynamics-status", "--params", str(path), "--add-setting", cell]) in (0, None)
+    listed = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(cell)]
+    assert [row[1] for row in listed] == ["post-w20-s0", "post-w20-s2"] and listed[0][2] == "finished"
+    assert listed[1][2:4] == ["to", "do"]
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--add-setting", "learned-b4"]) == 2
     err = capsys.readouterr().err
     assert "dynamics.collapse.settings[1]" in err and "'learned-b4' is not a setting; allowed:" in err
     assert not Path("bad").exists()

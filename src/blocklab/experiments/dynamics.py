@@ -315,12 +315,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("dynamics-status", help="which dynamics runs are finished, checkpointed, recorded or to do")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", type=Path, default=Path("."))
+    p.add_argument("--add-setting", action="append", default=[], dest="setting",
+                   help="also list this collapse setting's runs, before params.yaml lists it (repeatable)")
     p.set_defaults(func=_status_main)
 
     p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--setting", action="append", default=[],
+    p.add_argument("--add-setting", action="append", default=[], dest="setting",
                    help="also record this collapse setting (a sensitivity cell name) at dynamics.collapse.seeds, "
                         "before params.yaml lists it (repeatable)")
     p.set_defaults(func=_snapshot_main)
@@ -348,7 +350,15 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
 
 
 def _status_main(args) -> None:
-    frame = status(load_params(args.params), args.root)
+    params = load_params(args.params)
+    settings = params["dynamics"]["collapse"]["settings"]
+    for name in args.setting:
+        try:
+            name = Cell.parse(name).name
+        except ConfigError as why:
+            raise ConfigError(f"--add-setting: {why}".replace("--cell=", "")) from None
+        settings += [name] if name not in settings else []
+    frame = status(params, args.root)
     print(frame.to_string(index=False))
     done = frame["state"].eq("finished") | frame["in_snapshot"]
     print(f"{int(done.sum())} of {len(frame)} planned runs finished or recorded; "
@@ -391,7 +401,7 @@ def _aggregate_main(args) -> None:
 def _snapshot_main(args) -> None:
     """Record every finished planned run, including seeds just added to the plan that ``from_snapshots`` does not yet
     cover (so the parameters are checked with it cleared: recording is how a new seed gets covered), and the runs of
-    any ``--setting`` not yet in the plan (a setting whose seeds are still training)."""
+    any ``--add-setting`` not yet in the plan (a setting whose seeds are still training)."""
     import yaml
 
     from ..params import validate_params
