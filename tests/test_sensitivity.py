@@ -231,6 +231,11 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     (lambda s: s["early_stop"].update(loss_below=0), "sensitivity.early_stop.loss_below", "> 0"),
     (lambda s: s.pop("early_stop"), "sensitivity", "missing required key(s) ['early_stop']"),
     (lambda s: s.update(from_snapshots=["no/such/snapshot"]), "sensitivity.from_snapshots", "sensitivity-snapshot"),
+    (lambda s: s["choices"].update(cells=["learned-b64"]), "sensitivity.choices.cells[0]", "{position}-b{batch}"),
+    (lambda s: s["choices"].update(cells=["learnt-b64-L24-lr0.001-fp32"]), "sensitivity.choices.cells[0]",
+     "allowed: learned, sinusoidal, rope, none"),
+    (lambda s: s["choices"].update(cells=["learned-b64-L24-lr0.001-fp32"]), "sensitivity.from_snapshots",
+     "lack 4 planned run(s): learned-b64-L24-lr0.001-fp32/post-w0-s0"),
 ])
 def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
     params = copy.deepcopy(FULL)
@@ -238,6 +243,60 @@ def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, ke
     with pytest.raises(ParamsError) as err:
         validate_params(params)
     assert key in str(err.value) and allowed in str(err.value), str(err.value)
+
+
+def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
+    from blocklab.params import schema
+    from blocklab.study import POSITIONS
+
+    params = copy.deepcopy(TINY)
+    params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32", "learned-b8-L3-lr0.001-fp32"]
+    planned = sens.plan(params)
+    extra = planned[planned["setting"] == "learned-b4-L3-lr0.001-fp32"]
+    grid = sens.plan(TINY)
+    assert sorted(extra["run"]) == sorted(grid[(grid["family"] == "choices")
+                                               & (grid["setting"] == "learned-b8-L3-lr0.001-fp32")]["run"])
+    assert len(planned) == len(grid) + len(extra)  # the grid's own cell, named again, is planned once
+    assert tuple(schema()["$defs"]["position"]["enum"]) == POSITIONS
+
+
+def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_project, tmp_path, capsys):
+    """The validation flow: train-sensitivity --add-cell trains a cell the plan lacks (without the flag: refused before
+    any compute), sensitivity-snapshot --add-cell records it alone, and params naming the cell are then accepted with
+    that snapshot beside the old ones (refused without it)."""
+    import shutil
+
+    from blocklab.cli import main
+
+    project = tmp_path / "p"
+    shutil.copytree(snake_project / "data" / "sweep" / "runs", project / "data" / "sweep" / "runs")
+    tiny = copy.deepcopy(TINY)
+    for family in ("choices", "depth_lr"):  # the study recorded as the default params.yaml has it, from the tiny DAG
+        assert main(["sensitivity-snapshot", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(snake_project),
+                     "--family", family, "--out", str(project / "snap" / family)]) == 0
+    shared = pd.read_csv(project / "snap/depth_lr/runs.csv")  # the default cell's runs: recorded once
+    shared[~shared["run_dir"].isin(pd.read_csv(project / "snap/choices/runs.csv")["run_dir"])].to_csv(
+        project / "snap/depth_lr/runs.csv", index=False)
+    tiny["sensitivity"]["from_snapshots"] = [str(project / "snap" / f) for f in ("choices", "depth_lr")]
+    path = project / "params.yaml"
+    path.write_text(yaml.safe_dump(tiny, allow_unicode=True), encoding="utf-8")
+    cell = "learned-b4-L3-lr0.001-fp32"
+    runs = [(norm, warmup) for norm in tiny["sweep"]["norms"] for warmup in tiny["sweep"]["warmups"]]
+    train = lambda norm, warmup, *flag: main(["train-sensitivity", "--params", str(path), "--cell", cell, "--norm", norm,  # noqa: E731
+                                              "--warmup", str(warmup), "--seed", "0", "--out-dir",
+                                              str(project / sens.RUNS / cell / f"{norm}-w{warmup}-s0"), *flag])
+    assert train(*runs[0]) == 2 and not (project / sens.RUNS / cell).exists()
+    for norm, warmup in runs:
+        assert train(norm, warmup, "--add-cell") == 0
+    assert main(["sensitivity-snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
+                 "--add-cell", cell, "--out", str(project / "snap" / "candidate")]) == 0
+    recorded = pd.read_csv(project / "snap/candidate/runs.csv")
+    assert set(recorded["setting"]) == {cell} and len(recorded) == len(runs)
+    tiny["sensitivity"]["choices"]["cells"] = [cell]
+    with pytest.raises(ParamsError, match=f"lack {len(runs)} planned run"):
+        validate_params(tiny)
+    tiny["sensitivity"]["from_snapshots"].append(str(project / "snap" / "candidate"))
+    assert validate_params(tiny)["sensitivity"]["choices"]["cells"] == [cell]
 
 
 def test_training_a_run_outside_the_plan_or_with_bad_params_fails_before_any_compute(tmp_path):

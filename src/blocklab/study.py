@@ -143,6 +143,8 @@ def plan(params: dict) -> pd.DataFrame:
              for position in choices["positions"] for batch in choices["batch_sizes"]]
     cells += [Cell(base.position, base.batch_size, base.depth, base.lr, precision)
               for precision in available_precisions(params, choices.get("precisions", [])) if precision != base.precision]
+    # and each cell named whole (a candidate under validation, e.g. a batch size the crossed grid leaves out)
+    cells += [Cell.parse(name) for name in choices.get("cells", [])]
     for cell in dict.fromkeys(cells):
         for norm in sweep["norms"]:
             for warmup in sweep["warmups"]:
@@ -248,7 +250,8 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
     if rule["for_steps"] > steps:
         problems.append(("sensitivity.early_stop.for_steps",
                          f"{rule['for_steps']} exceeds sweep.steps={steps}, so the rule could never fire; allowed: 1..{steps}"))
-    problems += _snapshot_problems(params)
+    bad_cells = _cell_problems(sens["choices"].get("cells", []), "sensitivity.choices.cells")
+    problems += bad_cells or _snapshot_problems(params)
     for i, warmup in enumerate(sens["depth_lr"]["warmups"]):
         if warmup > steps:
             problems.append((f"sensitivity.depth_lr.warmups[{i}]", f"{warmup} is longer than training (sweep.steps={steps}); "
@@ -258,6 +261,35 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         problems.append(("sensitivity.choices.positions", f"'rope' needs an even head dimension d_model/n_heads={d // heads}; "
                          "allowed: another position or an even head dimension"))
     return problems
+
+
+POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
+
+
+def _cell_problems(names, key: str) -> list[tuple[str, str]]:
+    """Cell names given whole (``sensitivity.choices.cells``, ``--add-cell``): each parses and names a known position."""
+    problems = []
+    for i, name in enumerate(names):
+        try:
+            position = Cell.parse(name).position
+        except ConfigError as why:
+            problems.append((f"{key}[{i}]", str(why).replace("--cell=", "")))
+            continue
+        if position not in POSITIONS:
+            problems.append((f"{key}[{i}]", f"{name!r}: unknown position {position!r}; allowed: {', '.join(POSITIONS)}"))
+    return problems
+
+
+def with_cells(params: dict, names, key: str = "--add-cell") -> dict:
+    """params with ``names`` added to ``sensitivity.choices.cells`` (checked first): a candidate's runs are trained,
+    listed and recorded before params.yaml names the cell, since its ``from_snapshots`` cannot record them yet."""
+    problems = _cell_problems(names, key)
+    if problems:
+        raise ConfigError("; ".join(f"{k}: {why}" for k, why in problems))
+    params = copy.deepcopy(params)
+    cells = params["sensitivity"]["choices"].setdefault("cells", [])
+    cells += [Cell.parse(name).name for name in names if Cell.parse(name).name not in cells]
+    return params
 
 
 def _snapshot_problems(params: dict) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from ..experiments.sensitivity.aggregation import aggregate, as_sweep_tables
 from ..experiments.sensitivity.status import progress, projected_seconds
 from ..io import read_table, write_table
 from ..params import load_params
-from ..study import FIGURES, GRADNORM, TABLES, Cell, cell_params, default_cell, plan, read_records, snapshots
+from ..study import FIGURES, GRADNORM, TABLES, Cell, cell_params, default_cell, plan, read_records, snapshots, with_cells
 from . import claims
 from .claims import NOT_CHECKABLE
 
@@ -119,6 +119,8 @@ def register(subparsers) -> None:
     p.add_argument("--verdicts", action="store_true",
                    help="instead: claim x setting so far, for the open-choice cells whose runs have all finished")
     p.add_argument("--out", type=Path, default=None, help="with --verdicts: also write that table (CSV)")
+    p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
+                   help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
     p.set_defaults(func=_status_main)
 
     p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
@@ -144,7 +146,7 @@ def _aggregate_main(args) -> None:
 
 
 def _status_main(args) -> None:
-    params = load_params(args.params)
+    params = with_cells(load_params(args.params), args.add_cell)
     if args.verdicts:
         _verdicts_main(params, args)
         return

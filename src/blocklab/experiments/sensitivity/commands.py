@@ -11,7 +11,7 @@ from ...config import ConfigError
 from ...io import write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
-from ...study import Cell, cell_params, early_stop_rule, plan, require_planned
+from ...study import Cell, cell_params, early_stop_rule, plan, require_planned, with_cells
 from .aggregation import gradnorm_by_position, record_runs
 
 log = logging.getLogger("blocklab.sensitivity")
@@ -26,6 +26,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", required=True, type=int)
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--add-cell", action="store_true",
+                   help="the cell need not be in params.yaml yet (a candidate under validation, recorded with "
+                        "sensitivity-snapshot --add-cell before params.yaml lists it)")
     p.set_defaults(func=_train_main)
 
     p = subparsers.add_parser("sensitivity-plan", help="list every run of the sensitivity study and where it lives")
@@ -46,6 +49,8 @@ def register(subparsers) -> None:
     p.add_argument("--family", choices=["choices", "depth_lr"], default=None, help="only this family's runs")
     p.add_argument("--setting", nargs="+", default=None, help="only these cells (e.g. learned-b32-L24-lr0.001-bf16)")
     p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
+    p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
+                   help="also a cell params.yaml does not list yet (repeatable): its finished runs are recorded")
     p.set_defaults(func=_snapshot_main)
 
 
@@ -56,6 +61,8 @@ def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
     cell = Cell.parse(args.cell)
+    if args.add_cell:
+        params = with_cells(params, [args.cell], "--cell")
     require_planned(plan(params), cell, args.norm, args.warmup, args.seed, f"the sensitivity section of {args.params}")
     set_threads(args.threads or params["threads_per_run"])
     stop, words = early_stop_rule(params, cell)
@@ -77,7 +84,7 @@ def _gradnorm_main(args) -> None:
 
 
 def _snapshot_main(args) -> None:
-    params = load_params(args.params)
+    params = with_cells(load_params(args.params), args.add_cell)
     planned = plan(params)
     if args.family:
         planned = planned[planned["family"] == args.family]
