@@ -172,12 +172,12 @@ def _dynamics_snapshots(root: Path) -> list[Path]:
 
 
 def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """(runs, their events, rates, the event rule) of the recorded dynamics runs (every snapshot in docs/dynamics/,
-    settings still training included), judged with params.yaml's thresholds."""
+    """(runs, their events, rates, params.yaml's dynamics section) of the recorded dynamics runs (every snapshot in
+    docs/dynamics/, settings still training included), judged with its thresholds."""
     from ..experiments.dynamics import events, rates
     from ..params import load_params
 
-    rule = load_params(root / "params.yaml")["dynamics"]["events"]
+    dynamics = load_params(root / "params.yaml")["dynamics"]
     dirs = _dynamics_snapshots(root)
     runs = pd.concat([read_table(d / "runs.csv") for d in dirs], ignore_index=True)
     losses = pd.concat([read_table(d / "losses.csv") for d in dirs], ignore_index=True)
@@ -185,23 +185,33 @@ def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     for r in runs.itertuples(index=False):
         curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
         rows.append({"setting": r.setting, "seed": r.seed, "collapse": r.warmup > 0 and r.norm == "post",
-                     **events(curve["loss"], curve["step"], rule, int(r.vocab_size))})
+                     **events(curve["loss"], curve["step"], dynamics["events"], int(r.vocab_size))})
     judged = pd.DataFrame(rows)
-    return runs, judged, rates(judged), rule
+    return runs, judged, rates(judged), dynamics
 
 
-def _rate_lines(table: pd.DataFrame, rule: dict) -> list[str]:
+def _rate_lines(table: pd.DataFrame, dynamics: dict) -> list[str]:
+    """One line per setting; a setting params.yaml does not list yet is a validation still training, and says so."""
+    rule, collapse = dynamics["events"], dynamics["collapse"]
+
+    def progress(t) -> str:
+        if t.setting in collapse["settings"]:
+            return "."
+        return (f"; under validation, not yet in params.yaml: {len(str(t.seeds).split())} of the "
+                f"{len(collapse['seeds'])} planned seeds recorded so far.")
+
     return [f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
             f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
             f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}), **{t.to_chance} of {t.learned}** went back to "
             f"chance (≥ {rule['collapse_at']:g} × ln 64) at least once, recovered or not "
-            f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}." for t in table.itertuples(index=False)]
+            f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}{progress(t)}"
+            for t in table.itertuples(index=False)]
 
 
 def dynamics_runs(data: Path, root: Path) -> str:
     """The recorded dynamics runs (docs/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
     collapse and spike rates with their 95 % Wilson intervals, judged with the thresholds of params.yaml."""
-    runs, judged, table, rule = _dynamics_events(root)
+    runs, judged, table, dynamics = _dynamics_events(root)
     lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r, e in zip(runs.itertuples(index=False), judged.to_dict("records")):
@@ -210,7 +220,7 @@ def dynamics_runs(data: Path, root: Path) -> str:
         learned = "never" if e["learned_step"] != e["learned_step"] else f"{int(e['learned_step'])}"
         lines.append(f"| {r.setting} {r.run} | {e['outcome']} | {learned} | {spike} | {worst} | {r.machine} | "
                      f"{r.wall_time_s / 60:.0f} min |")
-    for line in _rate_lines(table, rule):
+    for line in _rate_lines(table, dynamics):
         lines += ["", line]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/{name}" for d in _dynamics_snapshots(root)
                                              for name in ("runs.csv", "losses.csv")])
@@ -241,7 +251,7 @@ def inference_ranking(data: Path, root: Path) -> str:
 def dynamics_summary(data: Path, root: Path) -> str:
     """The README's three lines on problem 11's open questions: the collapse rate so far, the fitting ranking's top
     settings and the fitting runs' measured cost."""
-    _, _, table, rule = _dynamics_events(root)
+    _, _, table, dynamics = _dynamics_events(root)
     ranked, dirs = _ranking(data, root)
     top = "; ".join(f"{r['rank']}. {r['setting']} **{r['score']:.2f}** ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''}"
                     f", per seed {r['seed_score_min']:.2f}–{r['seed_score_max']:.2f})"
@@ -255,7 +265,7 @@ def dynamics_summary(data: Path, root: Path) -> str:
         cost = (" Measured cost of a 300-step fitting run, two side by side on 2 cores: "
                 + ", ".join(f"batch {b}: {m:.0f} min" for b, m in per.items())
                 + f" ({', '.join(sorted(set(runs['machine'].astype(str))))}).")
-    lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, rule)),
+    lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, dynamics)),
              "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
              f"matched, lower is better; [procedure and full table](docs/dynamics.md)): {top}.{cost}"]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)],
