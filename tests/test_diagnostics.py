@@ -536,11 +536,23 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     assert list(zip(runs["setting"], runs["run"])) == [(cell, "post-w20-s0")]  # only what finished here
     losses = pd.read_csv("snap/losses.csv")
     assert (losses["setting"] == cell).all() and losses["step"].max() == TINY["sweep"]["steps"]
+    # on another machine (seed 0's run directory gone), seed 2 is recorded beside it, and seed 0's record is kept
+    import shutil
+
+    shutil.rmtree(run_dir)
+    seed2 = run_dir.parent / "post-w20-s2"
+    assert main(["train-dynamics", "--params", str(path), "--cell", cell, "--seed", "2", "--out-dir", str(seed2)]) in (0, None)
+    before = pd.read_parquet("snap/diagnostics.parquet")
+    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
+    assert sorted(pd.read_csv("snap/runs.csv")["run"]) == ["post-w20-s0", "post-w20-s2"]
+    after = pd.read_parquet("snap/diagnostics.parquet")
+    pd.testing.assert_frame_equal(after[after["run"] == "post-w20-s0"].reset_index(drop=True), before)
+    assert sorted(set(pd.read_csv("snap/losses.csv")["run"])) == ["post-w20-s0", "post-w20-s2"]
     capsys.readouterr()
     assert main(["dynamics-status", "--params", str(path), "--add-setting", cell]) in (0, None)
     listed = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(cell)]
-    assert [row[1] for row in listed] == ["post-w20-s0", "post-w20-s2"] and listed[0][2] == "finished"
-    assert listed[1][2:4] == ["to", "do"]
+    assert [row[1] for row in listed] == ["post-w20-s0", "post-w20-s2"]
+    assert listed[0][2:4] == ["to", "do"] and listed[1][2] == "finished"  # seed 0's directory is gone from here
     assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--add-setting", "learned-b4"]) == 2
     err = capsys.readouterr().err
     assert "dynamics.collapse.settings[1]" in err and "'learned-b4' is not a setting; allowed:" in err

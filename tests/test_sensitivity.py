@@ -292,6 +292,13 @@ def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_pr
                  "--add-cell", cell, "--out", str(project / "snap" / "candidate")]) == 0
     recorded = pd.read_csv(project / "snap/candidate/runs.csv")
     assert set(recorded["setting"]) == {cell} and len(recorded) == len(runs)
+    # on a machine without those runs, rewriting the snapshot would drop them: refused, the snapshot untouched
+    shutil.move(project / sens.RUNS, tmp_path / "moved")
+    capsys.readouterr()
+    assert main(["sensitivity-snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
+                 "--add-cell", cell, "--out", str(project / "snap" / "candidate")]) == 2
+    assert "which rewriting it would drop" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_csv(project / "snap/candidate/runs.csv"), recorded)
     tiny["sensitivity"]["choices"]["cells"] = [cell]
     with pytest.raises(ParamsError, match=f"lack {len(runs)} planned run"):
         validate_params(tiny)

@@ -250,7 +250,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
     if rule["for_steps"] > steps:
         problems.append(("sensitivity.early_stop.for_steps",
                          f"{rule['for_steps']} exceeds sweep.steps={steps}, so the rule could never fire; allowed: 1..{steps}"))
-    bad_cells = _cell_problems(sens["choices"].get("cells", []), "sensitivity.choices.cells")
+    bad_cells = cell_problems(sens["choices"].get("cells", []), "sensitivity.choices.cells")
     problems += bad_cells or _snapshot_problems(params)
     for i, warmup in enumerate(sens["depth_lr"]["warmups"]):
         if warmup > steps:
@@ -266,7 +266,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
 POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
 
 
-def _cell_problems(names, key: str) -> list[tuple[str, str]]:
+def cell_problems(names, key: str) -> list[tuple[str, str]]:
     """Cell names given whole (``sensitivity.choices.cells``, ``--add-cell``): each parses and names a known position."""
     problems = []
     for i, name in enumerate(names):
@@ -280,15 +280,21 @@ def _cell_problems(names, key: str) -> list[tuple[str, str]]:
     return problems
 
 
+def require_cell_names(names, key: str) -> list[str]:
+    """The canonical names of ``names``, each once; a bad one is a ConfigError naming ``key[i]`` and what is allowed."""
+    problems = cell_problems(names, key)
+    if problems:
+        raise ConfigError("; ".join(f"{k}: {why}" for k, why in problems))
+    return list(dict.fromkeys(Cell.parse(name).name for name in names))
+
+
 def with_cells(params: dict, names, key: str = "--add-cell") -> dict:
     """params with ``names`` added to ``sensitivity.choices.cells`` (checked first): a candidate's runs are trained,
     listed and recorded before params.yaml names the cell, since its ``from_snapshots`` cannot record them yet."""
-    problems = _cell_problems(names, key)
-    if problems:
-        raise ConfigError("; ".join(f"{k}: {why}" for k, why in problems))
+    names = require_cell_names(names, key)
     params = copy.deepcopy(params)
     cells = params["sensitivity"]["choices"].setdefault("cells", [])
-    cells += [Cell.parse(name).name for name in names if Cell.parse(name).name not in cells]
+    cells += [name for name in names if name not in cells]
     return params
 
 

@@ -30,7 +30,7 @@ from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_F
                              unrecorded)
 from ..io import read_json, read_table, write_table
 from ..params import load_params
-from ..study import Cell, cell_params, default_cell
+from ..study import Cell, cell_params, default_cell, require_cell_names
 
 log = logging.getLogger("blocklab.dynamics")
 
@@ -274,13 +274,19 @@ def thin(params: dict, summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.D
 
 def write_snapshot(params: dict, out: str | Path, root: str | Path = ".") -> pd.DataFrame:
     """Record the finished runs of the plan in ``out`` (kept in git): what the tables need, diagnostics included
-    (thinned: ``kept_steps``)."""
+    (thinned: ``kept_steps``). Runs ``out`` already records and that did not finish here are kept (a snapshot grows
+    seed by seed, across machines); a run finished here replaces its old record."""
     planned = plan(params)
     runs, losses, diagnostics = collect(planned, root, only_finished=True)
     if len(runs):
         done = planned.merge(runs[["setting", "run"]], on=["setting", "run"])
         diagnostics = thin(params, summarize(params, runs, losses, done), diagnostics)
     out = Path(out)
+    if all((out / name).is_file() for name in SNAPSHOT_FILES):
+        here = set(zip(runs["setting"], runs["run"])) if len(runs) else set()
+        old = [frame[[key not in here for key in zip(frame["setting"], frame["run"])]] for frame in read_snapshots([out])]
+        runs, losses, diagnostics = (pd.concat([o, n], ignore_index=True) if len(n) else o.reset_index(drop=True)
+                                     for o, n in zip(old, (runs, losses, diagnostics)))
     out.mkdir(parents=True, exist_ok=True)
     write_table(runs, out / "runs.csv")
     write_table(losses[["setting", "run", "step", "loss", "lr"]], out / "losses.csv")
@@ -352,12 +358,7 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
 def _status_main(args) -> None:
     params = load_params(args.params)
     settings = params["dynamics"]["collapse"]["settings"]
-    for name in args.setting:
-        try:
-            name = Cell.parse(name).name
-        except ConfigError as why:
-            raise ConfigError(f"--add-setting: {why}".replace("--cell=", "")) from None
-        settings += [name] if name not in settings else []
+    settings += [name for name in require_cell_names(args.setting, "--add-setting") if name not in settings]
     frame = status(params, args.root)
     print(frame.to_string(index=False))
     done = frame["state"].eq("finished") | frame["in_snapshot"]
@@ -414,7 +415,7 @@ def _snapshot_main(args) -> None:
             settings += [s for s in args.setting if s not in settings]
     params = validate_params(raw, str(args.params))
     runs = write_snapshot(params, args.out)
-    print(f"{len(runs)} finished run(s) recorded in {args.out}")
+    print(f"{len(runs)} run(s) recorded in {args.out} (finished here, and kept from its earlier record)")
 
 
 # ---- what the diagnostics say about why ------------------------------------------------------------------------------

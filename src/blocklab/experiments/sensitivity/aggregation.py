@@ -121,7 +121,7 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
         curves.append(loss[["step", "loss"]].assign(setting=row.setting, precision=row.precision, run=row.run))
     columns = [*RUN_KEY, *RECORD_FIELDS, "run_dir"]
     runs = pd.DataFrame(rows, columns=columns)
-    losses = (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", *RUN_KEY]))
+    losses = (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", "precision", *RUN_KEY]))
     losses = losses[["setting", "precision", "run", "step", "loss"]]  # unrounded: re-aggregating gives the same numbers
     _, summary = aggregate(params, planned=finished, records=(runs, losses))  # the files once, from what is recorded
     return runs, losses, summary

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ...config import ConfigError
-from ...io import write_json, write_table
+from ...io import read_table, write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
 from ...study import Cell, cell_params, early_stop_rule, plan, require_planned, with_cells
@@ -95,6 +95,14 @@ def _snapshot_main(args) -> None:
                               f"; allowed: {', '.join(planned['setting'].unique())}")
         planned = planned[planned["setting"].isin(args.setting)]
     runs, losses, summary = record_runs(params, args.root, planned, machine=args.machine)
+    if (args.out / "runs.csv").is_file():  # a snapshot is rewritten whole: never drop a run it records
+        lost = read_table(args.out / "runs.csv").merge(runs[["setting", "run"]], how="left", indicator=True)
+        lost = lost[lost["_merge"] == "left_only"]
+        if len(lost):
+            raise ConfigError(f"--out={args.out}: it records {len(lost)} run(s) that did not finish here "
+                              f"({', '.join(lost['setting'] + '/' + lost['run'])}), which rewriting it would drop; "
+                              "allowed: a new --out directory (list both in sensitivity.from_snapshots), or the "
+                              "project root that holds those runs (--root)")
     write_table(runs, args.out / "runs.csv")
     write_table(losses, args.out / "losses.csv")
     write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), args.out / "summary.csv")
