@@ -104,6 +104,20 @@ def test_a_count_claim_is_partly_reproduced_only_when_its_shape_holds(count, wan
     assert claims.judge_count(count, want, runs) == expected
 
 
+@pytest.mark.parametrize("k, n, p, verdict", [
+    # p by hand: the hypergeometric probabilities of the 2x2 table with the margins fixed, summed over the tables no
+    # more likely than the observed one (e.g. 1 of 9 vs 1 of 3: P(a) = C(2,a) C(10,9-a) / C(12,9) = 10, 90, 120 / 220)
+    (0, 7, 3 / 10, claims.NOT_REPRODUCED),   # no collapse seen: not reproduced, whatever the test says
+    (0, 9, 1 / 4, claims.NOT_REPRODUCED),
+    (1, 9, 5 / 11, claims.REPRODUCED),       # collapses, at a rate the test cannot tell from 1 of 3
+    (8, 9, 7 / 55, claims.REPRODUCED),
+    (9, 9, 1 / 22, claims.PARTLY),           # collapses, at a rate the test tells apart: C(10,9) C(2,0) = 10 / 220
+])
+def test_a_collapse_rate_is_judged_by_fishers_exact_test_against_the_documents_count(k, n, p, verdict):
+    measured_p, measured_verdict = claims.collapse_verdict(k, n, 1, 3)
+    assert measured_p == pytest.approx(p, rel=1e-12) and measured_verdict == verdict
+
+
 def test_single_number_claims_are_reproduced_or_not_never_partly(tmp_path, document_params):
     curve = pd.DataFrame({"blocks": [4], "mean_length": [2.236 * 1.03], "std_length": [0.05], "sqrt_L_plus_1": [2.236]})
     write(tmp_path, "residual_sim/curve.csv", curve)  # 3 % off, far outside 4 standard errors (0.004)

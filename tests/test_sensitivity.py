@@ -5,11 +5,13 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
 
+from blocklab.config import ConfigError
 from blocklab.experiments import sensitivity as sens
 from blocklab.reporting import sensitivity as study_report  # claim x setting, robustness (the reporting layer)
 from blocklab.params import ParamsError, load_params, validate_params
@@ -200,15 +202,27 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     a = sens.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
     other = next(p for p in ("learned", "sinusoidal") if p != sens.default_cell(FULL).position)
     b = a.replace(sens.default_cell(FULL).position, other, 1)
+    batch = sens.default_cell(FULL).batch_size
+    c = a.replace(f"-b{batch}-", f"-b{2 * batch}-", 1)  # the default cell at twice the batch
     la, sa = _cell_runs(a, post_w0_final=4.1616)  # post-norm without warm-up stuck, as the document says
     lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
-    gradnorm = pd.DataFrame([{"position": p, "norm": n, "seed": 0, "block": k, "grad_norm": 1.0, "loss": 4.2}
-                             for p in ("sinusoidal", "learned") for n in ("post", "pre") for k in range(1, 25)])
-    table = study_report.claims_by_setting(FULL, pd.concat([la, lb]), pd.concat([sa, sb]), gradnorm)
+    lc, sc = _cell_runs(c, post_w0_final=4.1616)
+    # gradients at init: flat at the default batch, growing toward the output at twice that batch
+    gradnorm = pd.DataFrame([{"position": p, "batch_size": bs, "norm": n, "seed": 0, "block": k, "loss": 4.2,
+                              "grad_norm": 1.0 if bs == batch else k / 12}
+                             for p in ("sinusoidal", "learned") for bs in (batch, 2 * batch) for n in ("post", "pre")
+                             for k in range(1, 25)])
+    table = study_report.claims_by_setting(FULL, pd.concat([la, lb, lc]), pd.concat([sa, sb, sc]), gradnorm)
     verdict = table.set_index(["id", "setting"])["verdict"]
+    measured = table.set_index(["id", "setting"])["measured"]
     assert verdict[("d000-post-nowarm-stuck", a)] == "reproduced"
     assert verdict[("d000-post-nowarm-stuck", b)] == "not reproduced"
-    assert set(table["setting"]) == {a, b} and table.loc[table["setting"] == a, "default"].all()
+    # each cell reads the gradients of its own batch: flat at the default batch, growing at twice it
+    assert "stays flat" in measured[("d000-gradnorm-post-grows", a)]
+    assert "grows toward" in measured[("d000-gradnorm-post-grows", c)]
+    assert set(table["setting"]) == {a, b, c} and table.loc[table["setting"] == a, "default"].all()
+    with pytest.raises(ConfigError, match="no batch_size column.*sensitivity-gradnorm"):  # a table from before
+        study_report.claims_by_setting(FULL, la, sa, gradnorm.drop(columns="batch_size"))
     assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
     robust = study_report.robustness(table).set_index("id")
     assert not robust.loc["d000-post-nowarm-stuck", "robust"]
@@ -243,6 +257,26 @@ def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, ke
     with pytest.raises(ParamsError) as err:
         validate_params(params)
     assert key in str(err.value) and allowed in str(err.value), str(err.value)
+
+
+def test_gradients_at_init_are_measured_at_every_position_and_batch_the_study_plans():
+    from blocklab.experiments.gradnorm import gradnorm_frame
+
+    params = copy.deepcopy(TINY)
+    params["gradnorm"]["seeds"] = [0]
+    params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32"]  # a named cell at another batch
+    frame = sens.gradnorm_by_choice(params)
+    planned = sens.plan(params)
+    pairs = set(planned.loc[planned["family"] == "choices", ["position", "batch_size"]].itertuples(index=False, name=None))
+    assert set(frame[["position", "batch_size"]].itertuples(index=False, name=None)) == pairs and (("learned", 4) in pairs)
+    # the named cell's rows are the gradnorm experiment run at its own position and batch (same code path, same
+    # seed: bit-identical), and differ from the default batch's (another batch of sequences)
+    direct = copy.deepcopy(params)
+    direct["copy_model"]["position"], direct["copy_task"]["batch_size"] = "learned", 4
+    mine = frame[(frame["position"] == "learned") & (frame["batch_size"] == 4)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine[["norm", "seed", "block", "grad_norm", "loss"]], gradnorm_frame(direct))
+    other = frame[(frame["position"] == "learned") & (frame["batch_size"] == params["copy_task"]["batch_size"])]
+    assert not np.allclose(other["grad_norm"].to_numpy(), mine["grad_norm"].to_numpy())
 
 
 def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():

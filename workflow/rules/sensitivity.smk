@@ -47,7 +47,7 @@ rule sensitivity_gradnorm:
     output:
         SENSITIVITY_GRADNORM,
     params:
-        positions=config["sensitivity"]["choices"]["positions"],
+        choices=config["sensitivity"]["choices"],
         gradnorm=config["gradnorm"], model=config["copy_model"], task=config["copy_task"],
     threads: config["threads_per_run"]
     shell:

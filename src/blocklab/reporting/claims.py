@@ -240,11 +240,19 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
                         if prob(a) <= observed * (1 + 1e-9)))
 
 
+def collapse_verdict(k: int, n: int, expected: int, of: int) -> tuple[float, str]:
+    """(Fisher's p, verdict) of k collapses in n learned runs against the document's count (expected of ``of``):
+    consistent when Fisher's exact test cannot tell them apart (p >= 0.05). k >= 1 and consistent: reproduced; k >= 1,
+    not consistent: partly (post-norm collapses, at another rate); k = 0: not reproduced (no collapse seen), whatever
+    the test says. The one rule for a collapse rate, wherever one is judged."""
+    p = fisher_exact(k, n, expected, of)
+    # parts: post-norm collapses at all, and at a rate the test cannot tell from the document's (vacuous at k = 0)
+    return p, judge([k >= 1, k >= 1 and p >= 0.05])
+
+
 @check
 def collapse_rate(data: Data, expected: int, of: int):
-    """The document's count (1 of 3 seeds) against the measured rate at the default setting: consistent when Fisher's
-    exact test cannot tell them apart (p >= 0.05). k >= 1 and consistent: reproduced; k >= 1, not consistent: partly
-    (post-norm collapses, at another rate); k = 0: not reproduced (no collapse seen), whatever the test says."""
+    """The document's count (1 of 3 seeds) against the measured rate at the default setting (``collapse_verdict``)."""
     _, rates = _dynamics(data)
     _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
     setting = data.params["dynamics"]["collapse"]["settings"][0]
@@ -253,11 +261,10 @@ def collapse_rate(data: Data, expected: int, of: int):
         raise NotCheckable(f"no post-norm run with warm-up learned at {setting}")
     r = row.iloc[0]
     k, n = int(r["collapsed"]), int(r["learned"])
-    p = fisher_exact(k, n, expected, of)
+    p, verdict = collapse_verdict(k, n, expected, of)
     measured = (f"{k} of {n} collapsed (95 % Wilson {r['collapsed_low']:.0%}-{r['collapsed_high']:.0%}); "
                 f"{int(r['spiked'])} of {n} spiked and recovered; Fisher's exact test vs {expected} of {of}: p = {p:.2f}")
-    # parts: post-norm collapses at all, and at a rate the test cannot tell from the document's (vacuous at k = 0)
-    return measured, judge([k >= 1, k >= 1 and p >= 0.05])
+    return measured, verdict
 
 
 @check

@@ -273,6 +273,91 @@ def dynamics_summary(data: Path, root: Path) -> str:
                                              "docs/gallery/data/sweep/losses.csv")
 
 
+
+# The checks of the procedure's step 4 (docs/dynamics.md, fixed before any validation run) that the claims table
+# judges from a cell's runs; the collapse count is judged apart (k of N over its seeds).
+VALIDATION_CLAIMS = ("d000-post-nowarm-stuck", "d000-pre-nowarm-final", "d000-gradnorm-post-grows")
+
+
+def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.DataFrame, list[Path]]:
+    """The step-4 claims judged on the candidate's runs recorded in docs/sensitivity/*/ (the study's own checks, as
+    one more cell of claim x setting) with the gradients at init recorded beside them (``sensitivity-gradnorm``);
+    a claim whose runs or gradients are not recorded yet is "not checkable here"."""
+    from ..experiments.sensitivity.aggregation import aggregate
+    from ..study import GRADNORM, plan, read_records, with_cells
+    from .sensitivity import claims_by_setting
+
+    dirs = [f.parent for f in sorted((root / "docs" / "sensitivity").glob("*/runs.csv"))
+            if candidate in set(read_table(f)["setting"])]
+    if not dirs:
+        return pd.DataFrame(), []
+    p = with_cells(params, [candidate])
+    runs, losses = read_records(dirs)
+    runs, losses = runs[runs["setting"] == candidate], losses[losses["setting"] == candidate]
+    planned = plan(p)
+    planned = planned[(planned["family"] == "choices") & (planned["setting"] == candidate) & planned["run"].isin(runs["run"])]
+    tidy, summary = aggregate(p, records=(runs, losses), planned=planned)
+    grads = [read_table(d / Path(GRADNORM).name) for d in dirs if (d / Path(GRADNORM).name).is_file()]
+    gradnorm = (pd.concat(grads, ignore_index=True) if grads else
+                pd.DataFrame(columns=["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]))
+    judged = claims_by_setting(p, tidy, summary, gradnorm)
+    return judged[judged["id"].isin(VALIDATION_CLAIMS)], dirs
+
+
+def inference_validation(data: Path, root: Path) -> str:
+    """Step 4 of the inference procedure for the two best-ranked candidates: each fixed check's document value, what
+    the recorded runs measure and its verdict by the claims' own rules (the collapse count by ``collapse_verdict``,
+    pending until every planned seed is recorded), and whether the candidate is validated (no check "not reproduced")."""
+    from ..params import load_params
+    from .claims import collapse_verdict, load_claims
+
+    params = load_params(root / "params.yaml")
+    ranked, _ = _ranking(data, root)
+    _, judged, table, dynamics = _dynamics_events(root)
+    claim = {c["id"]: c for c in load_claims()}
+    rate = next(c for c in claim.values() if c["check"] == "collapse_rate")
+    expected, of = rate["args"]["expected"], rate["args"]["of"]
+    planned_seeds = len(dynamics["collapse"]["seeds"])
+    lines, sources = [], []
+    for r in ranked.head(2).to_dict("records"):
+        candidate = r["setting"]
+        checks, dirs = _candidate_claims(root, params, candidate)
+        sources += dirs
+        row = table[table["setting"] == candidate]
+        if checks.empty and row.empty:
+            lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): no validation run recorded yet.", ""]
+            continue
+        rows = []
+        if row.empty:
+            rows.append(("collapse count, post-norm with warm-up", rate["document_value"], "— (no run recorded)",
+                         "pending"))
+        else:
+            t = row.iloc[0]
+            k, n, seeds = int(t["collapsed"]), int(t["learned"]), len(str(t["seeds"]).split())
+            p, verdict = collapse_verdict(k, n, expected, of)
+            measured = (f"{k} of {n} learned runs collapsed (95 % Wilson {t['collapsed_low']:.0%}–"
+                        f"{t['collapsed_high']:.0%}); Fisher's exact test vs {expected} of {of}: p = {p:.2f}")
+            rows.append(("collapse count, post-norm with warm-up", rate["document_value"], measured,
+                         verdict if seeds >= planned_seeds else f"pending: {seeds} of {planned_seeds} seeds recorded"))
+        for cid in VALIDATION_CLAIMS:
+            c = checks[checks["id"] == cid]
+            measured, verdict = (c["measured"].iloc[0], c["verdict"].iloc[0]) if len(c) else ("— (no run recorded)", "pending")
+            rows.append((f"{claim[cid]['claim']} (`{cid}`)", claim[cid]["document_value"], measured, verdict))
+        verdicts = [v for *_, v in rows]
+        failed = [what for what, _, _, v in rows if v == "not reproduced"]
+        open_ = [what for what, _, _, v in rows if v.startswith("pending") or v == "not checkable here"]
+        status = ("**not validated**: not reproduced: " + "; ".join(failed) if failed else
+                  f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else "**validated**")
+        lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): {status}.", "",
+                  "| check (fixed before any validation run) | the document | measured | verdict |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {_cell(what)} | {_cell(doc)} | {_cell(measured)} | {verdict} |" for what, doc, measured, verdict in rows]
+        lines.append("")
+    notes = [f"{d.relative_to(root).as_posix()}/" for d in dict.fromkeys(sources)]
+    notes += [f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)]
+    return "\n".join(lines) + "\n" + _note(*notes, "src/blocklab/reporting/claims.yaml")
+
+
 GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
@@ -285,6 +370,7 @@ GENERATORS = {
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
     "dynamics-summary": dynamics_summary,
+    "inference-validation": inference_validation,
 }
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..experiments.sensitivity.aggregation import aggregate, as_sweep_tables
 from ..experiments.sensitivity.status import progress, projected_seconds
+from ..config import ConfigError
 from ..io import read_table, write_table
 from ..params import load_params
 from ..study import FIGURES, GRADNORM, TABLES, Cell, cell_params, default_cell, plan, read_records, snapshots, with_cells
@@ -28,7 +29,7 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
         cell = Cell.parse(setting.setting)
         sweep_losses, sweep_summary = as_sweep_tables(losses, summary, setting.setting)
         tables = {"sweep/losses.csv": sweep_losses, "sweep/summary.csv": sweep_summary,
-                  "gradnorm/gradnorm.csv": gradnorm[gradnorm["position"] == cell.position]}
+                  "gradnorm/gradnorm.csv": at_cell(gradnorm, cell)}
         data = claims.Data(".", cell_params(params, cell), tables=tables)
         table = claims.evaluate_data(data, only=claims.SWEEP_CHECKS)
         seeds = sorted(sweep_summary["seed"].unique())
@@ -39,6 +40,15 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
                          "default": setting.setting == default_cell(params).name, "measured": claim.measured,
                          "verdict": claim.verdict})
     return pd.DataFrame(rows)
+
+
+def at_cell(gradnorm: pd.DataFrame, cell: Cell) -> pd.DataFrame:
+    """The gradients at init a cell's runs started from: its position signal and its batch size (the table of
+    ``sensitivity-gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
+    if "batch_size" not in gradnorm.columns:
+        raise ConfigError(f"{GRADNORM} has no batch_size column (written before gradients were measured per batch); "
+                          "rerun `blocklab sensitivity-gradnorm` (Snakemake does so by itself)")
+    return gradnorm[(gradnorm["position"] == cell.position) & (gradnorm["batch_size"] == cell.batch_size)]
 
 
 def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
@@ -73,6 +83,11 @@ def finished_verdicts(params: dict, root: str | Path = ".") -> tuple[pd.DataFram
     return claims_by_setting(params, losses, summary, read_table(root / GRADNORM)), judged["setting"].nunique(), cells
 
 
+def at_batch(gradnorm: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """The gradients at init at params.yaml's batch size (the figure compares position signals at one batch)."""
+    return gradnorm[gradnorm["batch_size"] == params["copy_task"]["batch_size"]]
+
+
 def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
     from ..figures import sensitivity as draw  # matplotlib only where figures are drawn
     from ..figures import style
@@ -89,7 +104,7 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
         "sensitivity_loss_curves": lambda: draw.loss_curves_by_setting_figure(table(TABLES["losses"]), lang=lang,
                                                                              vocab_size=vocab,
                                                                              default=default_cell(params).name),
-        "sensitivity_gradnorm": lambda: draw.gradnorm_by_position_figure(table(GRADNORM), lang=lang),
+        "sensitivity_gradnorm": lambda: draw.gradnorm_by_position_figure(at_batch(table(GRADNORM), params), lang=lang),
     }
     out = []
     for name, build in made.items():

@@ -22,7 +22,7 @@ from ...study import (CELL_PATTERN, FIGURES, GRADNORM, PLAN, ROOT, RUN_KEY, RUNS
                       aggregate_inputs, at_document_size, available_precisions, cell_params, check_problems,
                       default_cell, default_precision, early_stop_rule, plan, read_records, run_dirs, run_identity,
                       snapshots, unrecorded)
-from .aggregation import (LOSS_AT, RECORD_FIELDS, aggregate, as_sweep_tables, gradnorm_by_position, record_runs, relapse,
+from .aggregation import (LOSS_AT, RECORD_FIELDS, aggregate, as_sweep_tables, gradnorm_by_choice, record_runs, relapse,
                           steps_to_learn)
 from .commands import register
 from .status import progress, projected_seconds
@@ -31,6 +31,6 @@ __all__ = [
     "CELL_PATTERN", "FIGURES", "GRADNORM", "LOSS_AT", "PLAN", "RECORD_FIELDS", "ROOT", "RUN_KEY", "RUNS",
     "SNAPSHOT_FILES", "TABLES", "Cell", "ConfigError", "aggregate", "aggregate_inputs", "as_sweep_tables",
     "at_document_size", "available_precisions", "cell_params", "check_problems", "default_cell", "default_precision",
-    "early_stop_rule", "gradnorm_by_position", "plan", "progress", "projected_seconds", "read_records", "record_runs",
+    "early_stop_rule", "gradnorm_by_choice", "plan", "progress", "projected_seconds", "read_records", "record_runs",
     "register", "relapse", "run_dirs", "run_identity", "snapshots", "steps_to_learn", "unrecorded",
 ]

@@ -135,13 +135,18 @@ def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
     return l, s.sort_values(["norm", "warmup", "seed"], ignore_index=True)
 
 
-def gradnorm_by_position(params: dict) -> pd.DataFrame:
-    """Gradient norms at init (the gradnorm section's init, norms and seeds) under each position signal of the study."""
+def gradnorm_by_choice(params: dict) -> pd.DataFrame:
+    """Gradient norms at init (the gradnorm section's init, norms and seeds) at every (position signal, batch size) of
+    the study's open-choice cells: the one batch each seed draws has the cell's own size, so a cell's claim check reads
+    the gradients its own runs started from."""
     from ..gradnorm import gradnorm_frame
 
+    planned = plan(params)
+    pairs = planned.loc[planned["family"] == "choices", ["position", "batch_size"]].drop_duplicates()
     parts = []
-    for position in params["sensitivity"]["choices"]["positions"]:
+    for position, batch in pairs.itertuples(index=False):
         p = copy.deepcopy(params)
         p["copy_model"]["position"] = position
-        parts.append(gradnorm_frame(p).assign(position=position))
-    return pd.concat(parts, ignore_index=True)[["position", "norm", "seed", "block", "grad_norm", "loss"]]
+        p["copy_task"]["batch_size"] = int(batch)
+        parts.append(gradnorm_frame(p).assign(position=position, batch_size=int(batch)))
+    return pd.concat(parts, ignore_index=True)[["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]]

@@ -12,7 +12,7 @@ from ...io import read_table, write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
 from ...study import Cell, cell_params, early_stop_rule, plan, require_planned, with_cells
-from .aggregation import gradnorm_by_position, record_runs
+from .aggregation import gradnorm_by_choice, record_runs
 
 log = logging.getLogger("blocklab.sensitivity")
 
@@ -36,9 +36,12 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=lambda a: write_table(plan(load_params(a.params)), a.out))
 
-    p = subparsers.add_parser("sensitivity-gradnorm", help="gradient norms at init under each position signal")
+    p = subparsers.add_parser("sensitivity-gradnorm",
+                              help="gradient norms at init at each position signal and batch size of the study")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
+                   help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
     p.set_defaults(func=_gradnorm_main)
 
     p = subparsers.add_parser("sensitivity-snapshot",
@@ -74,11 +77,12 @@ def _train_main(args) -> None:
 def _gradnorm_main(args) -> None:
     from ...runtime import set_threads
 
-    params = load_params(args.params)
+    params = with_cells(load_params(args.params), args.add_cell)
     set_threads(params["threads_per_run"])
-    frame = gradnorm_by_position(params)
+    frame = gradnorm_by_choice(params)
     write_table(frame, args.out)
-    write_json(stamp(artifact=args.out.name, positions=params["sensitivity"]["choices"]["positions"],
+    pairs = frame[["position", "batch_size"]].drop_duplicates()
+    write_json(stamp(artifact=args.out.name, cells=[f"{p}-b{b}" for p, b in pairs.itertuples(index=False)],
                      params={k: params[k] for k in ("copy_task", "copy_model", "gradnorm")}),
                args.out.with_suffix(".json"))
 
