@@ -279,6 +279,21 @@ def test_gradients_at_init_are_measured_at_every_position_and_batch_the_study_pl
     assert not np.allclose(other["grad_norm"].to_numpy(), mine["grad_norm"].to_numpy())
 
 
+def test_another_default_batch_needs_the_recorded_studies_out_of_the_pipeline_and_nothing_more():
+    """The study and the collapse family are planned around the default batch, so their snapshots cannot serve
+    another one (the error names the key); with both out of the pipeline the parameters are valid as they are."""
+    params = copy.deepcopy(FULL)
+    params["copy_task"]["batch_size"] = 64  # the document's most likely setup (docs/dynamics.md)
+    with pytest.raises(ParamsError) as err:
+        validate_params(params)
+    assert "sensitivity.from_snapshots" in str(err.value) and "dynamics.from_snapshots" in str(err.value)
+    params["sensitivity"]["in_report"] = params["dynamics"]["in_report"] = False
+    validate_params(params)
+    params["sensitivity"]["from_snapshots"] = ["no/such/snapshot"]  # a snapshot that is not there is still refused
+    with pytest.raises(ParamsError, match="sensitivity.from_snapshots"):
+        validate_params(params)
+
+
 def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
     from blocklab.params import schema
     from blocklab.study import POSITIONS

@@ -184,7 +184,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         if bad:
             problems.append(("dynamics.from_snapshots", f"{', '.join(bad)}: no snapshot there; allowed: directories "
                              "written by `blocklab dynamics-snapshot`, e.g. docs/dynamics/collapse"))
-        else:
+        elif dyn.get("in_report", True):  # out of the pipeline, the snapshots need not cover the plan
             try:
                 runs, _, _ = read_snapshots(dirs)
                 why = unrecorded(runs, from_records(params))
