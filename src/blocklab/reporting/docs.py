@@ -273,7 +273,6 @@ def dynamics_summary(data: Path, root: Path) -> str:
                                              "docs/gallery/data/sweep/losses.csv")
 
 
-
 # The checks of the procedure's step 4 (docs/dynamics.md, fixed before any validation run) that the claims table
 # judges from a cell's runs; the collapse count is judged apart (k of N over its seeds).
 VALIDATION_CLAIMS = ("d000-post-nowarm-stuck", "d000-pre-nowarm-final", "d000-gradnorm-post-grows")
@@ -283,7 +282,7 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
     """The step-4 claims judged on the candidate's runs recorded in docs/sensitivity/*/ (the study's own checks, as
     one more cell of claim x setting) with the gradients at init recorded beside them (``sensitivity-gradnorm``);
     a claim whose runs or gradients are not recorded yet is "not checkable here"."""
-    from ..experiments.sensitivity.aggregation import aggregate
+    from ..experiments.sensitivity.aggregation import GRADNORM_COLUMNS, aggregate
     from ..study import GRADNORM, plan, read_records, with_cells
     from .sensitivity import claims_by_setting
 
@@ -299,7 +298,7 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
     tidy, summary = aggregate(p, records=(runs, losses), planned=planned)
     grads = [read_table(d / Path(GRADNORM).name) for d in dirs if (d / Path(GRADNORM).name).is_file()]
     gradnorm = (pd.concat(grads, ignore_index=True) if grads else
-                pd.DataFrame(columns=["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]))
+                pd.DataFrame(columns=GRADNORM_COLUMNS))
     judged = claims_by_setting(p, tidy, summary, gradnorm)
     return judged[judged["id"].isin(VALIDATION_CLAIMS)], dirs
 
@@ -313,7 +312,7 @@ def inference_validation(data: Path, root: Path) -> str:
 
     params = load_params(root / "params.yaml")
     ranked, _ = _ranking(data, root)
-    _, judged, table, dynamics = _dynamics_events(root)
+    _, _, table, dynamics = _dynamics_events(root)
     claim = {c["id"]: c for c in load_claims()}
     rate = next(c for c in claim.values() if c["check"] == "collapse_rate")
     expected, of = rate["args"]["expected"], rate["args"]["of"]
