@@ -264,7 +264,9 @@ def test_the_plan_reuses_main_sweep_runs_and_lists_each_run_once():
     assert set(main["run_dir"]) >= {"data/sweep/runs/post-w400-s0", "data/sweep/runs/pre-w0-s0"}
     collapse = planned[planned["collapse"]]
     assert set(collapse["warmup"]) == {FULL["dynamics"]["collapse"]["warmup"]} and set(collapse["norm"]) == {"post"}
-    assert len(collapse) == len(FULL["dynamics"]["collapse"]["seeds"])
+    settings = FULL["dynamics"]["collapse"]["settings"]
+    assert len(collapse) == len(settings) * len(FULL["dynamics"]["collapse"]["seeds"])
+    assert set(main["setting"]) == {settings[0]}  # only the default setting's runs can be the main sweep's
     both = planned[planned["compare"] & planned["collapse"]]  # post-w400 at a compare seed: in both groups, listed once
     assert set(both["run"]) == {f"post-w400-s{s}" for s in FULL["dynamics"]["compare_seeds"]}
     assert len(planned) == len(FULL["sweep"]["norms"]) * len(FULL["sweep"]["warmups"]) * len(

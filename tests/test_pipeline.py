@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from blocklab.dynamics_plan import FIGURES as DYNAMICS_FIGURES
 from blocklab.pipeline import FIGURES
 from blocklab.smoke import make_scratch_project
 
@@ -230,7 +231,8 @@ def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_pat
     out = tmp_path / "gallery"
     run(["blocklab", "gallery", "--out", str(out), "--dpi", "40", "--wall-time", "measured by the test"], snake_project)
     page = (out / "README.md").read_text(encoding="utf-8")
-    for name in FIGURES:
+    assert (snake_project / "data/dynamics/summary.csv").exists()  # the tiny DAG runs the dynamics family: its figures too
+    for name in [*FIGURES, *DYNAMICS_FIGURES]:
         with Image.open(out / f"{name}.png") as image, Image.open(snake_project / "figs" / f"{name}.png") as full:
             assert image.format == "PNG"
             assert image.size[0] < full.size[0]  # redrawn at the gallery's dpi, so smaller than the pipeline's figure
@@ -238,6 +240,7 @@ def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_pat
     runs = pd.read_csv(snake_project / "data/sweep/summary.csv")["run"]
     assert all(f"| {r} " in page for r in runs)  # every training run's wall time is listed
     assert "measured by the test" in page and "Claims: " in page
+    assert (out / "data/dynamics/rates.csv").exists()  # the collapse rate's table is kept beside its figures
 
 
 def test_gallery_refuses_an_unfinished_run(tmp_path):

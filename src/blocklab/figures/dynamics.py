@@ -67,6 +67,17 @@ def gradnorm_through_training_figure(diagnostics: pd.DataFrame, summary: pd.Data
     return fig
 
 
+def anatomy_setting(summary: pd.DataFrame, settings: list[str]) -> str:
+    """The collapse setting to dissect: the first (in params order) with a collapse, else the first with a spike, else
+    the default (the first). A collapse is the document's event (problem 11), so it is shown wherever one was measured."""
+    runs = summary[summary["collapse"].astype(bool)]
+    for outcome in ("collapsed", "spiked"):
+        found = [s for s in settings if ((runs["setting"] == s) & (runs["outcome"] == outcome)).any()]
+        if found:
+            return found[0]
+    return settings[0]
+
+
 def pick_anatomy(summary: pd.DataFrame, setting: str) -> tuple[pd.Series | None, pd.Series | None, int | None]:
     """The run to dissect (the first collapse, else the largest spike) of ``setting``'s collapse group, a run of the
     same setting that stayed stable (the one with the lowest loss after learning), and the event's step."""
@@ -125,10 +136,11 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
     if event is None:
         title = text(lang, f"포스트-노름 + 워밍업: {n}개 시드 중 붕괴도 스파이크도 없음", f"Post-norm with warm-up: no collapse or spike in {n} seeds")
     else:
-        title = text(lang, f"붕괴의 해부: 시드 {event['seed']}, 스텝 {step} 부근 ({n}개 시드 중)",
-                     f"Anatomy of a {'collapse' if event['outcome'] == 'collapsed' else 'spike'}: seed {event['seed']} "
+        collapsed = event["outcome"] == "collapsed"
+        title = text(lang, f"{'붕괴' if collapsed else '스파이크'}의 해부: 시드 {event['seed']}, 스텝 {step} 부근 ({n}개 시드 중)",
+                     f"Anatomy of a {'collapse' if collapsed else 'spike'}: seed {event['seed']} "
                      f"near step {step} (of {n} seeds)")
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(f"{title}\n{setting}", fontsize=11)
     return fig
 
 
@@ -154,7 +166,8 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
         "dynamics_gradnorm": lambda: gradnorm_through_training_figure(diagnostics, summary, lang=lang,
                                                                       steps=params["sweep"]["steps"],
                                                                       seed=dyn["compare_seeds"][0]),
-        "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics, losses, summary, dyn["collapse"]["settings"][0],
+        "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics, losses, summary,
+                                                             anatomy_setting(summary, dyn["collapse"]["settings"]),
                                                              lang=lang, warmup=dyn["collapse"]["warmup"]),
     }
     out = []

@@ -283,15 +283,21 @@ def pct(value) -> str:
 
 
 def _collapse_text(data: Data, t: dict, lang: str) -> str:
-    """Problem 11 (b)'s collapse, as a rate over seeds at the first collapse setting, with its Wilson interval."""
+    """Problem 11 (b)'s collapse, as a rate over seeds at each collapse setting (the default first), with its Wilson
+    interval."""
     if not dynamics_present(data):
         return t["collapse_absent"][lang]
     rates = data.table(DYNAMICS["rates"])
     summary = data.table(DYNAMICS["summary"])
-    setting = data.params["dynamics"]["collapse"]["settings"][0]
+    texts = [_collapse_at(rates, summary, setting, data, t, lang) for setting in data.params["dynamics"]["collapse"]["settings"]]
+    texts = [x for x in texts if x]
+    return "".join(texts) + t["collapse_note"][lang] if texts else t["collapse_absent"][lang]
+
+
+def _collapse_at(rates: pd.DataFrame, summary: pd.DataFrame, setting: str, data: Data, t: dict, lang: str) -> str:
     row = rates[rates["setting"] == setting]
     if row.empty:
-        return t["collapse_absent"][lang]
+        return ""
     r = row.iloc[0]
     hits = summary[summary["collapse"].astype(bool) & (summary["setting"] == setting)
                    & summary["outcome"].isin(["spiked", "collapsed"])].sort_values("seed")

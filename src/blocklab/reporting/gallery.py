@@ -31,6 +31,10 @@ CAPTIONS = {
     "sensitivity_phase": "Sensitivity: steps to learn, post vs pre, over depth × learning rate (every seed in its cell).",
     "sensitivity_loss_curves": "Sensitivity: the four norm × warm-up cases under each position signal and batch size.",
     "sensitivity_gradnorm": "Sensitivity: gradient norm per block at init under each position signal.",
+    "dynamics_gradnorm": "Dynamics: gradient norm per block through training, post vs pre, with and without warm-up "
+                         "(Xiong et al. 2020, Fig. 3, during training).",
+    "dynamics_collapse": "Dynamics: a post-norm collapse or spike after warm-up, its loss and diagnostics on one step axis, "
+                         "beside a seed that stayed learned.",
 }
 
 
@@ -57,7 +61,8 @@ def training_runs(data: Path) -> pd.DataFrame:
 SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
                   "data/claims/claims.csv", "data/sensitivity/plan.csv", "data/sensitivity/summary.csv",
                   "data/sensitivity/losses.csv", "data/sensitivity/gradnorm.csv",
-                  "data/sensitivity/claims_by_setting.csv"]
+                  "data/sensitivity/claims_by_setting.csv", "data/dynamics/plan.csv", "data/dynamics/summary.csv",
+                  "data/dynamics/rates.csv", "data/dynamics/losses.csv", "data/dynamics/diagnostics.parquet"]
 
 
 # Made from recorded runs (sensitivity.from_snapshots), the study's per-step losses are those snapshots' losses.csv, in
@@ -102,6 +107,14 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
+            sidecars[name] = read_json(out / f"{name}.json")
+    dynamics = data / "dynamics" / "summary.csv"
+    if dynamics.exists():  # the training-dynamics family was run: its figures too
+        from ..dynamics_plan import FIGURES as DYNAMICS_FIGURES
+        from ..figures.dynamics import save_figures as save_dynamics_figures
+
+        save_dynamics_figures(shrunk, data, out, lang)
+        for name in DYNAMICS_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
     from ..study import snapshots
 
