@@ -257,6 +257,20 @@ def test_rates_count_only_runs_that_learned():
     assert (row["collapsed_low"], row["collapsed_high"]) == pytest.approx(wilson(1, 4))
 
 
+def test_the_anatomy_dissects_the_first_setting_with_a_collapse_else_a_spike_else_the_default():
+    from blocklab.figures.dynamics import anatomy_setting
+
+    def summary(*rows):  # (setting, outcome, in the collapse group)
+        return pd.DataFrame([{"setting": s, "outcome": o, "collapse": c} for s, o, c in rows])
+
+    settings = ["a", "b", "c"]
+    assert anatomy_setting(summary(("a", "spiked", True), ("b", "stable", True), ("c", "collapsed", True)), settings) == "c"
+    assert anatomy_setting(summary(("a", "stable", True), ("b", "spiked", True), ("c", "spiked", True)), settings) == "b"
+    assert anatomy_setting(summary(("a", "stable", True), ("b", "stable", True)), settings) == "a"
+    # a collapse outside the collapse group (a compare run without warm-up) is not the event the figure dissects
+    assert anatomy_setting(summary(("a", "stable", True), ("b", "collapsed", False)), settings) == "a"
+
+
 def test_the_plan_reuses_main_sweep_runs_and_lists_each_run_once():
     planned = plan(FULL)
     assert planned["run_dir"].is_unique
