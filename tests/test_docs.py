@@ -177,3 +177,31 @@ def test_the_readmes_parameter_table_names_real_keys_and_their_defaults():
             assert yaml.safe_load(default) == value, (key, default, value)
         else:
             assert value, key
+
+
+def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when_it_is_the_default_setting(tmp_path):
+    """Seeds 1 and 2 of the default collapse setting are main-sweep runs, in no dynamics snapshot: the docs judge them
+    on the gallery's recorded sweep losses (the rules read the loss alone), and not when the gallery ran another cell."""
+    from blocklab.reporting.docs import _dynamics_events
+
+    root = tmp_path / "project"
+    shutil.copytree(ROOT / "docs" / "dynamics", root / "docs" / "dynamics")
+    shutil.copytree(DATA, root / "docs" / "gallery" / "data")
+    shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")
+    default = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["dynamics"]["collapse"]["settings"][0]
+    runs, judged, _, _ = _dynamics_events(root)
+    mine = lambda frame: set(frame.loc[frame["setting"] == default, "run"])  # noqa: E731
+    sweep = pd.read_csv(DATA / "sweep" / "summary.csv")
+    from_sweep = set(sweep.loc[(sweep["norm"] == "post") & (sweep["warmup"] == 400), "run"])
+    recorded = mine(pd.concat([pd.read_csv(f) for f in (ROOT / "docs" / "dynamics").glob("*/runs.csv")]))
+    assert mine(runs) == recorded | from_sweep and from_sweep - recorded  # the sweep adds runs, each counted once
+    assert len(runs) == len(judged) and runs.set_index(["setting", "run"]).index.is_unique
+
+    gallery_params = root / "docs" / "gallery" / "data" / "params.yaml"
+    edited = yaml.safe_load(gallery_params.read_text(encoding="utf-8"))
+    edited["copy_task"]["batch_size"] = 64  # the gallery's run would be another cell: its sweep is not the default's
+    for family in ("sensitivity", "dynamics"):  # out of the pipeline, as in the document's setup (docs/dynamics.md)
+        edited.get(family, {})["in_report"] = False
+    gallery_params.write_text(yaml.safe_dump(edited), encoding="utf-8")
+    runs, _, _, _ = _dynamics_events(root)
+    assert mine(runs) == recorded

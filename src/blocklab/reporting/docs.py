@@ -171,6 +171,38 @@ def _dynamics_snapshots(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / "docs" / "dynamics").glob("*/runs.csv"))
 
 
+GALLERY_SWEEP = ("docs/gallery/data/params.yaml", "docs/gallery/data/sweep/summary.csv",
+                 "docs/gallery/data/sweep/losses.csv")
+
+
+def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The default setting's collapse seeds that are main-sweep runs (post-norm, the collapse warm-up, a sweep seed)
+    and are in no snapshot, from the gallery's sweep: the pipeline counts them from the main sweep, and the collapse
+    and spike rules read the loss alone, so the gallery's recorded losses judge them the same way. Only when the
+    gallery's run is of the default setting (its params name the same cell)."""
+    from ..params import load_params
+    from ..study import default_cell
+
+    params_file, summary_file, losses_file = (root / p for p in GALLERY_SWEEP)
+    empty = pd.DataFrame(), pd.DataFrame()
+    if not (params_file.is_file() and summary_file.is_file() and losses_file.is_file()):
+        return empty
+    gallery = load_params(params_file)
+    setting, warmup = dynamics["collapse"]["settings"][0], dynamics["collapse"]["warmup"]
+    if default_cell(gallery).name != setting:
+        return empty
+    have = set(recorded.loc[recorded["setting"] == setting, "run"])
+    summary = read_table(summary_file)
+    wanted = summary[(summary["norm"] == "post") & (summary["warmup"] == warmup)
+                     & summary["seed"].isin(dynamics["collapse"]["seeds"]) & ~summary["run"].isin(have)]
+    if wanted.empty:
+        return empty
+    runs = wanted[["run", "norm", "warmup", "seed", "wall_time_s"]].assign(
+        setting=setting, vocab_size=gallery["copy_task"]["vocab_size"], machine="the gallery's run (main sweep)")
+    losses = read_table(losses_file)
+    return runs, losses[losses["run"].isin(set(wanted["run"]))].assign(setting=setting)
+
+
 def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """(runs, their events, rates, params.yaml's dynamics section) of the recorded dynamics runs (every snapshot in
     docs/dynamics/, settings still training included), judged with its thresholds."""
@@ -181,6 +213,9 @@ def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     dirs = _dynamics_snapshots(root)
     runs = pd.concat([read_table(d / "runs.csv") for d in dirs], ignore_index=True)
     losses = pd.concat([read_table(d / "losses.csv") for d in dirs], ignore_index=True)
+    sweep_runs, sweep_losses = _gallery_collapse_runs(root, dynamics, runs)
+    runs = pd.concat([runs, sweep_runs], ignore_index=True)
+    losses = pd.concat([losses, sweep_losses], ignore_index=True)
     rows = []
     for r in runs.itertuples(index=False):
         curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
@@ -223,7 +258,7 @@ def dynamics_runs(data: Path, root: Path) -> str:
     for line in _rate_lines(table, dynamics):
         lines += ["", line]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/{name}" for d in _dynamics_snapshots(root)
-                                             for name in ("runs.csv", "losses.csv")])
+                                             for name in ("runs.csv", "losses.csv")], *GALLERY_SWEEP)
 
 
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
@@ -269,8 +304,7 @@ def dynamics_summary(data: Path, root: Path) -> str:
              "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
              f"matched, lower is better; [procedure and full table](docs/dynamics.md)): {top}.{cost}"]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)],
-                                             *[f"{d.relative_to(root)}/" for d in dirs],
-                                             "docs/gallery/data/sweep/losses.csv")
+                                             *[f"{d.relative_to(root)}/" for d in dirs], *GALLERY_SWEEP)
 
 
 # The checks of the procedure's step 4 (docs/dynamics.md, fixed before any validation run) that the claims table
