@@ -158,6 +158,11 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
                   "aggregate-sensitivity --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
                   "sensitivity-figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
                   "byte those of the run)."]
+    dynamics_snapshots = params.get("dynamics", {}).get("from_snapshots", [])
+    if dynamics.exists() and dynamics_snapshots:
+        lines += ["", "The training-dynamics family: its main-sweep runs were trained in this run, diagnostics included; "
+                  "its other runs were read from the runs recorded in git (`dynamics.from_snapshots`: "
+                  + ", ".join(f"`{d}`" for d in dynamics_snapshots) + ")."]
     for name in sidecars:
         sources = ", ".join(f"`{s}`" for s in sidecars[name]["sources"])
         lines += ["", f"## {name}", "", CAPTIONS.get(name, ""), "", f"![{name}]({name}.png)", "", f"Data: {sources}."]
