@@ -49,7 +49,8 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     choices = plan[plan["family"] == "choices"]
     cases = 2 * 2 * 1  # norms x warm-ups x seeds
     bf16 = sens.available_precisions(FULL, ["bf16"]) == ["bf16"]  # bf16 at the default cell where the CPU has it
-    assert len(choices) == (2 * 3 + bf16) * cases  # positions x batch sizes (crossed), + the other precision
+    named = len(FULL["sensitivity"]["choices"].get("cells", []))  # single cells beside the grid (batch 64)
+    assert len(choices) == (2 * 3 + bf16 + named) * cases  # positions x batch sizes (crossed), + the other precision
     assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
     assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {base.replace("-fp32", "-bf16")}
 
@@ -248,8 +249,8 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     (lambda s: s["choices"].update(cells=["learned-b64"]), "sensitivity.choices.cells[0]", "{position}-b{batch}"),
     (lambda s: s["choices"].update(cells=["learnt-b64-L24-lr0.001-fp32"]), "sensitivity.choices.cells[0]",
      "allowed: learned, sinusoidal, rope, none"),
-    (lambda s: s["choices"].update(cells=["learned-b64-L24-lr0.001-fp32"]), "sensitivity.from_snapshots",
-     "lack 4 planned run(s): learned-b64-L24-lr0.001-fp32/post-w0-s0"),
+    (lambda s: s["choices"].update(cells=["learned-b128-L24-lr0.001-fp32"]), "sensitivity.from_snapshots",
+     "lack 4 planned run(s): learned-b128-L24-lr0.001-fp32/post-w0-s0"),
 ])
 def test_bad_sensitivity_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
     params = copy.deepcopy(FULL)
