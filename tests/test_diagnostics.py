@@ -308,7 +308,7 @@ def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(s
         assert not pd.read_parquet(project / run_dir / "diagnostics.parquet").empty
     rates = pd.read_csv(project / dyn.TABLES["rates"])
     assert list(rates["setting"]) == TINY["dynamics"]["collapse"]["settings"]
-    assert rates["runs"].iloc[0] == len(TINY["dynamics"]["collapse"]["seeds"])
+    assert list(rates["runs"]) == [len(TINY["dynamics"]["collapse"]["seeds"])] * len(rates)
     for figure in dyn.FIGURES:
         assert (project / "figs" / f"{figure}.png").stat().st_size > 10_000
         sidecar = json.loads((project / "figs" / f"{figure}.json").read_text())
@@ -316,6 +316,7 @@ def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(s
     page = (project / "reports" / "analysis.html").read_text(encoding="utf-8")
     assert 'data-inference="present"' in page and "learned-b8-L3" in page.split('data-inference="present"')[1]
     assert 'data-dynamics="present"' in page and "dynamics_gradnorm.png" in page and "dynamics_collapse.png" in page
+    assert all(s in page.split('id="sec-dynamics"')[0] for s in rates["setting"])  # problem 11 (b): every setting's rate
     claims = pd.read_csv(project / "data/claims/claims.csv").set_index("id")
     assert {"d000-post-warm-collapse-rate", "d000-xiong-output-gradient-training"} <= set(claims.index)
 
@@ -566,11 +567,12 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     assert sorted(set(pd.read_csv("snap/losses.csv")["run"])) == ["post-w20-s0", "post-w20-s2"]
     capsys.readouterr()
     assert main(["dynamics-status", "--params", str(path), "--add-setting", cell]) in (0, None)
-    listed = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(cell)]
+    listed = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith(cell)]
     assert [row[1] for row in listed] == ["post-w20-s0", "post-w20-s2"]
     assert listed[0][2:4] == ["to", "do"] and listed[1][2] == "finished"  # seed 0's directory is gone from here
     assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--add-setting", "learned-b4"]) == 2
     err = capsys.readouterr().err
-    assert "dynamics.collapse.settings[1]" in err and "'learned-b4' is not a setting; allowed:" in err
+    index = len(TINY["dynamics"]["collapse"]["settings"])  # --add-setting goes after the listed settings
+    assert f"dynamics.collapse.settings[{index}]" in err and "'learned-b4' is not a setting; allowed:" in err
     assert not Path("bad").exists()
 

@@ -138,10 +138,11 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 def rates(summary: pd.DataFrame) -> pd.DataFrame:
     """Per setting, over the collapse group's runs that learned: how many collapsed, how many spiked and recovered, and
     how many went back to chance at least once, recovered or not (``reached_chance``; k of N, 95 % Wilson interval).
-    Runs that never learned cannot collapse after learning and are counted apart."""
+    Runs that never learned cannot collapse after learning and are counted apart. Settings in the summary's order
+    (the plan's: params.yaml's, the default first)."""
     rows = []
     collapse = summary[summary["collapse"].astype(bool)] if "collapse" in summary else summary
-    for setting, runs in collapse.groupby("setting", sort=True):
+    for setting, runs in collapse.groupby("setting", sort=False):
         learned = runs[runs["outcome"] != "never learned"]
         n = len(learned)
         row = {"setting": setting, "runs": len(runs), "learned": n}
