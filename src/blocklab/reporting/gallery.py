@@ -15,6 +15,8 @@ import pandas as pd
 
 from ..io import atomic_path, read_json, read_table
 from ..params import load_params
+from ..dynamics_plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
+from ..dynamics_plan import snapshots as dynamics_snapshots
 from ..pipeline import FIGURES
 
 CAPTIONS = {
@@ -61,8 +63,7 @@ def training_runs(data: Path) -> pd.DataFrame:
 SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
                   "data/claims/claims.csv", "data/sensitivity/plan.csv", "data/sensitivity/summary.csv",
                   "data/sensitivity/losses.csv", "data/sensitivity/gradnorm.csv",
-                  "data/sensitivity/claims_by_setting.csv", "data/dynamics/plan.csv", "data/dynamics/summary.csv",
-                  "data/dynamics/rates.csv", "data/dynamics/losses.csv", "data/dynamics/diagnostics.parquet"]
+                  "data/sensitivity/claims_by_setting.csv", DYNAMICS_PLAN, *DYNAMICS_TABLES.values()]
 
 
 # Made from recorded runs (sensitivity.from_snapshots), the study's per-step losses are those snapshots' losses.csv, in
@@ -110,7 +111,6 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
             sidecars[name] = read_json(out / f"{name}.json")
     dynamics = data / "dynamics" / "summary.csv"
     if dynamics.exists():  # the training-dynamics family was run: its figures too
-        from ..dynamics_plan import FIGURES as DYNAMICS_FIGURES
         from ..figures.dynamics import save_figures as save_dynamics_figures
 
         save_dynamics_figures(shrunk, data, out, lang)
@@ -158,11 +158,11 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
                   "aggregate-sensitivity --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
                   "sensitivity-figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
                   "byte those of the run)."]
-    dynamics_snapshots = params.get("dynamics", {}).get("from_snapshots", [])
-    if dynamics.exists() and dynamics_snapshots:
+    recorded = dynamics_snapshots(params) if dynamics.exists() else []
+    if recorded:
         lines += ["", "The training-dynamics family: its main-sweep runs were trained in this run, diagnostics included; "
                   "its other runs were read from the runs recorded in git (`dynamics.from_snapshots`: "
-                  + ", ".join(f"`{d}`" for d in dynamics_snapshots) + ")."]
+                  + ", ".join(f"`{d}`" for d in recorded) + ")."]
     for name in sidecars:
         sources = ", ".join(f"`{s}`" for s in sidecars[name]["sources"])
         lines += ["", f"## {name}", "", CAPTIONS.get(name, ""), "", f"![{name}]({name}.png)", "", f"Data: {sources}."]
