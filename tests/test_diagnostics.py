@@ -576,3 +576,27 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     assert f"dynamics.collapse.settings[{index}]" in err and "'learned-b4' is not a setting; allowed:" in err
     assert not Path("bad").exists()
 
+
+
+def test_the_anatomy_axis_names_only_the_lines_it_draws():
+    """On the gallery's recorded data (batch 64, seed 0, collapse at step 573): the window starts after the warm-up,
+    so the axis names the event's dashed line and not a warm-up line that is not drawn; a window that holds the
+    warm-up's end names both."""
+    import matplotlib.pyplot as plt
+
+    from blocklab.experiments import dynamics as dyn
+    from blocklab.figures.dynamics import anatomy_setting, collapse_anatomy_figure
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "gallery"
+    diagnostics = pd.read_parquet(data / dyn.TABLES["diagnostics"])
+    losses, summary = pd.read_csv(data / dyn.TABLES["losses"]), pd.read_csv(data / dyn.TABLES["summary"])
+    setting = anatomy_setting(summary, FULL["dynamics"]["collapse"]["settings"])
+    for lang, event, warm in (("en", "dashed: the event", "dotted: end of warm-up"), ("ko", "파선: 사건", "점선: 워밍업 끝")):
+        fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=400)
+        label = fig.axes[-1].get_xlabel()
+        plt.close(fig)
+        assert event in label and warm not in label, label
+        fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=500)  # inside the window
+        label = fig.axes[-1].get_xlabel()
+        plt.close(fig)
+        assert event in label and warm in label, label

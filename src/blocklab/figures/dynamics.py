@@ -131,7 +131,9 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
             ax.axvline(step, color="#c0392b", ls="--", lw=0.8, alpha=0.6)
     if shown:
         axes[0].legend(fontsize=8, loc="upper left")
-    axes[-1].set_xlabel(text(lang, "스텝 (점선: 워밍업 끝)", "step (dotted: end of warm-up)"))
+    marks = [(text(lang, "파선: 사건", "dashed: the event"))] if step is not None else []
+    marks += [text(lang, "점선: 워밍업 끝", "dotted: end of warm-up")] if lo <= warmup <= hi else []
+    axes[-1].set_xlabel(text(lang, "스텝", "step") + (f" ({'; '.join(marks)})" if marks else ""))
     n = int((summary["collapse"].astype(bool) & (summary["setting"] == setting)).sum())
     if event is None:
         title = text(lang, f"포스트-노름 + 워밍업: {n}개 시드 중 붕괴도 스파이크도 없음", f"Post-norm with warm-up: no collapse or spike in {n} seeds")
