@@ -577,7 +577,6 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     assert not Path("bad").exists()
 
 
-
 def test_the_anatomy_axis_names_only_the_lines_it_draws():
     """On the gallery's recorded data (batch 64, seed 0, collapse at step 573): the window starts after the warm-up,
     so the axis names the event's dashed line and not a warm-up line that is not drawn; a window that holds the
@@ -591,12 +590,13 @@ def test_the_anatomy_axis_names_only_the_lines_it_draws():
     diagnostics = pd.read_parquet(data / dyn.TABLES["diagnostics"])
     losses, summary = pd.read_csv(data / dyn.TABLES["losses"]), pd.read_csv(data / dyn.TABLES["summary"])
     setting = anatomy_setting(summary, FULL["dynamics"]["collapse"]["settings"])
+    def axis_label(lang, warmup):
+        fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=warmup)
+        plt.close(fig)
+        return fig.axes[-1].get_xlabel()
+
     for lang, event, warm in (("en", "dashed: the event", "dotted: end of warm-up"), ("ko", "파선: 사건", "점선: 워밍업 끝")):
-        fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=400)
-        label = fig.axes[-1].get_xlabel()
-        plt.close(fig)
+        label = axis_label(lang, 400)
         assert event in label and warm not in label, label
-        fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=500)  # inside the window
-        label = fig.axes[-1].get_xlabel()
-        plt.close(fig)
+        label = axis_label(lang, 500)  # the warm-up's end inside the window
         assert event in label and warm in label, label

@@ -131,7 +131,7 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
             ax.axvline(step, color="#c0392b", ls="--", lw=0.8, alpha=0.6)
     if shown:
         axes[0].legend(fontsize=8, loc="upper left")
-    marks = [(text(lang, "파선: 사건", "dashed: the event"))] if step is not None else []
+    marks = [text(lang, "파선: 사건", "dashed: the event")] if step is not None else []
     marks += [text(lang, "점선: 워밍업 끝", "dotted: end of warm-up")] if lo <= warmup <= hi else []
     axes[-1].set_xlabel(text(lang, "스텝", "step") + (f" ({'; '.join(marks)})" if marks else ""))
     n = int((summary["collapse"].astype(bool) & (summary["setting"] == setting)).sum())
