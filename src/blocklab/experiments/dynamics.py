@@ -308,6 +308,10 @@ def register(subparsers) -> None:
     p.add_argument("--seed", required=True, type=int)
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--follow", action="store_true",
+                   help="train to the last step (sweep.steps) instead of stopping once it collapsed: what happens after")
+    p.add_argument("--dense", default=None, metavar="FIRST:LAST",
+                   help="also record the forward diagnostics at every step from FIRST to LAST (the steps before an event)")
     p.set_defaults(func=_train_main)
 
     p = subparsers.add_parser("dynamics-plan", help="every run of the dynamics family and its directory")
@@ -376,12 +380,27 @@ def _train_main(args) -> None:
     Cell.parse(args.cell)
     if args.seed < 0:
         raise ConfigError(f"--seed={args.seed} is not allowed; choose an integer >= 0")
+    dense = parse_window(args.dense, params["sweep"]["steps"])
     set_threads(args.threads or params["threads_per_run"])
-    stop, words = collapse_stop(params)
+    stop, words = (None, None) if args.follow else collapse_stop(params)
     p = collapse_params(params, args.cell)
+    extra = {"follow": True} if args.follow else {}
     meta = train_copy_run(p, "post", params["dynamics"]["collapse"]["warmup"], args.seed, args.out_dir, params["device"],
-                          stop_when=stop, stop_rule=words, setting=args.cell)
+                          stop_when=stop, stop_rule=words, dense_steps=dense, setting=args.cell, **extra)
     log.info("%s %s in %.1f s (%s)", meta["run"], meta["status"], meta["wall_time_s"], meta["stop_reason"])
+
+
+def parse_window(text: str | None, steps: int) -> tuple[int, int] | None:
+    """``--dense FIRST:LAST`` checked: 1 <= FIRST <= LAST <= steps (None: no window)."""
+    if text is None:
+        return None
+    try:
+        first, last = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"--dense={text!r} is not allowed; choose FIRST:LAST, two step numbers, e.g. 450:600") from None
+    if not 1 <= first <= last <= steps:
+        raise ConfigError(f"--dense={text!r} is not allowed; choose 1 <= FIRST <= LAST <= {steps} (sweep.steps)")
+    return first, last
 
 
 def _aggregate_main(args) -> None:

@@ -2,12 +2,13 @@
 
 Recorded while a run trains (``train(..., diagnostics=Recorder(...))``), as a tidy table ``step, block, metric, value``
 (block -1: the whole model). Nothing here changes the numbers the run computes: the gradient and optimizer metrics only
-read ``.grad`` and Adam's state between ``backward()`` and ``optimizer.step()``, the forward metrics come from a separate
+read ``.grad`` and Adam's state between ``backward()`` and ``optimizer.step()``, the forward metrics come from
 the step's own training forward, read by hooks that keep references to what it computes (the attention statistics are
 then recomputed from the sub-layer's input under ``no_grad``), and ``tests/test_diagnostics.py`` checks that the losses
 are bit-identical with and without them.
 
-The gradient and Adam metrics are taken every step; the forward ones every ``every`` steps (and at step 1).
+The gradient and Adam metrics are taken every step; the forward ones every ``every`` steps (and at step 1), and at every
+step of an optional ``dense`` window (first, last step), e.g. the steps before an event when a run is re-run to see it.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class Recorder:
     """Collects the diagnostics of one run of a model with ``blocks`` (each with ``attn`` and ``ffn`` residual
     sub-layers wrapping ``.sublayer``, as ``blocklab.model.blocks``) and an output ``head``."""
 
-    def __init__(self, model: torch.nn.Module, metrics: list[str] | None = None, every: int = 10):
-        self.model, self.every = model, every
+    def __init__(self, model: torch.nn.Module, metrics: list[str] | None = None, every: int = 10,
+                 dense: tuple[int, int] | None = None):
+        self.model, self.every, self.dense = model, every, dense
         self.metrics = list(metrics or METRICS)
         self.blocks = list(model.blocks)
         self.block_params = [[p for p in block.parameters()] for block in self.blocks]
@@ -66,7 +68,8 @@ class Recorder:
     # ---- the step's own training forward, read by hooks --------------------------------------------------------------
 
     def forward_due(self, step: int) -> bool:
-        return (step == 1 or step % self.every == 0) and any(METRICS[m].cadence == "every" for m in self.metrics)
+        in_window = self.dense is not None and self.dense[0] <= step <= self.dense[1]
+        return (step == 1 or step % self.every == 0 or in_window) and any(METRICS[m].cadence == "every" for m in self.metrics)
 
     def watch(self, step: int):
         """A context manager: while it is open the model's forward is read (the stream entering each block, each

@@ -47,11 +47,13 @@ def build_copy_model(cfg: ModelConfig, seed: int) -> DecoderLM:
 
 
 def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu",
-                   stop_when=None, stop_rule: str | None = None, **extra_meta) -> dict:
+                   stop_when=None, stop_rule: str | None = None, dense_steps: tuple[int, int] | None = None,
+                   **extra_meta) -> dict:
     """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``.
 
     ``stop_when`` (losses so far -> bool) may end the run early; ``stop_rule`` says in words what it tests (meta.json).
     ``params["sweep"]["precision"]`` (fp32 | bf16; absent: fp32) is checked against the device before anything runs.
+    ``dense_steps`` (first, last): the forward diagnostics at every step of that window too (it changes no number).
     """
     provenance.code_version()  # taken now, at launch (it is cached): the code that trains, not the tree at the end
     out_dir = Path(out_dir)
@@ -72,7 +74,7 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
         inputs, targets = batch
         return copy_loss(m(inputs).float(), targets)  # the loss in fp32 also under bf16 autocast
 
-    recorder = diagnostics_recorder(params, model)
+    recorder = diagnostics_recorder(params, model, dense_steps)
     checkpoint = out_dir / "checkpoint.pt"
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
@@ -103,20 +105,23 @@ def run_state(run_dir: Path, steps: int) -> dict:
     return {"status": "not started", "steps_done": 0, "seconds": 0.0}
 
 
-def diagnostics_recorder(params: dict, model) -> Recorder | None:
+def diagnostics_recorder(params: dict, model, dense: tuple[int, int] | None = None) -> Recorder | None:
     """The run's diagnostics recorder, or None when params' ``diagnostics.enabled`` is false (an execution setting:
     it changes what is recorded, never the numbers, so it is not part of a run's identity)."""
     settings = check_diagnostics(params.get("diagnostics"))
     if not settings["enabled"]:
         return None
-    return Recorder(model, settings["metrics"], settings["every"])
+    return Recorder(model, settings["metrics"], settings["every"], dense)
 
 
 def diagnostics_meta(recorder: Recorder | None, result) -> dict | None:
     """What meta.json says of the diagnostics: which, how often, from which step (None: the run recorded none)."""
     if recorder is None:
         return None
-    return {"metrics": recorder.metrics, "every": recorder.every, "from_step": result.diagnostics_from}
+    meta = {"metrics": recorder.metrics, "every": recorder.every, "from_step": result.diagnostics_from}
+    if recorder.dense is not None:
+        meta["dense_steps"] = list(recorder.dense)
+    return meta
 
 
 def run_meta(params: dict, cfg: ModelConfig, norm: str, warmup: int, seed: int, device, result, **extra) -> dict:
