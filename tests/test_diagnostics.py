@@ -417,6 +417,7 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
     from blocklab.experiments import inference
 
     params = copy.deepcopy(FULL)
+    params["copy_task"]["batch_size"] = 32  # the default cell below is batch 32 (one of the candidates)
     params["inference"].update(positions=["learned"], batch_sizes=[16, 32], seeds=[0, 1], fit_steps=300,
                                from_snapshots=["snap"])
     planned = inference.plan(params)

@@ -11,11 +11,13 @@ import pytest
 import torch
 import yaml
 
+
 from blocklab.config import ConfigError
 from blocklab.experiments import sensitivity as sens
 from blocklab.reporting import sensitivity as study_report  # claim x setting, robustness (the reporting layer)
 from blocklab.params import ParamsError, load_params, validate_params
 from blocklab.reporting import claims
+from blocklab.study import held_batch
 from blocklab.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +43,14 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     # the default cell, seed 0, at both warm-ups and norms: in both families, pointing at data/sweep/runs
     assert set(main["setting"]) == {base} and set(main["seed"]) == {0}
     assert all(d.startswith("data/sweep/runs/") for d in main["run_dir"])
-    assert len(main) == 2 * 2 * 2  # choices and depth_lr both contain post/pre x w0/w400 of the default cell
+    # choices contains post/pre x w0/w400 of the default cell (a named cell, batch 64); the depth x lr grid holds its
+    # own batch (sensitivity.batch_size: 32, where its runs were recorded), so its L24 lr 1e-3 cell is not the default
+    assert held_batch(FULL) == 32 != FULL["copy_task"]["batch_size"]
+    assert len(main) == 2 * 2 and set(main["family"]) == {"choices"}
+    same = copy.deepcopy(FULL)
+    same["sensitivity"]["batch_size"] = same["copy_task"]["batch_size"]  # held at the default: both families share it
+    assert sens.plan(same)["main_sweep"].sum() == 2 * 2 * 2
+    assert set(plan.loc[plan["family"] == "depth_lr", "batch_size"]) == {32}
     assert not plan.loc[~plan["main_sweep"], "run_dir"].str.startswith("data/sweep/").any()
     # every other run has a directory of its own, and none is planned twice
     dirs = sens.run_dirs(FULL)
@@ -52,7 +61,8 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     named = len(FULL["sensitivity"]["choices"].get("cells", []))  # single cells beside the grid (batch 64)
     assert len(choices) == (2 * 3 + bf16 + named) * cases  # positions x batch sizes (crossed), + the other precision
     assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
-    assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {base.replace("-fp32", "-bf16")}
+    held = sens.Cell.parse(base).__class__(FULL["copy_model"]["position"], 32, 24, 1e-3, "bf16").name
+    assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {held}  # at the held batch, as recorded
 
 
 def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from_the_trained_ones(tmp_path):
@@ -280,14 +290,22 @@ def test_gradients_at_init_are_measured_at_every_position_and_batch_the_study_pl
     assert not np.allclose(other["grad_norm"].to_numpy(), mine["grad_norm"].to_numpy())
 
 
-def test_another_default_batch_needs_the_recorded_studies_out_of_the_pipeline_and_nothing_more():
-    """The study and the collapse family are planned around the default batch, so their snapshots cannot serve
-    another one (the error names the key); with both out of the pipeline the parameters are valid as they are."""
+def test_the_recorded_studies_name_their_batch_so_another_default_batch_keeps_them():
+    """The study's grids off the batch axis hold sensitivity.batch_size and the collapse family names its settings, so
+    the snapshots serve any default batch they record: batch 32 (the default until issue 33) is one -S away, with
+    nothing retrained and nothing judged at another batch; a default the snapshots do not record is refused, naming
+    the key."""
     params = copy.deepcopy(FULL)
-    params["copy_task"]["batch_size"] = 64  # the document's most likely setup (docs/dynamics.md)
-    with pytest.raises(ParamsError) as err:
+    assert params["copy_task"]["batch_size"] == 64  # the document's most likely setup (docs/dynamics.md)
+    params["copy_task"]["batch_size"] = 32
+    validate_params(params)
+    planned = sens.plan(params)
+    assert set(planned.loc[planned["main_sweep"], "setting"]) == {"learned-b32-L24-lr0.001-fp32"}
+    assert set(planned["batch_size"]) == {16, 32, 48, 64}  # the grid, the named batch-64 cell, the held batch
+    params["copy_task"]["batch_size"] = 24  # no recorded run has this batch: its cells are not in the snapshots
+    params["sensitivity"]["choices"]["batch_sizes"] = [16, 24, 32]
+    with pytest.raises(ParamsError, match="sensitivity.from_snapshots"):
         validate_params(params)
-    assert "sensitivity.from_snapshots" in str(err.value) and "dynamics.from_snapshots" in str(err.value)
     params["sensitivity"]["in_report"] = params["dynamics"]["in_report"] = False
     validate_params(params)
     params["sensitivity"]["from_snapshots"] = ["no/such/snapshot"]  # a snapshot that is not there is still refused

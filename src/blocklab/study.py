@@ -76,6 +76,13 @@ def default_cell(params: dict) -> Cell:
                 params["sweep"]["lr"], default_precision(params))
 
 
+def held_batch(params: dict) -> int:
+    """``sensitivity.batch_size``: the batch of the study's cells off its batch axis (the depth x learning-rate grid and
+    the other precisions). Named, not the default batch, so that runs recorded at one batch are never judged as
+    another's when the default changes (absent: the default batch, ``copy_task.batch_size``)."""
+    return int(params["sensitivity"].get("batch_size") or params["copy_task"]["batch_size"])
+
+
 def at_document_size(params: dict, cell: Cell) -> bool:
     """The document's depth and learning rate: such runs never stop early (its claims include what follows learning)."""
     return cell.depth == params["copy_model"]["n_layers"] and cell.lr == params["sweep"]["lr"]
@@ -141,7 +148,8 @@ def plan(params: dict) -> pd.DataFrame:
     # the document's: does it change any verdict?)
     cells = [Cell(position, batch, base.depth, base.lr, base.precision)
              for position in choices["positions"] for batch in choices["batch_sizes"]]
-    cells += [Cell(base.position, base.batch_size, base.depth, base.lr, precision)
+    held = held_batch(params)  # the batch the study holds fixed off its batch axis (recorded runs name it)
+    cells += [Cell(base.position, held, base.depth, base.lr, precision)
               for precision in available_precisions(params, choices.get("precisions", [])) if precision != base.precision]
     # and each cell named whole (a candidate under validation, e.g. a batch size the crossed grid leaves out)
     cells += [Cell.parse(name) for name in choices.get("cells", [])]
@@ -153,7 +161,7 @@ def plan(params: dict) -> pd.DataFrame:
     grid = sens["depth_lr"]
     for depth in grid["depths"]:
         for lr in grid["lrs"]:
-            cell = Cell(base.position, base.batch_size, depth, float(lr), base.precision)
+            cell = Cell(base.position, held, depth, float(lr), base.precision)
             for norm in grid["norms"]:
                 for warmup in grid["warmups"]:
                     for seed in grid["seeds"]:
