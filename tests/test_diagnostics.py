@@ -48,6 +48,24 @@ def test_losses_are_bit_identical_with_and_without_diagnostics(tmp_path, norm, w
         assert counts[name] == per_step * steps, name
 
 
+def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_changes_no_loss(tmp_path):
+    """The re-run of the steps before an event (`train-dynamics --dense FIRST:LAST`): every forward metric at every step
+    of the window, on the usual cadence elsewhere; the losses bit-identical to the run without the window."""
+    plain = train_copy_run(_tiny(), "post", 20, 0, tmp_path / "plain")
+    dense = train_copy_run(_tiny(), "post", 20, 0, tmp_path / "dense", dense_steps=(12, 17))
+    assert pd.read_csv(tmp_path / "plain" / "loss.csv").equals(pd.read_csv(tmp_path / "dense" / "loss.csv"))
+    assert "dense_steps" not in plain["diagnostics"] and dense["diagnostics"]["dense_steps"] == [12, 17]
+    table = pd.read_parquet(tmp_path / "dense" / "diagnostics.parquet")
+    steps = sorted(table.loc[table["metric"] == "attn_logit_max", "step"].unique())
+    assert steps == [1, 5, 10, 12, 13, 14, 15, 16, 17, 20, 25, 30]  # every 5, and every step of 12..17
+    from blocklab.experiments.dynamics import parse_window
+
+    assert parse_window("450:600", 1200) == (450, 600) and parse_window(None, 1200) is None
+    for bad in ("600:450", "0:10", "10:1300", "ten"):
+        with pytest.raises(ConfigError, match="--dense"):
+            parse_window(bad, 1200)
+
+
 def _one_step(seed=0, n_layers=2):
     cfg = ModelConfig(d_model=16, n_heads=2, n_layers=n_layers, vocab_size=12, max_len=12)
     model = build_copy_model(cfg, seed)
