@@ -273,13 +273,13 @@ def thin(params: dict, summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.D
     return pd.concat(parts, ignore_index=True) if parts else diagnostics
 
 
-def write_snapshot(params: dict, out: str | Path, root: str | Path = ".") -> pd.DataFrame:
+def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinned: bool = True) -> pd.DataFrame:
     """Record the finished runs of the plan in ``out`` (kept in git): what the tables need, diagnostics included
-    (thinned: ``kept_steps``). Runs ``out`` already records and that did not finish here are kept (a snapshot grows
+    (thinned: ``kept_steps``, unless ``thinned`` is False). Runs ``out`` already records and that did not finish here are kept (a snapshot grows
     seed by seed, across machines); a run finished here replaces its old record."""
     planned = plan(params)
     runs, losses, diagnostics = collect(planned, root, only_finished=True)
-    if len(runs):
+    if len(runs) and thinned:
         done = planned.merge(runs[["setting", "run"]], on=["setting", "run"])
         diagnostics = thin(params, summarize(params, runs, losses, done), diagnostics)
     out = Path(out)
@@ -336,6 +336,9 @@ def register(subparsers) -> None:
     p.add_argument("--add-setting", action="append", default=[], dest="setting",
                    help="also record this collapse setting (a sensitivity cell name) at dynamics.collapse.seeds, "
                         "before params.yaml lists it (repeatable)")
+    p.add_argument("--every-step", action="store_true",
+                   help="keep every recorded diagnostic step (no thinning): runs recorded at every step, for the "
+                        "detectors' false alarms at the loss's own resolution")
     p.set_defaults(func=_snapshot_main)
 
 
@@ -434,7 +437,7 @@ def _snapshot_main(args) -> None:
         if args.setting and isinstance(settings, list):
             settings += [s for s in args.setting if s not in settings]
     params = validate_params(raw, str(args.params))
-    runs = write_snapshot(params, args.out)
+    runs = write_snapshot(params, args.out, thinned=not args.every_step)
     print(f"{len(runs)} run(s) recorded in {args.out} (finished here, and kept from its earlier record)")
 
 
