@@ -32,6 +32,7 @@ rule all:
         SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
         DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
         INFERENCE_OUTPUTS if config["inference"]["in_report"] else INFERENCE_PLAN,
+        HOLDOUT_OUTPUTS,
         expand("figs/{figure}.png", figure=FIGURES),
         "reports/analysis.html",
         "data/claims/claims.csv",

@@ -66,6 +66,23 @@ def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_chan
             parse_window(bad, 1200)
 
 
+def test_a_snapshot_at_every_step_keeps_every_recorded_step(tmp_path):
+    """`dynamics-snapshot --every-step`: a run recorded at every step keeps all of it (the detectors' false alarms
+    need the loss's own resolution); the default snapshot thins it (kept_steps)."""
+    from blocklab.experiments.dynamics import plan as dynamics_plan, read_snapshots, write_snapshot
+
+    params = _tiny(steps=TINY["sweep"]["steps"], every=1)
+    row = dynamics_plan(params).iloc[0]
+    train_copy_run(params, row["norm"], int(row["warmup"]), int(row["seed"]), tmp_path / row["run_dir"])
+    recorded = pd.read_parquet(tmp_path / row["run_dir"] / "diagnostics.parquet")
+    write_snapshot(params, tmp_path / "all", root=tmp_path, thinned=False)
+    write_snapshot(params, tmp_path / "thin", root=tmp_path)
+    every = read_snapshots([tmp_path / "all"])[2]
+    thin_ = read_snapshots([tmp_path / "thin"])[2]
+    assert len(every) == len(recorded) and set(every["step"]) == set(range(1, TINY["sweep"]["steps"] + 1))
+    assert len(thin_) < len(every)
+
+
 def _one_step(seed=0, n_layers=2):
     cfg = ModelConfig(d_model=16, n_heads=2, n_layers=n_layers, vocab_size=12, max_len=12)
     model = build_copy_model(cfg, seed)
@@ -429,6 +446,23 @@ def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
     assert len(steps) == len(planned) and set(steps) == {TINY["inference"]["fit_steps"]}  # each run stops at fit_steps
     ranked = pd.read_csv(snake_project / inference.RANKING)
     assert list(ranked["setting"]) == sorted(set(planned["setting"])) and ranked["score"].notna().all()
+    # the held-out runs: trained by the DAG, never ranked, one table for the fitted claims
+    held = pd.read_csv(snake_project / inference.HOLDOUT)
+    assert set(held["seed"]) == set(TINY["inference"]["holdout_seeds"]) and not set(held["seed"]) & set(losses["run"].str[-1].astype(int))
+    assert sorted(held["run"].unique()) == sorted(inference.holdout_plan(TINY)["run"])
+    assert held.groupby("run")["step"].max().eq(TINY["inference"]["fit_steps"]).all()
+
+
+def test_held_out_seeds_must_be_seeds_no_fitting_run_uses():
+    from blocklab.experiments import inference
+
+    held = inference.holdout_plan(FULL)
+    assert set(held["setting"]) == {"learned-b64-L24-lr0.001-fp32"} and not held["main_sweep"].any()
+    assert sorted(held["run"]) == ["post-w400-s3", "post-w400-s4", "post-w400-s5", "pre-w0-s3", "pre-w0-s4", "pre-w0-s5"]
+    params = copy.deepcopy(FULL)
+    params["inference"]["holdout_seeds"] = [2, 3]  # seed 2 is a fitting seed (and a sweep seed)
+    with pytest.raises(ParamsError, match=r"inference.holdout_seeds.*\[2\].*allowed: seeds in neither"):
+        validate_params(params)
 
 
 def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_the_rest(tmp_path):

@@ -185,6 +185,12 @@ def _inference_problems(params) -> list[tuple[str, str]]:
                  "by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
                 for i, d in enumerate(inf.get("from_snapshots", []))
                 if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
+    held = list(inf.get("holdout_seeds", []))
+    used = sorted(set(held) & (set(inf.get("seeds", [])) | set(params["sweep"]["seeds"])))
+    if used:  # the default cell's fitting runs at sweep.seeds are the sweep's own runs: the fit saw those too
+        free = max(list(inf.get("seeds", [])) + list(params["sweep"]["seeds"])) + 1
+        problems.append(("inference.holdout_seeds", f"{used} are seeds a fitting run uses (inference.seeds or "
+                         f"sweep.seeds); allowed: seeds in neither, e.g. {list(range(free, free + 3))}"))
     if not inf.get("skip"):
         return problems
     names = [f"{p}-b{b}" for p in inf["positions"] for b in inf["batch_sizes"]]

@@ -1,7 +1,7 @@
 # The document's unstated setup, inferred (issue 23; the procedure is in docs/dynamics.md, stated before these runs):
 # 300-step fitting runs of every candidate setting, ranked by the document's five early losses.
 # `snakemake --cores 4 inference`; part of `all` when inference.in_report is true.
-from blocklab.experiments.inference import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, aggregate_inputs as inference_aggregate_inputs, run_identity as inference_identity
+from blocklab.experiments.inference import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, HOLDOUT as INFERENCE_HOLDOUT, aggregate_inputs as inference_aggregate_inputs, holdout_plan as inference_holdout_plan, run_identity as inference_identity
 
 INFERENCE_OUTPUTS = [INFERENCE_PLAN, INFERENCE_LOSSES, INFERENCE_RANKING]
 
@@ -56,3 +56,20 @@ rule aggregate_inference:
 rule inference:
     input:
         INFERENCE_OUTPUTS,
+
+
+# The held-out runs (issue 33): the default cell's fitted cases at inference.holdout_seeds, seeds no fitting run used;
+# the claims judge the five fitted numbers on them. Part of `all` whenever holdout seeds are set (recorded runs are read).
+HOLDOUT_OUTPUTS = [INFERENCE_HOLDOUT] if config["inference"].get("holdout_seeds") else []
+
+
+rule aggregate_holdout:
+    input:
+        inference_aggregate_inputs(config, inference_holdout_plan(config)),
+        code=code_files("experiments/inference"),
+    output:
+        INFERENCE_HOLDOUT,
+    params:
+        holdout=config["inference"].get("holdout_seeds", []),
+    shell:
+        "blocklab aggregate-holdout --params {PARAMS_FILE} --out {output}"

@@ -16,6 +16,7 @@ rule claims:
         ANALYSIS_DATA,
         SENSITIVITY_TABLES["summary"] if config["sensitivity"]["in_report"] else [],  # the depth claim
         [DYNAMICS_TABLES["summary"], DYNAMICS_TABLES["rates"], DYNAMICS_TABLES["diagnostics"]] if config["dynamics"]["in_report"] else [],
+        HOLDOUT_OUTPUTS,  # the fitted claims' held-out seeds
         claims="src/blocklab/reporting/claims.yaml",
         code=code_files("reporting/claims"),
     output:

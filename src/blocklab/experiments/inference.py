@@ -26,6 +26,7 @@ RUNS = f"{ROOT}/runs"
 PLAN = f"{ROOT}/plan.csv"
 LOSSES = f"{ROOT}/losses.csv"
 RANKING = f"{ROOT}/ranking.csv"
+HOLDOUT = f"{ROOT}/holdout.csv"  # the default cell's fitting runs at seeds the fit never used (the fitted claims' test)
 SNAPSHOT_FILES = ("runs.csv", "losses.csv")
 CASES = (("post", None), ("pre", 0))  # post-norm with the sweep's largest warm-up, pre-norm without warm-up
 
@@ -56,6 +57,19 @@ def plan(params: dict) -> pd.DataFrame:
                              "run_dir": f"data/sweep/runs/{run}" if main else f"{RUNS}/{cell.name}/{run}",
                              "main_sweep": main})
     return pd.DataFrame(rows, columns=["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep"])
+
+
+def holdout_plan(params: dict) -> pd.DataFrame:
+    """The held-out fitting runs (issue 33): the default cell's two fitted cases at ``inference.holdout_seeds``, seeds
+    no fitting run used, for ``fit_steps`` steps, so that the five fitted numbers are judged on runs the fit never saw.
+    Never part of the ranking. Columns as ``plan`` (``main_sweep`` always False: a held-out seed is not a sweep seed)."""
+    warmup, base = max(params["sweep"]["warmups"]), default_cell(params)
+    rows = [{"setting": base.name, "norm": norm, "warmup": warmup if w is None else w, "seed": seed,
+             "run": run_name(norm, warmup if w is None else w, seed), "main_sweep": False}
+            for norm, w in CASES for seed in params["inference"].get("holdout_seeds", [])]
+    frame = pd.DataFrame(rows, columns=["setting", "norm", "warmup", "seed", "run", "main_sweep"])
+    frame.insert(5, "run_dir", [f"{RUNS}/{s}/{r}" for s, r in zip(frame["setting"], frame["run"])])
+    return frame
 
 
 def fit_params(params: dict, cell: Cell) -> dict:
@@ -97,10 +111,11 @@ def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, losses.drop(columns="snapshot")
 
 
-def sources(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def sources(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None):
     """(planned runs read from their directories, runs the snapshots give, their losses): main-sweep runs always from
-    ``data/sweep/runs``; other runs from the first snapshot that records them, else from their own directory."""
-    planned = plan(params)
+    ``data/sweep/runs``; other runs from the first snapshot that records them, else from their own directory.
+    ``planned``: the runs asked for (default: the ranking's ``plan``; ``holdout_plan`` for the held-out runs)."""
+    planned = plan(params) if planned is None else planned
     dirs = [Path(root) / d for d in snapshots(params)]
     runs, losses = read_snapshots(dirs)
     have = set(zip(runs["setting"], runs["run"]))
@@ -111,22 +126,23 @@ def sources(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, pd.Data
     return planned[~recorded], keep(runs), keep(losses)
 
 
-def aggregate_inputs(params: dict) -> list[str]:
+def aggregate_inputs(params: dict, planned: pd.DataFrame | None = None) -> list[str]:
     """The snapshots' files and the meta.json of every planned run they do not record (those train first)."""
-    own, _, _ = sources(params)
+    own, _, _ = sources(params, planned=planned)
     return [f"{d}/{name}" for d in snapshots(params) for name in SNAPSHOT_FILES] + [f"{d}/meta.json" for d in own["run_dir"]]
 
 
-def collect(params: dict, root: str | Path = ".", only_finished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, losses up to ``fit_steps``) of the planned runs: from ``inference.from_snapshots`` where they record
-    them, else from the run directories. ``only_finished``: the finished fitting runs trained here only (what
-    ``inference-snapshot`` records)."""
+def collect(params: dict, root: str | Path = ".", only_finished: bool = False,
+            planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, losses up to ``fit_steps``) of the planned runs (default ``plan``): from ``inference.from_snapshots``
+    where they record them, else from the run directories. ``only_finished``: the finished fitting runs trained here
+    only (what ``inference-snapshot`` records: the ranking's and the held-out ones)."""
     root = Path(root)
     if only_finished:
-        own = plan(params)
+        own = pd.concat([plan(params), holdout_plan(params)], ignore_index=True) if planned is None else planned
         own, runs, losses = own[~own["main_sweep"]], pd.DataFrame(), pd.DataFrame()
     else:
-        own, runs, losses = sources(params, root)
+        own, runs, losses = sources(params, root, planned)
     records, curves = [], []
     for row in own.itertuples(index=False):
         meta_path = root / row.run_dir / "meta.json"
@@ -193,6 +209,11 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=_train_main)
 
+    p = subparsers.add_parser("aggregate-holdout", help="the held-out fitting runs' losses (inference.holdout_seeds)")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", type=Path, default=Path(HOLDOUT))
+    p.set_defaults(func=_holdout_main)
+
     p = subparsers.add_parser("inference-plan", help="every fitting run of the inferred-setup procedure")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", type=Path, default=Path(PLAN))
@@ -216,7 +237,8 @@ def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
     cell = Cell.parse(args.cell)
-    require_planned(plan(params), cell, args.norm, args.warmup, args.seed, f"the inference fitting runs of {args.params}")
+    require_planned(pd.concat([plan(params), holdout_plan(params)]), cell, args.norm, args.warmup, args.seed,
+                    f"the inference fitting runs (or held-out runs) of {args.params}")
     set_threads(args.threads or params["threads_per_run"])
     meta = train_copy_run(fit_params(params, cell), args.norm, args.warmup, args.seed, args.out_dir, params["device"],
                           inference_cell=cell.name)
@@ -242,3 +264,18 @@ def _snapshot_main(args) -> None:
     write_table(runs, out / "runs.csv")
     write_table(losses, out / "losses.csv")
     print(f"{len(runs)} finished fitting run(s) recorded in {out}")
+
+
+def holdout_table(params: dict, root: str | Path = ".") -> pd.DataFrame:
+    """The held-out runs' losses up to ``fit_steps``, one row per run and step, with norm, warm-up and seed."""
+    planned = holdout_plan(params)
+    _, losses = collect(params, root, planned=planned)
+    ident = planned[["setting", "run", "norm", "warmup", "seed"]]
+    return ident.merge(losses, on=["setting", "run"]).sort_values(["norm", "seed", "step"], ignore_index=True)
+
+
+def _holdout_main(args) -> None:
+    params = load_params(args.params)
+    table = holdout_table(params)
+    write_table(table, args.out)
+    log.info("%d held-out runs, %d rows: %s", table["run"].nunique(), len(table), sorted(table["run"].unique()))
