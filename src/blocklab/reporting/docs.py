@@ -210,9 +210,17 @@ def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     from ..params import load_params
 
     dynamics = load_params(root / "params.yaml")["dynamics"]
-    dirs = _dynamics_snapshots(root)
-    runs = pd.concat([read_table(d / "runs.csv") for d in dirs], ignore_index=True)
-    losses = pd.concat([read_table(d / "losses.csv") for d in dirs], ignore_index=True)
+    # A run recorded in two snapshots (the same seed trained on two processors: other trajectories) is counted once,
+    # from the first: params.yaml's dynamics.from_snapshots in its order, then the rest by name (the pipeline reads
+    # those snapshots, and a main-sweep run from the pipeline's own run).
+    listed = [(root / d).resolve() for d in dynamics.get("from_snapshots", [])]
+    dirs = sorted(_dynamics_snapshots(root), key=lambda d: (listed.index(d.resolve()) if d.resolve() in listed
+                                                            else len(listed), d.name))
+    runs = pd.concat([read_table(d / "runs.csv").assign(_snapshot=i) for i, d in enumerate(dirs)], ignore_index=True)
+    runs = runs.drop_duplicates(["setting", "run"], keep="first")
+    losses = pd.concat([read_table(d / "losses.csv").assign(_snapshot=i) for i, d in enumerate(dirs)], ignore_index=True)
+    losses = losses.merge(runs[["setting", "run", "_snapshot"]], on=["setting", "run", "_snapshot"]).drop(columns="_snapshot")
+    runs = runs.drop(columns="_snapshot")
     sweep_runs, sweep_losses = _gallery_collapse_runs(root, dynamics, runs)
     runs = pd.concat([runs, sweep_runs], ignore_index=True)
     losses = pd.concat([losses, sweep_losses], ignore_index=True)
