@@ -334,3 +334,39 @@ def _main(args) -> None:
     write_tables(tables, args.out)
     print(tables["detectors"][["detector", "resolution", "hits", "events_evaluable", "false_alarms", "windows"]]
           .to_string(index=False))
+
+
+def _ranges(steps) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive steps (first, last)."""
+    steps = np.unique(np.asarray(steps, dtype=int))
+    if not len(steps):
+        return []
+    cut = np.flatnonzero(np.diff(steps) != 1)
+    return list(zip(steps[np.r_[0, cut + 1]], steps[np.r_[cut, len(steps) - 1]]))
+
+
+def resolution(runs: pd.DataFrame, diagnostics: pd.DataFrame, metrics=("adam_rms", "attn_logit_max")) -> pd.DataFrame:
+    """What each recorded run really has, per metric: the step ranges recorded at every step (10 steps or longer) and
+    the spacing elsewhere; runs with the same description are one row (their seeds listed)."""
+    rows = []
+    by_key = dict(tuple(diagnostics.groupby("key", sort=False))) if len(diagnostics) else {}
+    for r in runs.to_dict("records"):
+        diag = by_key.get(r["key"], diagnostics.iloc[0:0])
+        for metric in metrics:
+            steps = np.unique(diag.loc[diag["metric"] == metric, "step"].to_numpy())
+            if not len(steps):
+                continue
+            dense = [(a, b) for a, b in _ranges(steps) if b - a + 1 >= 10]
+            inside = np.zeros(len(steps), dtype=bool)
+            for a, b in dense:
+                inside |= (steps >= a) & (steps <= b)
+            gaps = np.diff(steps[~inside]) if (~inside).sum() > 1 else np.array([], dtype=int)
+            rows.append({"source": r["source"], "setting": r["setting"], "machine": r["machine"], "metric": metric,
+                         "every_step": ", ".join(f"{a}–{b}" for a, b in dense) or "none",
+                         "elsewhere": f"every {int(np.median(gaps))}th step" if len(gaps) else "—",
+                         "last_step": int(steps[-1]), "seed": int(r["seed"])})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    keys = ["source", "setting", "machine", "metric", "every_step", "elsewhere", "last_step"]
+    return (frame.groupby(keys, sort=False)["seed"].apply(lambda s: " ".join(map(str, sorted(s)))).reset_index())
