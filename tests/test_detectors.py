@@ -193,3 +193,85 @@ def test_the_recorded_runs_give_the_tables_the_docs_quote():
     for metric in ("attn_logit_max", "attn_entropy", "output_logit_max", "stream_norm"):
         assert table.loc[(metric, "every step"), "events_evaluable"] == 0
         assert table.loc[(metric, "every 10th step"), "events_evaluable"] == 2
+
+
+# ---- the figures: the value at the step, told apart, and per-step data where a run has it (issue 33, point 6) --------
+
+
+def _compare_frames(steps=range(1, 1201)):
+    """Two compare runs (post/pre, warm-up 0 and 400 -> figure steps 1, 200, 400, 800), 4 blocks; at step s block b's
+    gradient is (b + 1) * s, so the value at a step and a +-5-step mean differ."""
+    summary = pd.DataFrame({"compare": True, "collapse": False, "setting": "s", "seed": 0,
+                            "run": ["post-w0-s0", "pre-w0-s0", "post-w400-s0", "pre-w400-s0"],
+                            "norm": ["post", "pre", "post", "pre"], "warmup": [0, 0, 400, 400]})
+    steps = np.asarray(list(steps))
+    diagnostics = pd.concat([pd.DataFrame({"step": np.repeat(steps, 4), "block": np.tile(range(4), len(steps)),
+                                           "metric": "grad_ffn_out", "setting": "s", "run": run,
+                                           "value": np.tile(range(1, 5), len(steps)) * np.repeat(steps, 4)})
+                             for run in summary["run"]], ignore_index=True)
+    return summary, diagnostics
+
+
+def test_the_gradnorm_figure_draws_the_value_at_each_step_with_a_style_per_step_and_a_readable_legend():
+    import matplotlib.pyplot as plt
+
+    from blocklab.figures.dynamics import gradnorm_through_training_figure
+
+    summary, diagnostics = _compare_frames()
+    fig = gradnorm_through_training_figure(diagnostics, summary, lang="en", steps=1200)
+    plt.close(fig)
+    lines = [line for ax in fig.axes for line in ax.get_lines()]
+    assert len(lines) == 4 * 2 * 2  # 4 steps x 2 norms x 2 panels
+    first = fig.axes[0].get_lines()[0]  # post-norm, step 1: exactly (b + 1) x 1, not the mean of steps 1..6
+    assert list(first.get_ydata()) == [1.0, 2.0, 3.0, 4.0]
+    styles = {(line.get_linestyle(), line.get_marker()) for line in fig.axes[0].get_lines()}
+    assert len(styles) == 4  # one line style and marker per step, the same for both norms
+    legend = fig.legends[0]
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["post-norm", "pre-norm", "step 1", "step 200", "step 400", "step 800"], labels
+    assert min(t.get_fontsize() for t in legend.get_texts()) >= 10
+    # a step the run did not record (thinned): the mean over +-5 recorded steps, and the legend says so
+    summary, diagnostics = _compare_frames([s for s in range(1, 1201) if s != 200])
+    fig = gradnorm_through_training_figure(diagnostics, summary, lang="en", steps=1200)
+    plt.close(fig)
+    assert "step 200 (±5 mean)" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def _collapse_frames(every: int):
+    """One collapsed run (event at step 300) and one calm run; every metric recorded every ``every`` steps."""
+    summary = pd.DataFrame({"compare": False, "collapse": True, "setting": "s", "seed": [0, 1],
+                            "run": ["post-w100-s0", "post-w100-s1"], "norm": "post", "warmup": 100,
+                            "outcome": ["collapsed", "stable"], "spike_step": [300.0, np.nan],
+                            "spike_loss": [4.0, np.nan], "collapse_step": [300.0, np.nan],
+                            "max_after_learned": [4.2, 0.02]})
+    steps = np.arange(1, 501)
+    losses = pd.concat([pd.DataFrame({"setting": "s", "run": run, "step": steps,
+                                      "loss": np.where((steps >= 300) & (run.endswith("0")), 4.2, 0.01)})
+                        for run in summary["run"]], ignore_index=True)
+    kept = steps[(steps % every == 0)]
+    from blocklab.figures.dynamics import ANATOMY
+
+    diagnostics = pd.concat([pd.DataFrame({"step": kept, "block": 0, "metric": metric, "value": 1.0 + kept / 100,
+                                           "setting": "s", "run": run})
+                             for run in summary["run"] for metric, *_ in ANATOMY if metric != "loss"],
+                            ignore_index=True)
+    return diagnostics, losses, summary
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_the_anatomy_draws_per_step_data_as_a_line_and_says_when_a_metric_is_sampled_sparser(every):
+    import matplotlib.pyplot as plt
+
+    from blocklab.figures.dynamics import collapse_anatomy_figure
+
+    diagnostics, losses, summary = _collapse_frames(every)
+    fig = collapse_anatomy_figure(diagnostics, losses, summary, "s", lang="en", warmup=100)
+    plt.close(fig)
+    logit = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("largest attention logit"))
+    line = logit.get_lines()[0]
+    assert len(line.get_xdata()) == len(range(150, 401, every))  # every recorded step of the window 150..400
+    title = logit.get_title(loc="left")
+    if every == 1:
+        assert "sampled" not in title and line.get_marker() in (None, "None", "")
+    else:
+        assert title.endswith("(sampled every 10 steps)") and line.get_marker() == "."

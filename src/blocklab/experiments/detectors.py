@@ -299,6 +299,28 @@ def detector_tables(paths, rule: dict, vocab_size: int) -> dict[str, pd.DataFram
     if runs.empty:
         raise ConfigError(f"{', '.join(map(str, paths))}: no post-norm + warm-up run recorded there; allowed: "
                           "directories with runs of dynamics.collapse")
+    return _tables(runs, losses, diagnostics, rule)
+
+
+def from_frames(summary: pd.DataFrame, losses: pd.DataFrame, diagnostics: pd.DataFrame, rule: dict,
+                vocab_size: int, source: str = "data/dynamics") -> dict[str, pd.DataFrame]:
+    """The same tables from the aggregated frames already in memory (``data/dynamics``: summary, losses, diagnostics),
+    e.g. the report's; empty tables when no post-norm + warm-up run is there."""
+    runs = summary[(summary["norm"] == "post") & (summary["warmup"] > 0)]
+    if runs.empty:
+        return {"detectors": pd.DataFrame(), "detector_events": pd.DataFrame(), "detector_runs": pd.DataFrame()}
+    machine = runs["machine"].fillna("?") if "machine" in runs else pd.Series("?", index=runs.index)
+    runs = pd.DataFrame({"source": source, "setting": runs["setting"], "run": runs["run"],
+                         "seed": runs["seed"].astype(int), "warmup": runs["warmup"].astype(int), "machine": machine,
+                         "vocab_size": vocab_size})
+    runs["key"] = [f"{s}/{r}@{m}" for s, r, m in zip(runs["setting"], runs["run"], runs["machine"])]
+    key = {(s, r): k for s, r, k in zip(runs["setting"], runs["run"], runs["key"])}
+    tag = lambda frame: frame.assign(key=[key.get(p) for p in zip(frame["setting"], frame["run"])]).dropna(  # noqa: E731
+        subset=["key"])
+    return _tables(runs.reset_index(drop=True), tag(losses), tag(diagnostics), rule)
+
+
+def _tables(runs, losses, diagnostics, rule) -> dict[str, pd.DataFrame]:
     judged = judge_runs(runs, losses, rule)
     table, per_event = evaluate(judged, diagnostics)
     return {"detectors": table, "detector_events": per_event, "detector_runs": judged}
