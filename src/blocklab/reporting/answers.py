@@ -345,7 +345,7 @@ def _detector_text(data: Data, t: dict, lang: str) -> str:
     if n_events == 0:
         return t["why_none"][lang]
     names, res = t["detector_names"], t["resolutions"]
-    items, apart, not_apart, sparse, zero = [], [], [], [], []
+    items, apart, not_apart, sparse, zero = [], {}, {}, [], []
     for name, rows in table.groupby("detector", sort=False):
         label = names.get(name, {lang: name})[lang]
         judged = rows[rows["events_evaluable"] > 0]
@@ -357,14 +357,16 @@ def _detector_text(data: Data, t: dict, lang: str) -> str:
                  for r in judged.itertuples() if r.windows > 0]
         items.append(f"{label}: " + "; ".join(parts))
         for r in judged.itertuples():
-            (apart if r.windows > 0 and r.hit_low > r.fa_high else not_apart).append(f"{label} ({res[r.resolution][lang]})")
+            side = apart if r.windows > 0 and r.hit_low > r.fa_high else not_apart
+            side.setdefault(label, []).append(res[r.resolution][lang])
         if (rows.loc[rows["resolution"] == "every step", "events_evaluable"] == 0).all():
             sparse.append(label)
             if (judged["hits"] == 0).all():
                 zero.append((label, judged["hit_high"].max(), int(judged["events_evaluable"].max())))
     none = t["none"][lang]
+    listed = lambda side: ", ".join(f"{k} ({', '.join(v)})" for k, v in side.items()) or none  # noqa: E731
     out = t["why_detectors"][lang].format(n_events=n_events, runs=int(table["runs"].max()), items="; ".join(items),
-                                          apart=", ".join(apart) or none, not_apart=", ".join(not_apart) or none)
+                                          apart=listed(apart), not_apart=listed(not_apart))
     if sparse:
         zeros = "".join(t["why_zero"][lang].format(name=n, n=k, upper=pct(u)) for n, u, k in zero)
         out += t["why_sparse"][lang].format(names=", ".join(sparse), zero=zeros)
