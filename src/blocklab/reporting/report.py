@@ -352,6 +352,8 @@ class Report:
         detectors = answers_mod.detector_table(self.data)
         if len(detectors):
             detectors = detectors.copy()
+            words = self.texts["answers"]["p11c"]["resolutions"]
+            detectors["resolution"] = [words.get(r, {self.lang: r})[self.lang] for r in detectors["resolution"]]
             rate = lambda k, n, lo, hi: (f"{int(k)} / {int(n)} ({answers_mod.pct(lo)}–{answers_mod.pct(hi)})"  # noqa: E731
                                          if n else "—")
             detectors["hits_text"] = [rate(r.hits, r.events_evaluable, r.hit_low, r.hit_high) for r in detectors.itertuples()]
