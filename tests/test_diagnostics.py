@@ -524,50 +524,82 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
         inference.sources(params, tmp_path)
 
 
-def test_the_why_answer_reads_the_hand_made_diagnostics_by_its_fixed_rules():
-    """Problem 11 (c)'s "why": a post-norm run whose input-side gradient vanished while pre-norm's did not, and a spike
-    preceded by Adam's ratio and not by the attention logit, give the vanish and the Adam readings, in both languages."""
-    from blocklab.reporting import answers
-    from blocklab.reporting.claims import Data
-
+def _why_tables():
+    """A post-norm run whose input-side gradient is flat at step 1 and vanishes after it (1e-6 of the output end's
+    from step 2 on), a flat pre-norm run, and a post-norm + warm-up run that spikes at step 150 (learned at step 30;
+    its loss starts to rise at step 148; Adam's ratio jumps at step 130 only)."""
     compare = [("post-w0-s0", "post", 0, "never learned"), ("pre-w0-s0", "pre", 0, "stable")]
     summary = pd.DataFrame([{"compare": True, "collapse": False, "setting": "s", "run": run, "norm": norm,
                              "warmup": warmup, "seed": 0, "outcome": outcome, "spike_step": float("nan"),
                              "spike_loss": float("nan")} for run, norm, warmup, outcome in compare]
                            + [{"compare": False, "collapse": True, "setting": "s", "run": "post-w20-s1", "norm": "post",
-                               "warmup": 20, "seed": 1, "outcome": "spiked", "spike_step": 100.0, "spike_loss": 0.7}])
+                               "warmup": 20, "seed": 1, "outcome": "spiked", "spike_step": 150.0, "spike_loss": 0.7}])
     rows = []
     for run, norm, _, _ in compare:
         for step in range(1, 61):
-            for block in range(6):  # post-norm: the input end's gradient 1e-6 of the output end's; pre-norm: flat
-                value = (1e-6 if block == 0 else 1.0) if norm == "post" else 1.0
+            for block in range(6):
+                value = (1e-6 if block == 0 and step > 1 else 1.0) if norm == "post" else 1.0
                 rows.append(("s", run, step, block, "grad_ffn_out", value))
             rows += [("s", run, step, 0, "update_ratio", 0.007)]
             if step % 10 == 0:
                 rows += [("s", run, step, 0, "attn_logit_max", 5.0), ("s", run, step, 0, "attn_entropy", 3.19)]
-    for step in range(30, 101):  # the spike: Adam's ratio jumps at step 95, the attention logit stays at 40
-        rows += [("s", "post-w20-s1", step, 0, "adam_rms", 2.0 if step >= 95 else 0.05),
+    for step in range(1, 251):
+        rows += [("s", "post-w20-s1", step, 0, "adam_rms", 2.0 if step == 130 else 0.05),
                  ("s", "post-w20-s1", step, 0, "grad_ffn_out", 1.0)]
         if step % 10 == 0:
-            rows += [("s", "post-w20-s1", step, 0, "attn_logit_max", 40.0), ("s", "post-w20-s1", step, 0, "attn_entropy", 1.0)]
+            rows += [("s", "post-w20-s1", step, 0, "attn_logit_max", 40.0)]
     diagnostics = pd.DataFrame(rows, columns=["setting", "run", "step", "block", "metric", "value"])
+    steps = range(1, 251)
+    loss = [4.0 if s < 30 else 0.7 if s == 150 else 0.2 if s in (148, 149) else 0.01 for s in steps]
+    losses = pd.DataFrame({"setting": "s", "run": "post-w20-s1", "step": list(steps), "loss": loss})
     rates = pd.DataFrame([{"setting": "s", "runs": 1, "learned": 1, "collapsed": 0, "collapsed_rate": 0.0,
                            "collapsed_low": 0.0, "collapsed_high": 0.79, "spiked": 1, "spiked_rate": 1.0,
                            "spiked_low": 0.21, "spiked_high": 1.0}])
-    tables = {"dynamics/summary.csv": summary, "dynamics/rates.csv": rates, "dynamics/diagnostics.parquet": diagnostics}
+    return {"dynamics/summary.csv": summary, "dynamics/rates.csv": rates, "dynamics/diagnostics.parquet": diagnostics,
+            "dynamics/losses.csv": losses}
+
+
+def test_the_why_answer_says_only_what_the_step_ratios_and_the_detector_rates_give():
+    """Problem 11 (c)'s "why": flat at step 1 and output-heavy after it gives the as-measured reading of the no-warm-up
+    failure; the precursors are read from their hit and false-alarm intervals (here from the hand-made detector
+    table), and the sparse ones say what they cannot rule out; in both languages."""
+    from blocklab.reporting import answers
+    from blocklab.reporting.claims import Data
+
+    tables = _why_tables()
+    detectors = pd.DataFrame([
+        {"detector": "adam_rms", "resolution": "every step", "events": 5, "events_evaluable": 5, "hits": 5,
+         "hit_low": 0.57, "hit_high": 1.0, "windows": 79, "false_alarms": 15, "fa_low": 0.12, "fa_high": 0.29, "runs": 14},
+        {"detector": "grad_ffn_out", "resolution": "every step", "events": 5, "events_evaluable": 5, "hits": 5,
+         "hit_low": 0.57, "hit_high": 1.0, "windows": 86, "false_alarms": 45, "fa_low": 0.42, "fa_high": 0.63, "runs": 14},
+        {"detector": "attn_logit_max", "resolution": "every step", "events": 5, "events_evaluable": 0, "hits": 0,
+         "hit_low": float("nan"), "hit_high": float("nan"), "windows": 0, "false_alarms": 0, "fa_low": float("nan"),
+         "fa_high": float("nan"), "runs": 0},
+        {"detector": "attn_logit_max", "resolution": "every 10th step", "events": 5, "events_evaluable": 5, "hits": 0,
+         "hit_low": 0.0, "hit_high": 0.43, "windows": 221, "false_alarms": 0, "fa_low": 0.0, "fa_high": 0.02, "runs": 15}])
     t = answers.texts()["answers"]["p11c"]
     for lang in ("en", "ko"):
-        data = Data("/nonexistent", copy.deepcopy(TINY), tables=dict(tables))
+        data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/detectors.csv": detectors})
         why = answers._why_text(data, t, lang)
-        assert t["why_adam"][lang] in why and t["why_vanish"][lang].split("{")[0] in why, why
-        assert "1e+06" in why  # post-norm's output/input ratio (1 / 1e-6 with six blocks: ends of one block each)
-    # the rules can say otherwise: pre-norm's input side vanishing too, and the logit growing before the spike
-    both = diagnostics.copy()
-    both.loc[(both["run"] == "pre-w0-s0") & (both["metric"] == "grad_ffn_out") & (both["block"] == 0), "value"] = 1e-6
-    both.loc[(both["run"] == "post-w20-s1") & (both["metric"] == "attn_logit_max") & (both["step"] == 90), "value"] = 60.0
-    data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/diagnostics.parquet": both})
+        assert t["why_vanish"][lang].split("{")[0] in why and "1e+06" in why, why  # flat at step 1, then 1e6
+        names = {k: v[lang] for k, v in t["detector_names"].items()}
+        apart, not_apart = why.split(t["why_detectors"][lang].split("{apart}")[0][-12:])[-1].split("; ", 1)
+        assert names["adam_rms"] in apart and names["grad_ffn_out"] not in apart, why  # 57 % > 29 %; 57 % < 63 %
+        assert names["grad_ffn_out"] in not_apart and names["attn_logit_max"] in not_apart
+        assert t["why_sparse"][lang].format(names=names["attn_logit_max"], zero="").split("{")[0][:20] in why
+        assert "43%" in why  # 0 of 5 is consistent with a precursor in up to 43 % of events
+    # without detectors.csv (a data directory made before it) the table is computed from the losses and diagnostics
+    data = Data("/nonexistent", copy.deepcopy(TINY), tables=dict(tables))
+    table = answers.detector_table(data).set_index(["detector", "resolution"])
+    assert table.loc[("adam_rms", "every step"), "hits"] == 1  # step 130: 18 steps before the onset at 148
+    assert table.loc[("adam_rms", "every step"), "lead_median"] == 18
+    assert table.loc[("attn_logit_max", "every step"), "events_evaluable"] == 0
+    # post-norm's input side already vanished at step 1: the other reading, never "flat at step 1"
+    early = tables["dynamics/diagnostics.parquet"].copy()
+    early.loc[(early["run"] == "post-w0-s0") & (early["block"] == 0) & (early["metric"] == "grad_ffn_out"), "value"] = 1e-6
+    data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/diagnostics.parquet": early})
     why = answers._why_text(data, t, "en")
-    assert t["why_neither"]["en"] in why and t["why_vanish"]["en"].split("{")[0] not in why, why
+    assert t["why_vanish_init"]["en"].split("{")[0] in why and t["why_vanish"]["en"].split("{")[0] not in why, why
 
 
 def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_project, tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ COMMANDS = {
     "aggregate-dynamics": "blocklab.experiments.dynamics",
     "dynamics-snapshot": "blocklab.experiments.dynamics",
     "dynamics-status": "blocklab.experiments.dynamics",
+    "dynamics-detectors": "blocklab.experiments.detectors",
     "dynamics-figures": "blocklab.figures.dynamics",
     "residual-sim": "blocklab.experiments.residual_sim",
     "problem9": "blocklab.experiments.problem9",

@@ -2,8 +2,10 @@
 # post-norm with warm-up collapses after it (`snakemake --cores 4 dynamics`); part of `all` (and so of `dvc repro`)
 # when dynamics.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
 from blocklab.experiments.dynamics import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
+from blocklab.experiments.detectors import TABLES as DETECTOR_TABLES
 
-DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *expand("figs/{figure}.png", figure=DYNAMICS_FIGURES)]
+DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *DETECTOR_TABLES.values(),
+                    *expand("figs/{figure}.png", figure=DYNAMICS_FIGURES)]
 
 
 rule dynamics_plan:
@@ -50,6 +52,19 @@ rule aggregate_dynamics:
         dynamics=config["dynamics"],
     shell:
         "blocklab aggregate-dynamics --params {PARAMS_FILE}"
+
+
+# Each precursor as a detector (issue 33): hit and false-alarm rates with intervals, and lead times (docs/dynamics.md).
+rule dynamics_detectors:
+    input:
+        DYNAMICS_TABLES["losses"], DYNAMICS_TABLES["diagnostics"], DYNAMICS_TABLES["summary"],
+        code=code_files("experiments/dynamics", "experiments/detectors"),
+    output:
+        *DETECTOR_TABLES.values(),
+    params:
+        events=config["dynamics"]["events"],
+    shell:
+        "blocklab dynamics-detectors --params {PARAMS_FILE} --from data/dynamics --out data/dynamics"
 
 
 rule dynamics_figures:

@@ -485,9 +485,11 @@ def event_precursors(summary: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Dat
 def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int = 10, later: int = 50) -> pd.DataFrame:
     """Per compare run: the median over its first ``steps`` steps of the largest relative update of a block
     (||dtheta||/||theta||); the output-end / input-end ratio of the per-block gradient (second MLP weight; last sixth
-    over first sixth of the stack, steps within WINDOW) at init and at step ``later``; and at the end of training the
-    largest attention logit and the highest attention entropy of a block (uniform causal attention has the most):
-    how hard the first steps push, where the gradient goes, and whether attention ever left uniform."""
+    over first sixth of the stack) at step 1, after the first full-rate steps (2 and 5) and at step ``later``, each AT
+    the step where it is recorded (else the mean over the recorded steps within WINDOW of it: a +-5 mean at step 1
+    would mix in steps 2-6, the very steps that make the imbalance); and at the end of training the largest attention
+    logit and the highest attention entropy of a block (uniform causal attention has the most): how hard the first
+    steps push, where the gradient goes, and whether attention ever left uniform."""
     rows = []
     for r in summary[summary["compare"].astype(bool)].itertuples():
         update = _fold(diagnostics, r.setting, r.run, "update_ratio")
@@ -497,13 +499,16 @@ def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int =
                            & (diagnostics["metric"] == "grad_ffn_out")]
 
         def out_over_in(step: int) -> float:
-            near = grad[(grad["step"] - step).abs() <= WINDOW].groupby("block")["value"].mean().sort_index()
+            exact = grad[grad["step"] == step]
+            near = exact if len(exact) else grad[(grad["step"] - step).abs() <= WINDOW]
+            near = near.groupby("block")["value"].mean().sort_index()
             ends = max(1, len(near) // 6)
             return float(near.iloc[-ends:].mean() / near.iloc[:ends].mean()) if len(near) else float("nan")
 
         rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "outcome": r.outcome,
                      "early_update": float(update[update.index <= steps].median()) if len(update) else float("nan"),
-                     "init_grad_out_over_in": out_over_in(1), "grad_out_over_in_later": out_over_in(later),
+                     "init_grad_out_over_in": out_over_in(1), "grad_out_over_in_step2": out_over_in(2),
+                     "grad_out_over_in_step5": out_over_in(5), "grad_out_over_in_later": out_over_in(later),
                      "final_logit_max": float(logit.iloc[-1]) if len(logit) else float("nan"),
                      "final_entropy_max": float(entropy.iloc[-1]) if len(entropy) else float("nan")})
     return pd.DataFrame(rows)

@@ -29,39 +29,61 @@ ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, E
 ]
 
 
-def _around(frame: pd.DataFrame, step: int) -> pd.DataFrame:
-    return frame[(frame["step"] >= step - WINDOW) & (frame["step"] <= step + WINDOW)]
+STEP_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 3)), "P")]
+
+
+def at_step(frame: pd.DataFrame, step: int) -> tuple[pd.Series, bool]:
+    """The per-block values AT ``step`` when the metric is recorded there (exact: True); otherwise the mean over the
+    recorded steps within +-WINDOW of it (exact: False, and the figure says so). Empty when neither."""
+    exact = frame[frame["step"] == step]
+    if len(exact):
+        return exact.groupby("block")["value"].mean().sort_index(), True
+    near = frame[(frame["step"] >= step - WINDOW) & (frame["step"] <= step + WINDOW)]
+    return near.groupby("block")["value"].mean().sort_index(), False
 
 
 def gradnorm_through_training_figure(diagnostics: pd.DataFrame, summary: pd.DataFrame, lang: str = "ko",
                                      steps: int = 1200, seed: int = 0):
-    """Per-block gradient norm of the second MLP weight, post vs pre, at several steps, one panel per warm-up."""
+    """Per-block gradient norm of the second MLP weight, post vs pre, at several steps, one panel per warm-up. Each
+    line is the value at that step (one batch's gradient), a colour per norm and a line style and marker per step."""
+    from matplotlib.lines import Line2D
+
     style.setup(lang)
     compare = summary[summary["compare"].astype(bool) & (summary["seed"] == seed)]
     warmups = sorted(compare["warmup"].unique())
-    fig, axes = plt.subplots(1, len(warmups), figsize=(5.2 * len(warmups), 4.6), squeeze=False, sharey=True,
+    fig, axes = plt.subplots(1, len(warmups), figsize=(5.6 * len(warmups), 5.0), squeeze=False, sharey=True,
                              layout="constrained")
     grads = diagnostics[diagnostics["metric"] == "grad_ffn_out"]
     at = figure_steps(max(warmups), steps)
-    shades = np.linspace(0.35, 1.0, len(at))
+    styles = dict(zip(at, STEP_STYLES))
+    averaged = set()
     for ax, warmup in zip(axes[0], warmups):
         for run in compare[compare["warmup"] == warmup].itertuples():
             frame = grads[(grads["setting"] == run.setting) & (grads["run"] == run.run)]
-            for shade, step in zip(shades, at):
-                near = _around(frame, step)
-                if near.empty:
+            for step in at:
+                per_block, exact = at_step(frame, step)
+                if per_block.empty:
                     continue
-                per_block = near.groupby("block")["value"].mean()
-                ax.plot(per_block.index + 1, per_block.values, marker="o", markersize=2.5, lw=1.4,
-                        color=NORM_COLORS[run.norm], alpha=float(shade),
-                        label=f"{norm_label(run.norm, lang)} · {text(lang, '스텝', 'step')} {step}")
+                if not exact:
+                    averaged.add(step)
+                ls, marker = styles[step]
+                ax.plot(per_block.index + 1, per_block.values, ls=ls, marker=marker, markersize=4, lw=1.5,
+                        color=NORM_COLORS[run.norm], markerfacecolor="white" if run.norm == "pre" else None)
         log_y(ax)
         ax.set_title(warmup_label(int(warmup), lang))
         ax.set_xlabel(text(lang, "블록 (1 = 입력 쪽)", "block (1 = input side)"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(at), fontsize=7.5)
-    axes[0, 0].set_ylabel(text(lang, "‖∇W₂‖ (±5 스텝 평균)", "‖∇W₂‖ (mean over ±5 steps)"))
+    norms = [n for n in NORM_COLORS if n in set(compare["norm"])]
+    handles = [Line2D([], [], color=NORM_COLORS[n], lw=2.5, marker="o", markerfacecolor="white" if n == "pre" else None,
+                      label=norm_label(n, lang)) for n in norms]
+    step_word = text(lang, "스텝", "step")
+    handles += [Line2D([], [], color="#333333", ls=styles[s][0], marker=styles[s][1], markersize=6, lw=1.5,
+                       markerfacecolor="white",
+                       label=f"{step_word} {s}" + (text(lang, " (±5 평균)", " (±5 mean)") if s in averaged else ""))
+                for s in at]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=11, handlelength=3.2,
+               frameon=False)
+    axes[0, 0].set_ylabel(text(lang, "‖∇W₂‖ (그 스텝의 배치 하나)", "‖∇W₂‖ (at the step: one batch)"))
     fig.suptitle(text(lang, f"학습 중의 블록별 그래디언트 (Xiong et al. 2020 그림 3, 시드 {seed})",
                       f"Per-block gradient during training (Xiong et al. 2020, Fig. 3; seed {seed})"))
     return fig
@@ -105,6 +127,7 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                              layout="constrained")
     lo, hi = (step - before, step + after) if step is not None else (1, int(losses["step"].max()))
     colors = ["#c0392b", "#7f8c8d"]
+    sparse: dict[str, int] = {}  # metric -> the widest median spacing of its samples in the window, over the runs shown
     for run, color in zip(shown, colors):
         label = f"{text(lang, '시드', 'seed')} {run['seed']} ({_outcome(run['outcome'], lang)})"
         curve = losses[(losses["setting"] == setting) & (losses["run"] == run["run"])]
@@ -118,12 +141,17 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                 part = frame[frame["metric"] == metric].groupby("step")["value"]
                 series = part.max() if fold == "max" else part.min()
                 x, y = series.index, series.values
-            ax.plot(x, y, color=color, lw=1.1, marker="." if metric in ("attn_logit_max", "attn_entropy",
-                                                                          "output_logit_max") else None,
+            every = sampling(x)
+            sparse[metric] = max(sparse.get(metric, 1), every)
+            # per-step data is a plain line; sparser data shows its samples, so nothing is read between them
+            ax.plot(x, y, color=color, lw=1.1, marker="." if every > 1 else None,
                     label=label if metric == "loss" else None)
-            ax.set_title(text(lang, ko, en), fontsize=8, loc="left")
-            if log:
-                log_y(ax)
+    for ax, (metric, fold, ko, en, log) in zip(axes, ANATOMY):
+        every = sparse.get(metric, 1)
+        note = text(lang, f" (표본: {every}스텝마다)", f" (sampled every {every} steps)") if every > 1 else ""
+        ax.set_title(text(lang, ko, en) + note, fontsize=8, loc="left")
+        if log:
+            log_y(ax)
     for ax in axes:
         if lo <= warmup <= hi:
             ax.axvline(warmup, color="#555555", ls=":", lw=1)
@@ -144,6 +172,12 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                      f"near step {step} (of {n} seeds)")
     fig.suptitle(f"{title}\n{setting}", fontsize=11)
     return fig
+
+
+def sampling(steps) -> int:
+    """The median spacing of recorded steps (1: every step); 1 for fewer than two steps."""
+    steps = np.unique(np.asarray(steps, dtype=int))
+    return int(np.median(np.diff(steps))) if len(steps) > 1 else 1
 
 
 def _outcome(outcome: str, lang: str) -> str:

@@ -313,10 +313,71 @@ def _collapse_at(rates: pd.DataFrame, summary: pd.DataFrame, setting: str, data:
         vocab=data.params["copy_task"]["vocab_size"])
 
 
+DETECTORS = "dynamics/detectors.csv"
+FLAT = 2.0  # "flat at step 1": the output end's gradient within 2x of the input end's (either way) at step 1
+
+
+def detector_table(data: Data) -> pd.DataFrame:
+    """data/dynamics/detectors.csv (the pipeline's dynamics_detectors rule), or, for a data directory made before it
+    existed, the same table computed from the aggregated summary, losses and diagnostics."""
+    from ..experiments.detectors import from_frames
+
+    if data.exists(DETECTORS):
+        return data.table(DETECTORS)
+    if not data.exists("dynamics/losses.csv"):
+        return pd.DataFrame()
+    return from_frames(data.table(DYNAMICS["summary"]), data.table("dynamics/losses.csv"), dynamics_diagnostics(data),
+                       data.params["dynamics"]["events"], data.params["copy_task"]["vocab_size"])["detectors"]
+
+
+def _rate(k, n, low, high) -> str:
+    return f"{int(k)}/{int(n)} ({pct(low)}–{pct(high)})"
+
+
+def _detector_text(data: Data, t: dict, lang: str) -> str:
+    """Each precursor as a detector (experiments.detectors; the procedure fixed in docs/dynamics.md): hit and
+    false-alarm rates with their intervals at each resolution where they could be judged, which precursors tell an
+    event from a quiet stretch (the hit interval above the false-alarm interval), and what the sparse ones cannot say."""
+    table = detector_table(data)
+    if table.empty:
+        return t["why_nodet"][lang]
+    n_events = int(table["events"].max())
+    if n_events == 0:
+        return t["why_none"][lang]
+    names, res = t["detector_names"], t["resolutions"]
+    items, apart, not_apart, sparse, zero = [], {}, {}, [], []
+    for name, rows in table.groupby("detector", sort=False):
+        label = names.get(name, {lang: name})[lang]
+        judged = rows[rows["events_evaluable"] > 0]
+        if judged.empty:
+            continue
+        parts = [t["detector_item"][lang].format(resolution=res[r.resolution][lang],
+                                                 hits=_rate(r.hits, r.events_evaluable, r.hit_low, r.hit_high),
+                                                 fa=_rate(r.false_alarms, r.windows, r.fa_low, r.fa_high))
+                 for r in judged.itertuples() if r.windows > 0]
+        items.append(f"{label}: " + "; ".join(parts))
+        for r in judged.itertuples():
+            side = apart if r.windows > 0 and r.hit_low > r.fa_high else not_apart
+            side.setdefault(label, []).append(res[r.resolution][lang])
+        if (rows.loc[rows["resolution"] == "every step", "events_evaluable"] == 0).all():
+            sparse.append(label)
+            if (judged["hits"] == 0).all():
+                zero.append((label, judged["hit_high"].max(), int(judged["events_evaluable"].max())))
+    none = t["none"][lang]
+    listed = lambda side: ", ".join(f"{k} ({', '.join(v)})" for k, v in side.items()) or none  # noqa: E731
+    out = t["why_detectors"][lang].format(n_events=n_events, runs=int(table["runs"].max()), items="; ".join(items),
+                                          apart=listed(apart), not_apart=listed(not_apart))
+    if sparse:
+        zeros = "".join(t["why_zero"][lang].format(name=n, n=k, upper=pct(u)) for n, u, k in zero)
+        out += t["why_sparse"][lang].format(names=", ".join(sparse), zero=zeros)
+    return out + t["why_cause"][lang].format(n_events=n_events)
+
+
 def _why_text(data: Data, t: dict, lang: str) -> str:
-    """Problem 11 (c)'s "why", from the diagnostics: how hard the first steps push per case, where attention ends, and
-    which precursor came before each spike or collapse (rules in experiments.dynamics.event_precursors)."""
-    from ..experiments.dynamics import ADAM_JUMP, LOGIT_GROWTH, early_updates, event_precursors
+    """Problem 11 (c)'s "why", from the diagnostics: how hard the first steps push per case, where the gradient goes at
+    step 1, after the first full-rate steps and at step 50, where attention ends, and each precursor as a detector
+    (hit and false-alarm rates with intervals): no reading beyond what those numbers give."""
+    from ..experiments.dynamics import VANISHED, early_updates, uniform_entropy
 
     if not dynamics_present(data):
         return ""
@@ -325,31 +386,24 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
     if early.empty:
         return ""
     case = lambda r: _case(lang, r.norm, int(r.warmup))  # noqa: E731
-    events_ = event_precursors(summary, diagnostics)
-    adam_k = int(events_["adam_jumped"].sum()) if len(events_) else 0
-    logit_k = int(events_["logit_grew"].sum()) if len(events_) else 0
-    if events_.empty:
-        reading = t["why_none"][lang]
-    elif adam_k == len(events_) and logit_k < len(events_):
-        reading = t["why_adam"][lang]
-    elif logit_k == len(events_) and adam_k < len(events_):
-        reading = t["why_logit"][lang]
-    else:
-        reading = t["why_neither"][lang]
-    from ..experiments.dynamics import VANISHED, uniform_entropy
-
     uniform = uniform_entropy(2 * data.params["copy_task"]["seq_len"] - 1)
-    ratio = {(r.norm, int(r.warmup)): r.grad_out_over_in_later for r in early.itertuples()}
-    post0, pre0 = ratio.get(("post", 0), float("nan")), ratio.get(("pre", 0), float("nan"))
-    if post0 > VANISHED and not pre0 > VANISHED:  # the rule, fixed in experiments.dynamics
-        reading = t["why_vanish"][lang].format(post=f"{post0:.3g}", pre=f"{pre0:.3g}") + reading
+    by_case = {(r.norm, int(r.warmup)): r for r in early.itertuples()}
+    post0, pre0 = by_case.get(("post", 0)), by_case.get(("pre", 0))
+    vanish = ""
+    if post0 is not None and post0.grad_out_over_in_later > VANISHED and not (
+            pre0 is not None and pre0.grad_out_over_in_later > VANISHED):  # the rule, fixed in experiments.dynamics
+        flat = 1 / FLAT <= post0.init_grad_out_over_in <= FLAT
+        vanish = t["why_vanish" if flat else "why_vanish_init"][lang].format(
+            init=f"{post0.init_grad_out_over_in:.3g}", step2=f"{post0.grad_out_over_in_step2:.3g}",
+            step5=f"{post0.grad_out_over_in_step5:.3g}", post=f"{post0.grad_out_over_in_later:.3g}",
+            pre=f"{pre0.grad_out_over_in_later:.3g}" if pre0 is not None else "—")
+    ratios = "; ".join(f"{case(r)} {r.init_grad_out_over_in:.3g} / {r.grad_out_over_in_step2:.3g} / "
+                       f"{r.grad_out_over_in_step5:.3g} / {r.grad_out_over_in_later:.3g}" for r in early.itertuples())
     return t["why"][lang].format(
-        early="; ".join(f"{case(r)} {r.early_update:.2g}" for r in early.itertuples()),
-        ratio="; ".join(f"{case(r)} {r.grad_out_over_in_later:.3g}" for r in early.itertuples()),
+        early="; ".join(f"{case(r)} {r.early_update:.2g}" for r in early.itertuples()), ratio=ratios,
         entropy="; ".join(f"{case(r)} {r.final_entropy_max:.3f}" for r in early.itertuples()), uniform=f"{uniform:.3f}",
         logits="; ".join(f"{case(r)} {r.final_logit_max:.3g}" for r in early.itertuples()),
-        n_events=len(events_), jump=f"{ADAM_JUMP:g}", adam_k=adam_k, growth=f"{LOGIT_GROWTH:g}", logit_k=logit_k,
-        reading=reading)
+        reading=vanish + _detector_text(data, t, lang))
 
 
 def sensitivity_present(data: Data) -> bool:

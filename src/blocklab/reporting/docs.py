@@ -269,6 +269,97 @@ def dynamics_runs(data: Path, root: Path) -> str:
                                              for name in ("runs.csv", "losses.csv")], *GALLERY_SWEEP)
 
 
+_DETECTOR_CACHE: dict = {}
+
+
+def _detector_sources(data: Path, root: Path) -> list[Path]:
+    """Every snapshot in docs/dynamics/ and the gallery's aggregated tables (the main sweep's runs, every step)."""
+    return _dynamics_snapshots(root) + ([data / "dynamics"] if (data / "dynamics" / "summary.csv").is_file() else [])
+
+
+def _detector_tables(data: Path, root: Path) -> dict:
+    from ..experiments.detectors import detector_tables, load_sources, resolution
+    from ..params import load_params
+
+    sources = _detector_sources(data, root)
+    key = tuple((p.as_posix(), p.stat().st_mtime_ns) for d in sources for p in sorted(d.iterdir()) if p.is_file())
+    if key not in _DETECTOR_CACHE:
+        params = load_params(root / "params.yaml")
+        rel = [d.relative_to(root) if d.is_relative_to(root) else d for d in sources]
+        vocab = params["copy_task"]["vocab_size"]
+        tables = detector_tables([root / d for d in rel], params["dynamics"]["events"], vocab)
+        runs, _, diagnostics = load_sources([root / d for d in rel], vocab)
+        tables["resolution"] = resolution(runs, diagnostics)
+        here = {(root / d).as_posix(): d.as_posix() for d in rel}
+        for name in ("resolution", "detector_runs"):
+            tables[name]["source"] = tables[name]["source"].map(lambda s: here.get(s, s))
+        tables["sources"] = [d.as_posix() for d in rel]
+        _DETECTOR_CACHE.clear()
+        _DETECTOR_CACHE[key] = tables
+    return _DETECTOR_CACHE[key]
+
+
+def _interval(k, n, low, high) -> str:
+    if not n:
+        return "—"
+    return f"**{int(k)} of {int(n)}** ({k / n:.0%}; {low:.0%}–{high:.0%})"
+
+
+def _lead_cell(row) -> str:
+    if row is None or row["status"] == "not evaluable":
+        return "n/e"
+    if row["status"] == "hit":
+        return f"{int(row['lead'])}"
+    return row["status"]
+
+
+def dynamics_detectors(data: Path, root: Path) -> str:
+    """Each candidate precursor as a detector (experiments/detectors.py, the procedure fixed in docs/dynamics.md): hit
+    and false-alarm rates with 95 % Wilson intervals and lead times, at every step and on the 10-step grid; each event's
+    onset and each detector's lead; the resolution each recorded run really has."""
+    tables = _detector_tables(data, root)
+    short = lambda source: source.replace("docs/gallery/data/dynamics", "the gallery's tables")  # noqa: E731
+    lines = ["What each recorded run has (Adam's ratio stands for the per-step metrics, the largest attention logit for "
+             "the forward ones):", "",
+             "| source | setting | metric | recorded at every step | elsewhere | last step | seeds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in tables["resolution"].itertuples(index=False):
+        lines.append(f"| {short(r.source)} | {r.setting} | `{r.metric}` | {r.every_step} | {r.elsewhere} | "
+                     f"{r.last_step} | {r.seed} |")
+    runs = tables["detector_runs"]
+    ev = runs[runs["event_step"].notna()]
+    lines += ["", "| precursor | rule | resolution | hits (95 % Wilson) | late | lead time, median (range) | "
+              "false alarms (95 % Wilson) | runs with a false alarm |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in tables["detectors"].itertuples(index=False):
+        lead = "—" if r.lead_median != r.lead_median else f"{r.lead_median:g} ({r.lead_min:g}–{r.lead_max:g})"
+        hits = _interval(r.hits, r.events_evaluable, r.hit_low, r.hit_high) if r.events_evaluable else \
+            f"not evaluable ({r.events} events)"
+        fa = _interval(r.false_alarms, r.windows, r.fa_low, r.fa_high) if r.windows else \
+            f"not evaluable ({r.windows_not_evaluable} windows)"
+        lines.append(f"| `{r.detector}` | {r.rule} | {r.resolution} | {hits} | {r.late if r.events_evaluable else '—'} | "
+                     f"{lead} | {fa} | {f'{r.runs_with_fa} of {r.runs}' if r.windows else '—'} |")
+    per = tables["detector_events"]
+    names = list(dict.fromkeys(tables["detectors"]["detector"]))
+    lines += ["", "Each event: its onset (the loss there) and each precursor's lead time in steps before the onset, at "
+              "every step / on the 10-step grid (late: it fired only from the onset to the event; miss: not at all; "
+              "n/e: not evaluable at that resolution):", "",
+              "| event | step (loss) | onset (loss) | " + " | ".join(f"`{n}`" for n in names) + " |",
+              "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
+    for r in ev.sort_values(["setting", "seed"]).to_dict("records"):
+        cells = []
+        for name in names:
+            got = {res: per[(per["key"] == r["key"]) & (per["detector"] == name) & (per["resolution"] == res)]
+                   for res in ("every step", "every 10th step")}
+            cells.append(" / ".join(_lead_cell(g.iloc[0] if len(g) else None) for g in got.values()))
+        machine = re.sub(r"\(R\)| Processor| \(family.*", "", str(r["machine"])).strip()
+        lines.append(f"| {r['setting']} seed {r['seed']} ({r['outcome']}; {machine}) | {int(r['event_step'])} "
+                     f"({r['event_loss']:.3g}) | {int(r['onset'])} ({r['onset_loss']:.3g}) | " + " | ".join(cells) + " |")
+    n_runs = len(runs)
+    learned = int((runs["outcome"] != "never learned").sum())
+    lines += ["", f"{n_runs} post-norm + warm-up runs ({learned} learned), {len(ev)} events."]
+    return "\n".join(lines) + "\n\n" + _note(*[f"{s}/" for s in tables["sources"]])
+
+
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
     from .inference import read_losses, score
 
@@ -412,6 +503,7 @@ GENERATORS = {
     "inference-ranking": inference_ranking,
     "dynamics-summary": dynamics_summary,
     "inference-validation": inference_validation,
+    "dynamics-detectors": dynamics_detectors,
 }
 
 

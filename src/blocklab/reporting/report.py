@@ -349,10 +349,26 @@ class Report:
                                     {"event_step": "int", "event_loss": 3, "adam_rms_ref": 3, "adam_rms_lead": 3,
                                      "grad_ffn_out_ref": 3, "grad_ffn_out_lead": 3, "attn_logit_max_ref": 1,
                                      "attn_logit_max_lead": 1}, names, self.lang, self.t("dynamics_events"), None))
+        detectors = answers_mod.detector_table(self.data)
+        if len(detectors):
+            detectors = detectors.copy()
+            words = self.texts["answers"]["p11c"]["resolutions"]
+            detectors["resolution"] = [words.get(r, {self.lang: r})[self.lang] for r in detectors["resolution"]]
+            rate = lambda k, n, lo, hi: (f"{int(k)} / {int(n)} ({answers_mod.pct(lo)}–{answers_mod.pct(hi)})"  # noqa: E731
+                                         if n else "—")
+            detectors["hits_text"] = [rate(r.hits, r.events_evaluable, r.hit_low, r.hit_high) for r in detectors.itertuples()]
+            detectors["fa_text"] = [rate(r.false_alarms, r.windows, r.fa_low, r.fa_high) for r in detectors.itertuples()]
+            detectors["lead_text"] = ["—" if r.lead_median != r.lead_median else
+                                      f"{r.lead_median:g} ({r.lead_min:g}–{r.lead_max:g})" for r in detectors.itertuples()]
+            parts.append(table_html(detectors, ["detector", "resolution", "hits_text", "late", "lead_text", "fa_text",
+                                                "runs_with_fa"], {"late": "int", "runs_with_fa": "int"}, names,
+                                    self.lang, self.t("dynamics_detectors"), None))
         early = early_updates(summary, diagnostics)
-        parts.append(table_html(early, ["run", "outcome", "early_update", "init_grad_out_over_in", "grad_out_over_in_later",
-                                        "final_logit_max", "final_entropy_max"],
-                                {"early_update": 4, "init_grad_out_over_in": 2, "grad_out_over_in_later": 2,
+        parts.append(table_html(early, ["run", "outcome", "early_update", "init_grad_out_over_in", "grad_out_over_in_step2",
+                                        "grad_out_over_in_step5", "grad_out_over_in_later", "final_logit_max",
+                                        "final_entropy_max"],
+                                {"early_update": 4, "init_grad_out_over_in": 2, "grad_out_over_in_step2": 2,
+                                 "grad_out_over_in_step5": 2, "grad_out_over_in_later": 2,
                                  "final_logit_max": 1, "final_entropy_max": 3}, names, self.lang,
                                 self.t("dynamics_early"), None))
         return f'<div class="dynamics" data-dynamics="present">{"".join(parts)}</div>'
