@@ -80,6 +80,9 @@ def test_other_setups_are_not_checkable(tmp_path, document_params):
     assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.NOT_CHECKABLE
     assert "sweep.steps=60" in table.loc["d000-pre-nowarm-step100", "measured"]
     assert table.loc["d000-sim-L1", "verdict"] == claims.NOT_CHECKABLE  # no simulation data at all
+    # a claim the data cannot measure still says how it would be judged: its rule, and the document's side of the margin
+    assert table.loc["d000-sim-L1", "rule"].startswith("value:")
+    assert table.loc["d000-sim-L1", "margin"] == "the document's 1.414 ± 0.0005 (nothing measured here)"
     assert list(table.reset_index().columns) == claims.COLUMNS
     assert table.loc["d000-pre-nowarm-step100", "kind"] == "range" and table.loc["d000-pre-nowarm-step100", "fitted"]
 

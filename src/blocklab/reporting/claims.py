@@ -615,6 +615,10 @@ def evaluate_data(data: Data, only=None) -> pd.DataFrame:
             measured, verdict = f"— ({why})", NOT_CHECKABLE
         except FileNotFoundError as missing:
             measured, verdict = f"— (no data: {Path(missing.filename).name if missing.filename else missing})", NOT_CHECKABLE
+        if verdict == NOT_CHECKABLE:  # how it would be judged, from the claim's words alone
+            described = [verdicts.describe(p) for p in rule_parts(claim)]
+            rule = "; ".join(dict.fromkeys(r for r, _ in described))
+            margin = "; ".join(m for _, m in described) + " (nothing measured here)"
         rows.append({"id": claim["id"], "document": claim["document"], "where": claim["where"], "claim": claim["claim"],
                      "document_value": claim["document_value"], "source": claim["source"],
                      "fitted": bool(claim.get("fitted", False)), "kind": kind, "rule": rule, "margin": margin,

@@ -475,6 +475,32 @@ def judge_part(part: dict, measure: dict) -> Judged:
     return exact(**measure)
 
 
+def describe(part: dict) -> tuple[str, str]:
+    """The rule and the document's side of the margin, from the claim's words alone (for a claim the data cannot
+    measure: the table still says how it would be judged)."""
+    kind = part["kind"]
+    if kind == "value":
+        r = float(part["rounding"]) if "rounding" in part else rounding(part["value"])
+        return ("value: the document's number ± its rounding must meet our 95 % prediction interval for one run",
+                f"the document's {part['value']} ± {g(r)}")
+    if kind == "range":
+        lo, hi = float(part["low"]) - rounding(part["low"]), float(part["high"]) + rounding(part["high"])
+        return "range: each seed inside the document's range widened by its ends' rounding", f"[{g(lo)}, {g(hi)}]"
+    if kind == "inequality":
+        r = rounding(part["bound"])
+        edge = float(part["bound"]) + (r if part["side"] == "below" else -r)
+        return f"inequality, {part['scope']}: {part['side']} the bound widened by its rounding", f"{part['side']} {g(edge)}"
+    if kind == "count":
+        return ("count: Fisher's exact test against the document's count, then the shape (none/some/all)",
+                f"{part['count']} of {part['of']}, p < 0.05 decides")
+    if kind == "contrast":
+        return f"contrast: the difference of the arms {part['side']} 0 by its 95 % Welch interval", f"side {part['side']}"
+    if kind == "trend":
+        band = f" within {part['band'][0]} – {part['band'][1]}" if "band" in part else ""
+        return f"trend, {part['direction']}: the 95 % interval of the ratio (on its log){band}", part["direction"] + band
+    return "exact: computed without randomness; holds or not", "holds or not"
+
+
 def judge_parts(parts: list[dict], measures: list[dict], labels: list[str]) -> tuple[str, Judged]:
     """The kind (words), and the combined Judged of a claim's parts: each part's rule, margin and seeds to decide
     joined with its label (what the part is: "step 200", "12 blocks")."""
