@@ -428,7 +428,9 @@ def inference_validation(data: Path, root: Path) -> str:
             rows.append((f"{claim[cid]['claim']} (`{cid}`)", claim[cid]["document_value"], measured, verdict))
         verdicts = [v for *_, v in rows]
         failed = [what for what, _, _, v in rows if v == "not reproduced"]
-        open_ = [what for what, _, _, v in rows if v.startswith("pending") or v in ("not checkable here", "inconclusive")]
+        # step 4's rule, fixed before any validation run: validated when no check is "not reproduced" (an
+        # "inconclusive" check is shown as such, and does not block it)
+        open_ = [what for what, _, _, v in rows if v.startswith("pending") or v == "not checkable here"]
         status = ("**not validated**: not reproduced: " + "; ".join(failed) if failed else
                   f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else "**validated**")
         lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): {status}.", "",

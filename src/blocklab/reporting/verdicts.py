@@ -120,9 +120,10 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
         centre, how = mean, f"mean ± 1.96 × se {g(se)}"
     else:
         values, n_all = _finite(samples), len(np.atleast_1d(samples))
-        missing = f"; {n_all - len(values)} of {n_all} runs had no finite value" if len(values) < n_all else ""
+        missing = f"; {n_all - len(values)} of {n_all} runs without a finite value" if len(values) < n_all else ""
         if not len(values):
-            return Judged(NOT_REPRODUCED, "value: no run has a value to compare", f"{doc}; no finite measurement{missing}")
+            return Judged(NOT_REPRODUCED, "value: no run has a finite value to compare",
+                          f"{doc}; none of the {n_all} runs has a finite value (never reached, or no value at that step)")
         centre, n = float(values.mean()), len(values)
         if n == 1:
             half, how = 0.0, f"one run: no spread known, the margin is the rounding alone{missing}"
