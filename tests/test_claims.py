@@ -7,8 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scipy import stats
+
+from blocklab.config import ConfigError
 from blocklab.params import load_params
-from blocklab.reporting import claims
+from blocklab.reporting import claims, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,31 +46,30 @@ def claims_outcome(losses):
     return classify(pd.Series(losses), 64)
 
 
-def test_loss_at_step_judges_order_of_magnitude(tmp_path, document_params):
+def test_sweep_checks_measure_and_the_claims_words_judge(tmp_path, document_params):
     learned = [4.2] * 99 + [0.3] + [0.004] * 1100  # step 100: 0.3, step 200: 0.004
     stuck = [4.16] * 1200
     sweep_data(tmp_path, {("pre", 0, 0): learned, ("pre", 0, 1): learned, ("post", 0, 0): stuck, ("post", 0, 1): stuck})
     data = claims.Data(tmp_path, document_params)
-    assert claims.loss_at_step(data, "pre", 0, 100, 0.16, 0.71)[1] == claims.REPRODUCED
-    assert claims.loss_at_step(data, "pre", 0, 200, 0.0, 0.007)[1] == claims.REPRODUCED
-    assert claims.loss_at_step(data, "post", 0, 100, 0.16, 0.71)[1] == claims.NOT_REPRODUCED
-    assert claims.final_losses_near_chance(data, "post", 0)[1] == claims.REPRODUCED
-    # Near chance a factor on the loss alone would accept a stuck run for "4.0 at step 100": the gap to ln 64 decides.
-    assert claims.loss_at_step(data, "post", 0, 100, 4.0, 4.0)[1] == claims.NOT_REPRODUCED
-    assert claims.loss_at_step(data, "pre", 0, 99, 4.0, 4.0)[1] == claims.NOT_REPRODUCED  # 4.2 is above chance
-    # Near zero the loss itself decides: 0.004 is not "about 0.0003", but it is "below 0.007".
-    assert claims.loss_at_step(data, "pre", 0, "last", 0.0003, 0.0003)[1] == claims.NOT_REPRODUCED
-    assert claims.loss_at_step(data, "pre", 0, "last", 0.003, 0.003)[1] == claims.REPRODUCED
-    assert claims.final_losses_near_chance(data, "pre", 0)[1] == claims.NOT_REPRODUCED
-    assert claims.failed_runs(data, "post", expected=2)[1] == claims.REPRODUCED
-    assert claims.failed_runs(data, "post", expected=4)[1] == claims.NOT_REPRODUCED
-    # a count the document gives over its own number of runs is undecidable over another number of runs
-    with pytest.raises(claims.NotCheckable, match="over 6 runs; this table has 2"):
-        claims.failed_runs(data, "post", expected=4, of=6)
-    assert claims.failed_runs(data, "post", expected=2, of=2)[1] == claims.REPRODUCED
-    with pytest.raises(claims.NotCheckable, match="over 3 runs; this table has 2"):
-        claims.outcome_count(data, "pre", 0, "learned", 1, of=3)
-    assert claims.outcome_count(data, "pre", 0, "learned", "all")[1] == claims.REPRODUCED  # "all" fits any count
+    judge = lambda check, words, **args: claims.judge_claim(  # noqa: E731
+        {"id": "test", "check": check, **words}, claims.CHECKS[check](data, **args)[1])[1].verdict
+    at = lambda norm, step: dict(norm=norm, warmup=0, step=step)  # noqa: E731
+    assert judge("loss_at_step", {"kind": "range", "low": "0.16", "high": "0.71"}, **at("pre", 100)) == claims.REPRODUCED
+    assert judge("loss_at_step", {"kind": "range", "low": "0.16", "high": "0.71"}, **at("post", 100)) == claims.NOT_REPRODUCED
+    below = {"kind": "inequality", "bound": "0.007", "side": "below", "scope": "every seed"}
+    assert judge("loss_at_step", below, **at("pre", 200)) == claims.REPRODUCED
+    # a value: 0.004 is not "0.0003" (its rounding 0.00005; both seeds equal: no spread), but it is "0.004"
+    assert judge("loss_at_step", {"kind": "value", "value": "0.0003"}, **at("pre", "last")) == claims.NOT_REPRODUCED
+    assert judge("loss_at_step", {"kind": "value", "value": "0.004"}, **at("pre", "last")) == claims.REPRODUCED
+    # near chance no factor accepts a stuck run for "4.0 at step 100": 4.16 is outside 4.0 +- 0.05 and has no spread
+    assert judge("loss_at_step", {"kind": "value", "value": "4.0"}, **at("post", 100)) == claims.NOT_REPRODUCED
+    three = {"kind": "count", "count": 3, "of": 3}
+    assert judge("final_losses_near_chance", three, norm="post", warmup=0) == claims.REPRODUCED  # 2 of 2 vs 3 of 3
+    assert judge("final_losses_near_chance", three, norm="pre", warmup=0) == claims.INCONCLUSIVE  # 0 of 2: p = 0.1
+    assert judge("failed_runs", {"kind": "count", "count": 2, "of": 2}, norm="post") == claims.REPRODUCED
+    assert judge("outcome_count", three, norm="pre", warmup=0, outcome="learned") == claims.REPRODUCED
+    with pytest.raises(ValueError, match="measures \\['samples'\\].*\\['count'\\]"):  # a kind its check cannot feed
+        judge("loss_at_step", three, **at("pre", 100))
 
 
 def test_other_setups_are_not_checkable(tmp_path, document_params):
@@ -78,52 +80,198 @@ def test_other_setups_are_not_checkable(tmp_path, document_params):
     assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.NOT_CHECKABLE
     assert "sweep.steps=60" in table.loc["d000-pre-nowarm-step100", "measured"]
     assert table.loc["d000-sim-L1", "verdict"] == claims.NOT_CHECKABLE  # no simulation data at all
+    # a claim the data cannot measure still says how it would be judged: its rule, and the document's side of the margin
+    assert table.loc["d000-sim-L1", "rule"].startswith("value:")
+    assert table.loc["d000-sim-L1", "margin"] == "the document's 1.414 ± 0.0005 (nothing measured here)"
+    assert list(table.reset_index().columns) == claims.COLUMNS
+    assert table.loc["d000-pre-nowarm-step100", "kind"] == "range" and table.loc["d000-pre-nowarm-step100", "fitted"]
 
 
-@pytest.mark.parametrize("curve,direction,expected", [
-    (np.linspace(0.3, 1.1, 24), "grows", claims.REPRODUCED),
-    (np.full(24, 1.07), "grows", claims.PARTLY),  # right value, wrong shape
-    (np.linspace(3.0, 8.0, 24), "grows", claims.PARTLY),  # right shape, value 7x off
-    (np.linspace(1.0, 0.22, 24), "grows", claims.NOT_REPRODUCED),
+@pytest.mark.parametrize("ratios, verdict", [
+    ([1.5, 1.6, 1.4], claims.REPRODUCED),       # grows toward the output in every seed, the interval above 1
+    ([0.5, 0.6, 0.4], claims.NOT_REPRODUCED),   # shrinks
+    ([1.6, 0.7, 1.3], claims.INCONCLUSIVE),     # the interval spans 1
 ])
-def test_gradnorm_trend(tmp_path, document_params, curve, direction, expected):
-    write(tmp_path, "gradnorm/gradnorm.csv", pd.DataFrame({"norm": "post", "seed": 0, "block": range(1, 25),
-                                                            "grad_norm": curve}))
-    assert claims.gradnorm_trend(claims.Data(tmp_path, document_params), "post", direction, 1.07)[1] == expected
+def test_gradnorm_trend_is_judged_on_the_seeds_ratios(tmp_path, document_params, ratios, verdict):
+    rows = [{"norm": "post", "seed": seed, "block": b, "grad_norm": 1.0 if b <= 4 else ratio if b > 20 else 1.0}
+            for seed, ratio in enumerate(ratios) for b in range(1, 25)]
+    write(tmp_path, "gradnorm/gradnorm.csv", pd.DataFrame(rows))
+    claim = {"id": "test", "check": "gradnorm_trend", "parts": [{"kind": "trend", "direction": "grows"},
+                                                                 {"kind": "value", "value": "1.07"}]}
+    measured, measures = claims.gradnorm_trend(claims.Data(tmp_path, document_params), "post")
+    kind, judged = claims.judge_claim(claim, measures)
+    trend_verdict = verdicts.judge_part(claim["parts"][0], measures[0]["measure"]).verdict
+    assert kind == "trend + value" and trend_verdict == verdict, judged.margin
+    assert (judged.seeds_to_decide is not None) == (judged.verdict == claims.INCONCLUSIVE)
 
 
-@pytest.mark.parametrize("count, want, runs, expected", [
-    (1, 1, 3, claims.REPRODUCED),
-    (2, 1, 3, claims.PARTLY),          # some of the runs, as claimed, but another count
-    (0, 1, 3, claims.NOT_REPRODUCED),  # none where the claim says some: the opposite shape
-    (3, 1, 3, claims.NOT_REPRODUCED),  # all where the claim says some
-    (3, 4, 6, claims.PARTLY),
-    (6, 4, 6, claims.NOT_REPRODUCED),
-])
-def test_a_count_claim_is_partly_reproduced_only_when_its_shape_holds(count, want, runs, expected):
-    assert claims.judge_count(count, want, runs) == expected
+def test_exercise_2_reversed_is_not_reproduced_by_the_contrast_rule(tmp_path, document_params):
+    """Post-norm LayerNorm'd to a constant norm, pre-norm growing: the reverse of "post explodes, pre bounded"."""
+    rows = []
+    for depth, growth in ((12, 1.36), (24, 1.75)):
+        for seed in range(3):
+            for norm, last in (("post", 11.3), ("pre", 11.3 * growth * (1 + 0.01 * seed))):
+                rows += [{"depth": depth, "norm": norm, "seed": seed, "block": 0, "mean_token_norm": 11.3},
+                         {"depth": depth, "norm": norm, "seed": seed, "block": depth, "mean_token_norm": last}]
+    write(tmp_path, "activation_norms/norms.csv", pd.DataFrame(rows))
+    claim = next(c for c in claims.load_claims() if c["id"] == "d004-exercise2")
+    measured, measures = claims.activation_norms(claims.Data(tmp_path, document_params))
+    kind, judged = claims.judge_claim(claim, measures)
+    assert (kind, judged.verdict) == ("contrast", claims.NOT_REPRODUCED), judged.margin
+    assert "12 blocks" in judged.margin and "24 blocks" in judged.margin and "×1.36" in measured
 
 
 @pytest.mark.parametrize("k, n, p, verdict", [
     # p by hand: the hypergeometric probabilities of the 2x2 table with the margins fixed, summed over the tables no
     # more likely than the observed one (e.g. 1 of 9 vs 1 of 3: P(a) = C(2,a) C(10,9-a) / C(12,9) = 10, 90, 120 / 220)
-    (0, 7, 3 / 10, claims.NOT_REPRODUCED),   # no collapse seen: not reproduced, whatever the test says
-    (0, 9, 1 / 4, claims.NOT_REPRODUCED),
-    (1, 9, 5 / 11, claims.REPRODUCED),       # collapses, at a rate the test cannot tell from 1 of 3
+    (0, 7, 3 / 10, claims.INCONCLUSIVE),     # none where the document saw some, and the test cannot tell
+    (0, 9, 1 / 4, claims.INCONCLUSIVE),
+    (1, 9, 5 / 11, claims.REPRODUCED),       # some, at a rate the test cannot tell from 1 of 3
     (8, 9, 7 / 55, claims.REPRODUCED),
-    (9, 9, 1 / 22, claims.PARTLY),           # collapses, at a rate the test tells apart: C(10,9) C(2,0) = 10 / 220
+    (9, 9, 1 / 22, claims.NOT_REPRODUCED),   # a rate the test tells apart: C(10,9) C(2,0) = 10 / 220
 ])
-def test_a_collapse_rate_is_judged_by_fishers_exact_test_against_the_documents_count(k, n, p, verdict):
-    measured_p, measured_verdict = claims.collapse_verdict(k, n, 1, 3)
-    assert measured_p == pytest.approx(p, rel=1e-12) and measured_verdict == verdict
+def test_a_count_is_judged_by_fishers_exact_test_against_the_documents_count(k, n, p, verdict):
+    assert claims.fisher_exact(k, n, 1, 3) == pytest.approx(p, rel=1e-12)
+    assert verdicts.count(1, 3, k, n).verdict == verdict
 
 
-def test_single_number_claims_are_reproduced_or_not_never_partly(tmp_path, document_params):
-    curve = pd.DataFrame({"blocks": [4], "mean_length": [2.236 * 1.03], "std_length": [0.05], "sqrt_L_plus_1": [2.236]})
-    write(tmp_path, "residual_sim/curve.csv", curve)  # 3 % off, far outside 4 standard errors (0.004)
-    assert claims.residual_sim(claims.Data(tmp_path, document_params), 4, 2.235)[1] == claims.NOT_REPRODUCED
-    write(tmp_path, "residual_sim/curve.csv", curve.assign(mean_length=2.2372))
-    assert claims.residual_sim(claims.Data(tmp_path, document_params), 4, 2.235)[1] == claims.REPRODUCED
+def test_a_count_that_the_test_cannot_decide_says_how_many_seeds_would():
+    # 0 of n vs 1 of 3: p = 3 / (n + 3) (the one event falls among the document's 3 runs), below 0.05 from n = 58
+    judged = verdicts.count(1, 3, 0, 9)
+    assert judged.verdict == claims.INCONCLUSIVE and judged.seeds_to_decide == 58
+    assert claims.fisher_exact(0, 58, 1, 3) < 0.05 <= claims.fisher_exact(0, 57, 1, 3)
+    assert verdicts.count(1, 3, 0, 60).verdict == claims.NOT_REPRODUCED
+    with pytest.raises(claims.NotCheckable, match="dynamics.collapse.settings\\[0\\].*0 runs"):
+        verdicts.count(1, 3, 0, 0, key="dynamics.collapse.settings[0]")
+
+
+def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
+    assert verdicts.rounding("4.0") == 0.05 and verdicts.rounding("0.0003") == pytest.approx(5e-5)
+    assert verdicts.rounding("6") == 0.5 and verdicts.rounding("-1.225") == pytest.approx(5e-4)
+    assert verdicts.value("4.0", [4.04, 4.04, 4.04]).verdict == claims.REPRODUCED   # inside the rounding, no spread
+    assert verdicts.value("4.00", [4.04, 4.04, 4.04]).verdict == claims.NOT_REPRODUCED  # written to 2 decimals
+    # the spread widens our side: mean 4.2, sd 0.1, n 3: 4.2 +- 4.303 x 0.1 x sqrt(4/3) = +-0.497 meets 4.0
+    assert verdicts.value("4.0", [4.1, 4.2, 4.3]).verdict == claims.REPRODUCED
+    assert verdicts.value("4.0", [4.7, 4.8, 4.9]).verdict == claims.NOT_REPRODUCED
+    one = verdicts.value("2.84", [2.9])
+    assert one.verdict == claims.NOT_REPRODUCED and "no spread known" in one.margin
+    # a mean with its standard error (a simulation): mean +- 1.96 se
+    assert verdicts.value("1.414", mean=1.412, se=0.001).verdict == claims.REPRODUCED
+    assert verdicts.value("1.414", mean=1.410, se=0.001).verdict == claims.NOT_REPRODUCED
+
+
+def test_range_and_inequality_rules():
+    assert verdicts.range_("0.16", "0.71", [0.2, 0.5, 0.7]).verdict == claims.REPRODUCED
+    assert verdicts.range_("0.16", "0.71", [0.2, 3.8, 4.1]).verdict == claims.PARTLY
+    assert verdicts.range_("0.16", "0.71", [0.714, float("nan")]).verdict == claims.PARTLY  # 0.715 inside; no value out
+    # every seed: missed by 20 % (0.0084 against "below 0.007") is a miss, the bound widened only to 0.0075
+    every = lambda v: verdicts.inequality("0.007", "below", "every seed", v).verdict  # noqa: E731
+    assert every([0.0084, 0.0084, 0.0084]) == claims.NOT_REPRODUCED
+    assert every([0.0074, 0.0084]) == claims.PARTLY and every([0.001, 0.0074]) == claims.REPRODUCED
+    typical = lambda v: verdicts.inequality("0.007", "below", "typical", v)  # noqa: E731
+    assert typical([0.001, 0.002, 0.003]).verdict == claims.REPRODUCED
+    assert typical([0.009, 0.010, 0.011]).verdict == claims.NOT_REPRODUCED
+    spans = typical([0.002, 0.012, 0.006])  # mean 0.00667, the one-sided bounds [-0.0018, 0.0151] span 0.0075
+    assert spans.verdict == claims.INCONCLUSIVE and spans.seeds_to_decide > 3
+
+
+def test_contrast_rules_direction_size_and_non_inferiority():
+    a, b = [1.0, 1.1, 0.9], [2.0, 2.1, 1.9]
+    assert verdicts.contrast("above", a, b).verdict == claims.NOT_REPRODUCED  # the reverse direction
+    assert verdicts.contrast("below", a, b).verdict == claims.REPRODUCED
+    assert verdicts.contrast("below", a, b, size="1.0").verdict == claims.REPRODUCED  # "lowers by about 1.0"
+    assert verdicts.contrast("below", a, b, size="0.5").verdict == claims.PARTLY      # right way, other size
+    wide = verdicts.contrast("below", [1.0, 1.6, 0.4], [1.2, 1.8, 0.6])  # d = -0.2, sd 0.6 per arm: spans 0
+    assert wide.verdict == claims.INCONCLUSIVE
+    # the seeds per arm that would decide at the measured spread: the least n with t(0.975, df) sqrt(2 s^2 / n) < 0.2
+    n = wide.seeds_to_decide
+    half = lambda m: stats.t.ppf(0.975, 2 * m - 2) * math.sqrt(2 * 0.36 / m)  # noqa: E731
+    assert half(n) < 0.2 <= half(n - 1)
+    # non-inferiority ("at least as good": not above): worse for sure, better for sure, undecided
+    assert verdicts.contrast("not above", [2.0, 2.1, 1.9], [1.0, 1.1, 0.9]).verdict == claims.NOT_REPRODUCED
+    assert verdicts.contrast("not above", a, b).verdict == claims.REPRODUCED
+    assert verdicts.contrast("not above", [1.2, 1.8, 0.6], [1.0, 1.6, 0.4]).verdict == claims.INCONCLUSIVE
+
+
+def test_trend_rules():
+    assert verdicts.trend("grows", [1.5, 1.6, 1.4]).verdict == claims.REPRODUCED
+    assert verdicts.trend("shrinks", [1.5, 1.6, 1.4]).verdict == claims.NOT_REPRODUCED
+    assert verdicts.trend("shrinks", [0.25, 0.2, 0.3]).verdict == claims.REPRODUCED
+    spans = verdicts.trend("grows", [1.6, 0.7, 1.3])
+    assert spans.verdict == claims.INCONCLUSIVE and spans.seeds_to_decide > 3
+    assert verdicts.trend("grows", [0.5, 1.0], scale="difference").verdict == claims.INCONCLUSIVE
+    flat = lambda r, se: verdicts.trend("flat", ratio=r, se=se, band=("0.99", "1.01")).verdict  # noqa: E731
+    assert flat(1.0, 0.001) == claims.REPRODUCED and flat(1.05, 0.001) == claims.NOT_REPRODUCED
+    assert flat(1.009, 0.002) == claims.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("parts, verdict", [
+    ([claims.REPRODUCED, claims.REPRODUCED], claims.REPRODUCED),
+    ([claims.NOT_REPRODUCED, claims.INCONCLUSIVE], claims.NOT_REPRODUCED),
+    ([claims.REPRODUCED, claims.INCONCLUSIVE], claims.INCONCLUSIVE),
+    ([claims.REPRODUCED, claims.NOT_REPRODUCED], claims.PARTLY),
+    ([claims.PARTLY, claims.NOT_REPRODUCED], claims.PARTLY),
+    ([claims.NOT_CHECKABLE], claims.NOT_CHECKABLE),
+])
+def test_a_compound_claim_combines_its_parts(parts, verdict):
+    assert verdicts.combine(parts) == verdict
+
+
+GOOD = """- id: good
+  document: "000"
+  where: here
+  claim: a claim
+  document_value: "4.0"
+  check: loss_at_step
+  args: {norm: post, warmup: 400, step: 100}
+  source: document
+"""
+
+
+@pytest.mark.parametrize("rule, match", [
+    ("kind: guess\n", "good.kind: 'guess' is not a kind of claim; allowed: value, range"),
+    ("kind: value\n", "good: kind value needs value"),
+    ("kind: value\nvalue: \"4.0\"\nfactor: 2\n", "good.factor: not a rule key of kind value; allowed: rounding, value"),
+    ("kind: value\nvalue: 4.0\n", "good.value: 4.0 must be written as a string"),
+    ("kind: value\nvalue: \"4.0\"\nrounding: \"-0.1\"\n", "good.rounding: -0.1 is negative.*allowed: a number >= 0"),
+    ("kind: range\nlow: \"0.71\"\nhigh: \"0.16\"\n", "good.low: 0.71 is above high 0.16.*allowed: low <= high"),
+    ("kind: count\ncount: 4\nof: 3\n", "good.count: 4 is larger than its total of=3; allowed: 0..3"),
+    ("kind: inequality\nbound: \"0.007\"\nside: under\nscope: every seed\n", "good.side: 'under'; allowed: below, above"),
+    ("kind: trend\ndirection: flat\n", "good.band: a band is needed exactly for direction flat"),
+    ("parts:\n  - {kind: value, value: \"1\"}\n  - {kind: count}\n", "good.parts\\[1\\]: kind count needs count, of"),
+    ("kind: value\nvalue: \"4.0\"\nparts: []\n", "good: give kind \\(one part\\) or parts"),
+    ("", "good: give kind \\(one part\\) or parts \\(a list\\), not neither"),
+])
+def test_bad_claims_fail_on_load_naming_the_claim_and_the_key(rule, match):
+    text = GOOD + "".join(f"  {line}\n" for line in rule.splitlines())
+    with pytest.raises(ConfigError, match=match):
+        claims.load_claims(text)
+
+
+def test_bad_claim_entries_outside_the_rule():
+    good = GOOD + "  kind: value\n  value: \"4.0\"\n"
+    assert claims.load_claims(good)[0]["id"] == "good"
+    with pytest.raises(ConfigError, match="good.source: 'paper'; allowed: document, project"):
+        claims.load_claims(good.replace("source: document", "source: paper"))
+    with pytest.raises(ConfigError, match="good.check: 'loss_at' is unknown; allowed: final_losses_near_chance"):
+        claims.load_claims(good.replace("check: loss_at_step", "check: loss_at"))
+    with pytest.raises(ConfigError, match="good: source is missing"):
+        claims.load_claims(good.replace("  source: document\n", ""))
+    with pytest.raises(ConfigError, match="good.fitted: 'yes'; allowed: true, false"):
+        claims.load_claims(good + "  fitted: 'yes'\n")
+
+
+def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
+    from blocklab.reporting.inference import FIT_CLAIMS
+
+    loaded = claims.load_claims()
+    assert not hasattr(claims, "within_factor") and not hasattr(claims, "loss_matches")
+    assert {c["id"] for c in loaded if c.get("fitted")} == set(FIT_CLAIMS)
+    assert {c["id"] for c in loaded if c["source"] == "project"} == {"d000-post-warm-collapse-rate",
+                                                                    "d000-xiong-output-gradient-training"}
+    # the collapse is counted once: the shape claim judges values, the rate claim counts
+    kinds = {c["id"]: [p["kind"] for p in claims.rule_parts(c)] for c in loaded}
+    assert kinds["d000-post-warm-collapse"] == ["value", "value"] and kinds["d000-post-warm-collapse-rate"] == ["count"]
 
 
 def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_losses():

@@ -64,8 +64,11 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
     claims.to_csv(claims_file, index=False)
     assert main(["docs", "--root", str(root), "--check"]) == 1
     summary = docs.render((root / "README.md").read_text(encoding="utf-8"), claims_file.parents[1], root)
-    counts = (claims["verdict"] == "not reproduced").sum()
-    assert f"**{counts} not reproduced**" in summary and claims.loc[first, "claim"] in summary
+    # the documents' claims are counted apart from the project's; the changed claim is listed by its id
+    assert claims.loc[first, "source"] == "document"
+    counts = ((claims["verdict"] == "not reproduced") & (claims["source"] == "document")).sum()
+    assert f"are the documents'**: **" in summary and f"**{counts} not reproduced**" in summary
+    assert f"`{claims.loc[first, 'id']}`" in summary
     assert main(["docs", "--root", str(root)]) == 0 and main(["docs", "--root", str(root), "--check"]) == 0
 
 

@@ -18,7 +18,8 @@ import yaml
 
 from ..study import snapshots
 from .sensitivity import robustness
-from .claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
+from . import verdicts as verdict_rules
+from .claims import NOT_CHECKABLE, NOT_REPRODUCED, REPRODUCED, Data
 
 ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")
 SENSITIVITY = {"summary": "sensitivity/summary.csv", "claims_by_setting": "sensitivity/claims_by_setting.csv"}
@@ -58,13 +59,10 @@ class Answer:
 
 
 def combine(verdicts) -> str:
-    """One verdict for several claims: checkable ones decide; all equal -> that one; any agreement -> partly."""
-    judged = [v for v in verdicts if v != NOT_CHECKABLE]
-    if not judged:
-        return NOT_CHECKABLE
-    if len(set(judged)) == 1:
-        return judged[0]
-    return PARTLY if any(v in (REPRODUCED, PARTLY) for v in judged) else NOT_REPRODUCED
+    """One verdict for several claims, by the rule for a claim's parts (``verdicts.combine``): checkable ones decide;
+    all reproduced -> reproduced; none reproduced and some not -> not reproduced; inconclusive with the rest reproduced
+    -> inconclusive; any other mix -> partly."""
+    return verdict_rules.combine(verdicts)
 
 
 # ---- number formatting: the same for both languages ------------------------------------------------------------------

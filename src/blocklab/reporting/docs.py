@@ -22,7 +22,7 @@ import pandas as pd
 from ..io import atomic_path, read_table
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
-VERDICTS = ("reproduced", "partly", "not reproduced", "not checkable here")
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not checkable here")
 
 
 def _note(*sources: str) -> str:
@@ -34,6 +34,11 @@ def _short(text: str, limit: int = 140) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
+def _clip(text: str, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -42,25 +47,69 @@ def _claims(data: Path) -> pd.DataFrame:
     return read_table(data / "claims" / "claims.csv")
 
 
-def claims_summary(data: Path, root: Path) -> str:
-    """The README's claims at a glance: counts by verdict, and every "not reproduced" in one line with why."""
-    claims = _claims(data)
+def _counts(claims: pd.DataFrame) -> str:
     counts = claims["verdict"].value_counts()
-    lines = [f"Of the **{len(claims)} claims** of the two documents that the pipeline checks, the default run finds "
-             + ", ".join(f"**{int(counts.get(v, 0))} {v}**" for v in VERDICTS) + ". Not reproduced, and why:", ""]
+    return ", ".join(f"**{int(counts[v])} {v}**" for v in VERDICTS if v in counts)
+
+
+def _setting_name(setting: str) -> str:
+    """learned-b64-L24-lr0.001-fp32 -> learned-b64 (the depth and learning rate are the document's in every cell)."""
+    return str(setting).replace("-L24-lr0.001", "").replace("-fp32", "")
+
+
+def _other_settings(by_setting: pd.DataFrame | None, claim_id: str) -> str:
+    """Where the claim x setting table re-judged the claim: the settings, other than the default, where it holds
+    ("" for a claim the table does not re-judge)."""
+    if by_setting is None or claim_id not in set(by_setting["id"]):
+        return ""
+    rows = by_setting[(by_setting["id"] == claim_id) & ~by_setting["default"].astype(bool)]
+    holds = [_setting_name(r.setting) for r in rows.itertuples() if r.verdict == "reproduced"]
+    return (f"reproduced at {', '.join(holds)} of the {len(rows)} other recorded settings (one seed each)" if holds
+            else f"reproduced at none of the {len(rows)} other recorded settings (one seed each)")
+
+
+def claims_summary(data: Path, root: Path) -> str:
+    """The README's claims at a glance: the documents' claims and the project's counted apart, each event once; every
+    "not reproduced" with whether it holds at the other recorded settings (claim x setting), and every "inconclusive"
+    with the seeds that would decide it."""
+    claims = _claims(data)
+    by_setting = (read_table(data / "sensitivity" / "claims_by_setting.csv")
+                  if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
+    documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
+    fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
+    lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
+             f"**{len(project)} are the project's**, beside them ({', '.join(f'`{i}`' for i in project['id'])}): "
+             f"{_counts(project)}. Each event is counted once (a collapse's rate in one claim, its shape in another); "
+             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). Each verdict "
+             "follows the rule of its claim's kind ([the rules](docs/doc000.md#claims)). Not reproduced:", ""]
     for row in claims[claims["verdict"] == "not reproduced"].itertuples(index=False):
-        lines.append(f"- *{_cell(row.claim)}* (document {int(row.document):03d}, {row.where}): the document says "
-                     f"{_cell(row.document_value)}; measured {_cell(_short(row.measured))}.")
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv")
+        whose = "" if row.source == "document" else " (the project's)"
+        lines.append(f"- `{row.id}`{whose}: the document says {_cell(row.document_value)}; measured "
+                     f"{_cell(_short(row.measured, 70))}{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
+    undecided = claims[claims["verdict"] == "inconclusive"]
+    if len(undecided):
+        lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
+                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'no practical number of'}"
+                                         for r in undecided.itertuples(index=False)) + "."]
+    sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
+                                                          if by_setting is not None else [])
+    return "\n".join(lines) + "\n\n" + _note(*sources)
 
 
 def _claims_table(data: Path, document: int) -> str:
     claims = _claims(data)
     claims = claims[claims["document"].astype(int) == document]
-    lines = ["| claim | where | document | measured | verdict |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| claim | where | document | kind | measured | margin | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in claims.itertuples(index=False):
-        lines.append(f"| {_cell(row.claim)} (`{row.id}`) | {_cell(row.where)} | {_cell(row.document_value)} | "
-                     f"{_cell(_short(row.measured, 200))} | **{row.verdict}** |")
+        marks = [m for m, on in (("the project's claim", row.source == "project"),
+                                 ("fitted", str(row.fitted).lower() == "true")) if on]
+        decide = (f" ({int(row.seeds_to_decide)} seeds would decide)" if row.verdict == "inconclusive"
+                  and pd.notna(row.seeds_to_decide) else "")
+        lines.append(f"| {_cell(row.claim)} (`{row.id}`{'; ' + ', '.join(marks) if marks else ''}) | {_cell(row.where)} | "
+                     f"{_cell(row.document_value)} | {_cell(row.kind)} | {_cell(_short(row.measured, 200))} | "
+                     f"{_cell(_clip(row.margin, 320)) if pd.notna(row.margin) and row.margin else '—'} | "
+                     f"**{row.verdict}**{decide} |")
     return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv")
 
 
@@ -438,17 +487,18 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
 
 def inference_validation(data: Path, root: Path) -> str:
     """Step 4 of the inference procedure for the two best-ranked candidates: each fixed check's document value, what
-    the recorded runs measure and its verdict by the claims' own rules (the collapse count by ``collapse_verdict``,
+    the recorded runs measure and its verdict by the claims' own rules (the collapse count by the count rule, ``verdicts.count``,
     pending until every planned seed is recorded), and whether the candidate is validated (no check "not reproduced")."""
     from ..params import load_params
-    from .claims import collapse_verdict, load_claims
+    from .claims import fisher_exact, load_claims
+    from .verdicts import count as count_rule
 
     params = load_params(root / "params.yaml")
     ranked, _ = _ranking(data, root)
     _, _, table, dynamics = _dynamics_events(root)
     claim = {c["id"]: c for c in load_claims()}
     rate = next(c for c in claim.values() if c["check"] == "collapse_rate")
-    expected, of = rate["args"]["expected"], rate["args"]["of"]
+    expected, of = rate["count"], rate["of"]
     planned_seeds = len(dynamics["collapse"]["seeds"])
     lines, sources = [], []
     for r in ranked.head(2).to_dict("records"):
@@ -466,7 +516,7 @@ def inference_validation(data: Path, root: Path) -> str:
         else:
             t = row.iloc[0]
             k, n, seeds = int(t["collapsed"]), int(t["learned"]), len(str(t["seeds"]).split())
-            p, verdict = collapse_verdict(k, n, expected, of)
+            p, verdict = fisher_exact(k, n, expected, of), count_rule(expected, of, k, n, key=candidate).verdict
             measured = (f"{k} of {n} learned runs collapsed (95 % Wilson {t['collapsed_low']:.0%}–"
                         f"{t['collapsed_high']:.0%}); Fisher's exact test vs {expected} of {of}: p = {p:.2f}")
             rows.append(("collapse count, post-norm with warm-up", rate["document_value"], measured,
@@ -477,6 +527,8 @@ def inference_validation(data: Path, root: Path) -> str:
             rows.append((f"{claim[cid]['claim']} (`{cid}`)", claim[cid]["document_value"], measured, verdict))
         verdicts = [v for *_, v in rows]
         failed = [what for what, _, _, v in rows if v == "not reproduced"]
+        # step 4's rule, fixed before any validation run: validated when no check is "not reproduced" (an
+        # "inconclusive" check is shown as such, and does not block it)
         open_ = [what for what, _, _, v in rows if v.startswith("pending") or v == "not checkable here"]
         status = ("**not validated**: not reproduced: " + "; ".join(failed) if failed else
                   f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else "**validated**")

@@ -23,10 +23,26 @@ FIT_CLAIMS = ("d000-post-warm-step100", "d000-post-warm-step200", "d000-post-war
               "d000-pre-nowarm-step200")
 
 
+def _range(claim: dict) -> tuple[float, float]:
+    """The document's number as a range: a value (low = high), a range, or "below" a bound (low 0)."""
+    if claim["kind"] == "value":
+        return float(claim["value"]), float(claim["value"])
+    if claim["kind"] == "range":
+        return float(claim["low"]), float(claim["high"])
+    if claim["kind"] == "inequality" and claim["side"] == "below":
+        return 0.0, float(claim["bound"])
+    raise ValueError(f"{claim['id']}: a fitted claim of kind {claim['kind']} has no range to score")
+
+
 def targets() -> list[dict]:
-    """The five fitted numbers: claim id, norm, warm-up, step and the document's range (low = high for one value)."""
+    """The five fitted numbers (the claims marked ``fitted: true``): claim id, norm, warm-up, step and the document's
+    range (low = high for one value)."""
     claims = {c["id"]: c for c in load_claims()}
-    return [{"id": i, **{k: claims[i]["args"][k] for k in ("norm", "warmup", "step", "low", "high")}} for i in FIT_CLAIMS]
+    fitted = {i for i, c in claims.items() if c.get("fitted")}
+    if fitted != set(FIT_CLAIMS):
+        raise ValueError(f"claims.yaml marks {sorted(fitted)} as fitted; the procedure fitted {list(FIT_CLAIMS)}")
+    return [{"id": i, **{k: claims[i]["args"][k] for k in ("norm", "warmup", "step")},
+             **dict(zip(("low", "high"), _range(claims[i])))} for i in FIT_CLAIMS]
 
 
 def distance(loss: float, low: float, high: float) -> float:

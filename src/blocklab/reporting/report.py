@@ -22,10 +22,11 @@ from .sensitivity import robustness
 from ..params import load_params
 from ..pipeline import FIGURES
 from . import answers as answers_mod
-from .claims import DOCUMENT_SETUP, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
+from .claims import DOCUMENT_SETUP, INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
 
-VERDICT_ORDER = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_CHECKABLE)
-VERDICT_CLASS = {REPRODUCED: "v-ok", PARTLY: "v-partly", NOT_REPRODUCED: "v-no", NOT_CHECKABLE: "v-na"}
+VERDICT_ORDER = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, NOT_CHECKABLE)
+VERDICT_CLASS = {REPRODUCED: "v-ok", PARTLY: "v-partly", NOT_REPRODUCED: "v-no", INCONCLUSIVE: "v-open",
+                 NOT_CHECKABLE: "v-na"}
 SENSITIVITY_FIGURES = {  # drawn by the sensitivity family's own rule; shown here when the study is in the report
     "sensitivity_phase": ["data/sensitivity/summary.csv"],
     "sensitivity_loss_curves": ["data/sensitivity/losses.csv"],
@@ -403,7 +404,9 @@ class Report:
                          for v in VERDICT_ORDER)
         parts = [head, f"<p>{html.escape(self.t('claims_intro', counts=count_text))}</p><p class='legend'>{legend}</p>"]
         names = self.column_names()
-        columns = ["where", "id", "claim", "document_value", "measured", "verdict"]
+        columns = ["where", "id", "claim", "document_value", "kind", "measured", "margin", "verdict"]
+        claims = claims.assign(kind=claims["kind"] if "kind" in claims else "", margin=claims["margin"].fillna("")
+                               if "margin" in claims else "")
         for doc, group in claims.groupby("document", sort=True):
             parts.append(f'<h3 id="claims-{doc}">{html.escape(self.t(f"document_{doc}"))}</h3>')
             rows = []
@@ -412,10 +415,18 @@ class Report:
                     first = f'<td rowspan="{len(block)}" class="where">{html.escape(where)}</td>' if i == 0 else ""
                     rows.append(f'<tr class="{VERDICT_CLASS.get(r.verdict, "")}" data-verdict="{html.escape(r.verdict)}">{first}'
                                 + "".join(f"<td>{html.escape(str(getattr(r, c)))}</td>" for c in columns[1:-1])
-                                + f'<td class="verdict">{html.escape(verdicts.get(r.verdict, {self.lang: r.verdict})[self.lang])}</td></tr>')
+                                + f'<td class="verdict">{html.escape(verdicts.get(r.verdict, {self.lang: r.verdict})[self.lang])}'
+                                + self._decide(r) + "</td></tr>")
             heads = "".join(f"<th>{html.escape(names[c][self.lang])}</th>" for c in columns)
             parts.append(f'<table class="blocklab claims"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
         return "".join(parts)
+
+    def _decide(self, row) -> str:
+        """An inconclusive verdict's seeds that would decide it (claims.csv's seeds_to_decide), in the report's words."""
+        seeds = getattr(row, "seeds_to_decide", None)
+        if row.verdict != INCONCLUSIVE or seeds is None or pd.isna(seeds):
+            return ""
+        return f'<br><span class="decide">{html.escape(self.t("seeds_to_decide", seeds=int(seeds)))}</span>'
 
 
 # ---- the HTML file: code hidden, the project's font embedded -----------------------------------------------------------------
@@ -429,7 +440,8 @@ body { max-width: 1150px; margin: 0 auto; line-height: 1.6; }
   text-align: left; vertical-align: top; max-width: 36em; }
 .jp-RenderedHTMLCommon table.blocklab caption { caption-side: top; text-align: left; color: #555; font-size: 0.95em; }
 .v-ok { background: #dcf1dc; } .v-partly { background: #fff1bf; } .v-no { background: #f7d2d2; } .v-na { background: #ececec; }
-tr.v-ok td.verdict, tr.v-partly td.verdict, tr.v-no td.verdict { font-weight: bold; }
+.v-open { background: #dde8f7; }
+tr.v-ok td.verdict, tr.v-partly td.verdict, tr.v-no td.verdict, tr.v-open td.verdict { font-weight: bold; }
 td.where { background: #fafafa; font-weight: bold; }
 .chip { padding: 2px 8px; margin-right: 6px; border-radius: 4px; }
 figure.blocklab { margin: 1em 0 1.5em; } figure.blocklab img { max-width: 100%; height: auto; }
@@ -438,6 +450,7 @@ blockquote.question { border-left: 4px solid #7a8fb8; background: #f4f6fb; margi
 div.answer { border-left: 4px solid #999; padding: 0.3em 1em; margin: 0.6em 0; }
 div.answer.v-ok { border-color: #3c9a3c; } div.answer.v-partly { border-color: #c9a200; }
 div.answer.v-no { border-color: #c03b3b; } div.answer.v-na { border-color: #999; }
+div.answer.v-open { border-color: #4a74b0; }
 div.answer p.beside { font-size: 0.9em; color: #333; } span.ids { color: #666; font-size: 0.9em; }
 nav.toc ul { margin: 0.2em 0; } p.note { background: #fff7e0; padding: 0.4em 0.8em; }
 """

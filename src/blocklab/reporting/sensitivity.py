@@ -22,7 +22,9 @@ log = logging.getLogger("blocklab.sensitivity")
 
 
 def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame, gradnorm: pd.DataFrame) -> pd.DataFrame:
-    """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs."""
+    """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs,
+    by the claims' own rules (``reporting.verdicts``: with one seed a value has no spread, its margin is the
+    document's rounding alone; a count is Fisher's test over the cell's runs), with each verdict's margin."""
     rows = []
     settings = summary.loc[summary["family"] == "choices", ["setting", "position", "batch_size", "precision"]]
     for setting in settings.drop_duplicates("setting").itertuples(index=False):
@@ -37,8 +39,9 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
             rows.append({"id": claim.id, "where": claim.where, "claim": claim.claim, "setting": setting.setting,
                          "position": setting.position, "batch_size": setting.batch_size,
                          "precision": setting.precision, "seeds": len(seeds),
-                         "default": setting.setting == default_cell(params).name, "measured": claim.measured,
-                         "verdict": claim.verdict})
+                         "default": setting.setting == default_cell(params).name, "kind": claim.kind,
+                         "measured": claim.measured, "margin": claim.margin, "verdict": claim.verdict,
+                         "seeds_to_decide": claim.seeds_to_decide})
     return pd.DataFrame(rows)
 
 

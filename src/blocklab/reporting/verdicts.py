@@ -1,0 +1,528 @@
+"""One verdict rule per kind of claim, written once (issue 33).
+
+Every rule is a pure function of the measured numbers and the claim's own words (its target, as claims.yaml writes the
+document's numbers: strings, so that their written precision is kept). It returns a ``Judged``: the verdict, the rule
+in words, the margin (the numbers it compared and how they were derived) and, for "inconclusive", how many seeds would
+decide it at the measured spread. There is no blanket factor anywhere: a tolerance is either the document's own
+rounding (``rounding``) or our measured spread over seeds (a t-interval).
+
+Verdicts: reproduced, partly, not reproduced, inconclusive (the interval spans both outcomes), not checkable here (the
+data cannot measure it at all; raised as ``NotCheckable`` by the checks).
+
+The kinds and their rules:
+
+- **value** ("4.0", "0.0003"): the document's number x written to d decimals stands for [x - r, x + r], r = 0.5·10^-d.
+  The document reports one run, so it is compared with our 95 % prediction interval for one run, mean ± t(0.975, n-1)
+  · sd · √(1 + 1/n) over n seeds; a mean with a standard error (a simulation's trials) uses mean ± 1.96 · se; one
+  seed (or a computation without randomness) has no spread: the margin is r alone. Reproduced when the two intervals
+  meet, else not reproduced.
+- **range** ("0.16 – 0.71"): each seed is a part, inside [lo - r_lo, hi + r_hi] (each end's own rounding): all seeds
+  inside: reproduced; some: partly; none: not reproduced.
+- **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r
+  (all: reproduced, some: partly, none: not reproduced). ``scope: typical``: the one-sided 95 % t-bound of the mean
+  clear of the bound on the claimed side: reproduced; the other one-sided bound on the other side: not reproduced;
+  spanning it: inconclusive.
+- **count** ("1 of 3"): Fisher's exact test of k of n against the document's count: p < 0.05: not reproduced;
+  p >= 0.05 and the same shape (none / some / all of the runs): reproduced; p >= 0.05 and another shape: inconclusive,
+  with the number of seeds at which the observed rate would make the test decide.
+- **contrast** ("A explodes while B stays bounded", "lowers by about 0.5", "at least as good as"): the difference of
+  the arms' means, a - b, with a 95 % Welch t-interval over seeds. ``side: above`` / ``below``: the interval on the
+  claimed side of 0: reproduced (and when a ``size`` is claimed, the size ± its rounding must meet the interval, else
+  partly); on the reverse side (or at 0): not reproduced; spanning 0: inconclusive. ``side: not above`` / ``not
+  below`` (non-inferiority, "a at least as good as b"): the interval entirely within the margin (default 0):
+  reproduced; entirely on the worse side of it: not reproduced; spanning it: inconclusive. Seeds per arm that would
+  decide at the measured spread: the least n with t(0.975, df) · √((sa² + sb²) / n) < |d - margin|.
+- **trend** ("grows toward the output", "grows with depth"): the ratio output end / input end (or last / first) per
+  seed, with a 95 % t-interval on its log (``scale: difference``: the difference last - first, for a quantity that
+  can be 0); ``grows``: above 1 (0): reproduced, at or below: not reproduced, spanning: inconclusive; ``shrinks``
+  mirrored; ``flat``: the ratio's interval within the stated ``band``: reproduced; outside it: not reproduced;
+  across an edge: inconclusive. A ratio measured as a mean with a standard error uses ± 1.96 · se.
+- **exact**: a property computed without randomness (a shape, a closed form, an arithmetic step): holds: reproduced;
+  fails: not reproduced.
+
+A claim of several parts ("grows; last block 1.07", a value per step) is judged part by part and ``combine``d: all
+reproduced -> reproduced; none reproduced (nor partly) and some not reproduced -> not reproduced; inconclusive parts
+with the rest reproduced -> inconclusive; any other mix -> partly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+import numpy as np
+from scipy import stats
+
+from ..config import ConfigError
+
+REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "partly", "not reproduced", "inconclusive"
+NOT_CHECKABLE = "not checkable here"
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, NOT_CHECKABLE)
+ALPHA = 0.05  # every interval is a 95 % one, every test at 5 %
+MAX_SEEDS = 10_000  # seeds_to_decide searches no further (beyond it: "no practical number of seeds")
+
+
+class NotCheckable(Exception):
+    """The data cannot decide this claim (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    verdict: str
+    rule: str
+    margin: str
+    seeds_to_decide: int | None = None
+
+
+def g(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def rounding(written: str) -> float:
+    """The half-width of the rounding of a number as written: "4.0" -> 0.05, "0.0003" -> 0.00005, "6" -> 0.5,
+    "8.5e5" -> 5e3 (half a unit of its last written digit)."""
+    try:
+        exponent = Decimal(str(written).strip()).as_tuple().exponent
+    except InvalidOperation:
+        raise ValueError(f"{written!r} is not a number") from None
+    return 0.5 * 10.0 ** exponent
+
+
+def _finite(samples) -> np.ndarray:
+    values = np.asarray(samples, dtype=float)
+    return values[np.isfinite(values)]
+
+
+def _t(q: float, df: float) -> float:
+    return float(stats.t.ppf(q, df))
+
+
+def _least_n(decides, start: int) -> int | None:
+    """The least n >= start for which ``decides(n)`` holds (None: not within MAX_SEEDS)."""
+    for n in range(max(2, start), MAX_SEEDS + 1):
+        if decides(n):
+            return n
+    return None
+
+
+# ---- value -------------------------------------------------------------------------------------------------------------
+
+
+def value(written: str, samples=(), mean: float | None = None, se: float | None = None,
+          half_width: float | None = None) -> Judged:
+    """The document's one number, written as ``written``, against our 95 % prediction interval for one run over the
+    seeds (``samples``), or against mean ± 1.96 se (``mean``, ``se``: a simulation's mean over its trials)."""
+    x = float(written)
+    r = rounding(written) if half_width is None else half_width
+    doc = f"the document's {written} ± {g(r)} (its rounding)"
+    if mean is not None:
+        half = stats.norm.ppf(1 - ALPHA / 2) * se
+        centre, how = mean, f"mean ± 1.96 × se {g(se)}"
+    else:
+        values, n_all = _finite(samples), len(np.atleast_1d(samples))
+        missing = f"; {n_all - len(values)} of {n_all} runs without a finite value" if len(values) < n_all else ""
+        if not len(values):
+            return Judged(NOT_REPRODUCED, "value: no run has a finite value to compare",
+                          f"{doc}; none of the {n_all} runs has a finite value (never reached, or no value at that step)")
+        centre, n = float(values.mean()), len(values)
+        if n == 1:
+            half, how = 0.0, f"one run: no spread known, the margin is the rounding alone{missing}"
+        else:
+            sd = float(values.std(ddof=1))
+            t = _t(1 - ALPHA / 2, n - 1)
+            half = t * sd * math.sqrt(1 + 1 / n)
+            how = f"t(0.975, {n - 1}) = {t:.3g} × sd {g(sd)} × √(1 + 1/{n}), {n} seeds{missing}"
+    meets = x - r <= centre + half and x + r >= centre - half
+    rule = ("value: the document's number ± its rounding must meet our 95 % "
+            + ("interval of the mean" if mean is not None else "prediction interval for one run"))
+    return Judged(REPRODUCED if meets else NOT_REPRODUCED, rule,
+                  f"{doc} vs {g(centre)} ± {g(half)} ({how})")
+
+
+# ---- range -------------------------------------------------------------------------------------------------------------
+
+
+def range_(low: str, high: str, samples) -> Judged:
+    """Each seed a part: inside [low - r_low, high + r_high]; a seed without a value is a part that fails."""
+    lo, hi = float(low) - rounding(low), float(high) + rounding(high)
+    values = np.asarray(samples, dtype=float)
+    inside = [bool(lo <= v <= hi) for v in values]  # NaN compares False: a missing value fails
+    return Judged(_share(inside), "range: each seed inside the document's range widened by its ends' rounding",
+                  f"[{g(lo)}, {g(hi)}] = {low} − {g(rounding(low))} … {high} + {g(rounding(high))}; "
+                  f"{sum(inside)} of {len(inside)} seeds inside")
+
+
+def _share(parts: list[bool]) -> str:
+    return REPRODUCED if parts and all(parts) else PARTLY if any(parts) else NOT_REPRODUCED
+
+
+# ---- inequality --------------------------------------------------------------------------------------------------------
+
+
+def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds") -> Judged:
+    """``side``: below / above the bound; ``scope``: every seed (each seed a part) or typical (the mean's one-sided
+    95 % t-bounds)."""
+    r = rounding(bound)
+    edge = float(bound) + (r if side == "below" else -r)
+    values = np.asarray(samples, dtype=float)
+    if scope == "every seed":
+        ok = [bool(v < edge if side == "below" else v > edge) for v in values]
+        return Judged(_share(ok), f"inequality, every seed: each seed {side} the bound widened by its rounding",
+                      f"{side} {g(edge)} = {bound} {'+' if side == 'below' else '−'} {g(r)}; {sum(ok)} of {len(ok)} {unit}")
+    values = _finite(values)
+    n, mean = len(values), float(values.mean()) if len(values) else float("nan")
+    if n == 0:
+        raise NotCheckable("no finite measurement to compare with the bound")
+    rule = f"inequality, typical run: the mean's one-sided 95 % t-bounds against the bound ({side})"
+    if n == 1:
+        ok = mean < edge if side == "below" else mean > edge
+        return Judged(REPRODUCED if ok else NOT_REPRODUCED, rule,
+                      f"one run {g(mean)} vs {g(edge)} (bound ± rounding); no spread known")
+    sd = float(values.std(ddof=1))
+    t = _t(1 - ALPHA, n - 1)
+    upper, lower = mean + t * sd / math.sqrt(n), mean - t * sd / math.sqrt(n)
+    claimed, other = (upper < edge, lower >= edge) if side == "below" else (lower > edge, upper <= edge)
+    verdict = REPRODUCED if claimed else NOT_REPRODUCED if other else INCONCLUSIVE
+    seeds = None
+    if verdict == INCONCLUSIVE:
+        gap = abs(mean - edge)
+        seeds = _least_n(lambda m: _t(1 - ALPHA, m - 1) * sd / math.sqrt(m) < gap, n + 1) if gap > 0 else None
+    return Judged(verdict, rule, f"mean {g(mean)}, one-sided 95 % bounds [{g(lower)}, {g(upper)}] (t(0.95, {n - 1}) = "
+                  f"{t:.3g} × sd {g(sd)} / √{n}) vs {g(edge)} = {bound} ± its rounding", seeds)
+
+
+# ---- count -------------------------------------------------------------------------------------------------------------
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided Fisher's exact test of k1/n1 vs k2/n2: the probability, with the margins fixed, of a table no more
+    likely than the one observed (hypergeometric; the 1e-9 relative slack absorbs float ties)."""
+    total, successes = n1 + n2, k1 + k2
+    prob = lambda a: math.comb(successes, a) * math.comb(total - successes, n1 - a) / math.comb(total, n1)  # noqa: E731
+    observed = prob(k1)
+    return min(1.0, sum(prob(a) for a in range(max(0, successes - n2), min(successes, n1) + 1)
+                        if prob(a) <= observed * (1 + 1e-9)))
+
+
+def shape(k: int, n: int) -> str:
+    return "none" if k == 0 else "all" if k == n else "some"
+
+
+def count(count_: int, of: int, k: int, n: int, key: str = "the count") -> Judged:
+    """k of n measured against the document's ``count_`` of ``of``; ``key`` names what was counted (for the error when
+    there is nothing to count)."""
+    if n <= 0:
+        raise NotCheckable(f"{key}: no runs to count (0 runs); a rate needs at least one")
+    if not 0 <= k <= n:
+        raise ValueError(f"{key}: {k} of {n} is not a count")
+    p = fisher_exact(k, n, count_, of)
+    same = shape(k, n) == shape(count_, of)
+    verdict = NOT_REPRODUCED if p < ALPHA else REPRODUCED if same else INCONCLUSIVE
+    seeds = None
+    if verdict == INCONCLUSIVE:
+        rate = k / n
+        seeds = _least_n(lambda m: fisher_exact(round(rate * m), m, count_, of) < ALPHA, n + 1)
+    margin = (f"Fisher's exact test, {k} of {n} vs {count_} of {of}: p = {p:.2g} "
+              f"({'<' if p < ALPHA else '≥'} 0.05); shape {shape(k, n)} vs {shape(count_, of)}")
+    return Judged(verdict, "count: Fisher's exact test against the document's count, then the shape (none/some/all)",
+                  margin, seeds)
+
+
+# ---- contrast ----------------------------------------------------------------------------------------------------------
+
+
+def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(difference of means, its standard error, Welch's df, the arms' variances)."""
+    va = float(a.var(ddof=1)) if len(a) > 1 else 0.0
+    vb = float(b.var(ddof=1)) if len(b) > 1 else 0.0
+    se2 = va / len(a) + vb / len(b)
+    terms = [(v / n) ** 2 / (n - 1) for v, n in ((va, len(a)), (vb, len(b))) if n > 1 and v > 0]
+    df = se2 ** 2 / sum(terms) if terms else float("inf")
+    return float(a.mean() - b.mean()), math.sqrt(se2), df, va, vb
+
+
+def contrast(side: str, a, b, size: str | None = None, margin: str | None = None, log: bool = False,
+             arms: tuple[str, str] = ("a", "b")) -> Judged:
+    """a - b over seeds (Welch). ``side``: above / below (the claimed direction) or not above / not below
+    (non-inferiority within ``margin``, default 0); ``size``: the claimed |a - b| as written; ``log``: compare
+    logarithms (growth factors)."""
+    a, b = _finite(a), _finite(b)
+    if not len(a) or not len(b):
+        raise NotCheckable(f"an arm has no finite measurement ({arms[0]}: {len(a)}, {arms[1]}: {len(b)})")
+    if log:
+        a, b = np.log(a), np.log(b)
+    d, se, df, va, vb = _welch(a, b)
+    point = se == 0 or (len(a) == 1 and len(b) == 1)
+    t = 0.0 if point else _t(1 - ALPHA / 2, df)
+    lo, hi = d - t * se, d + t * se
+    what = f"{'ln ' if log else ''}{arms[0]} − {'ln ' if log else ''}{arms[1]}"
+    if point:
+        interval = f"{what} = {g(d)} ({'one seed per arm' if len(a) == len(b) == 1 else 'no spread'}: no interval)"
+    else:
+        interval = (f"{what} = {g(d)}, 95 % Welch interval [{g(lo)}, {g(hi)}] (t(0.975, {df:.3g}) = {t:.3g} × se "
+                    f"{g(se)}; {len(a)} and {len(b)} seeds)")
+    if side in ("not above", "not below"):
+        m = float(margin) if margin is not None else 0.0
+        worse = (lambda x: x > m) if side == "not above" else (lambda x: x < m)
+        inside = hi <= m if side == "not above" else lo >= m
+        outside = worse(lo) if side == "not above" else worse(hi)
+        verdict = REPRODUCED if inside else NOT_REPRODUCED if outside else INCONCLUSIVE
+        rule = f"contrast, non-inferiority: {what} {side} the margin {g(m)}, by its 95 % Welch interval"
+        gap = abs(d - m)
+    else:
+        claimed = lo > 0 if side == "above" else hi < 0
+        reverse = hi <= 0 if side == "above" else lo >= 0
+        verdict = REPRODUCED if claimed else NOT_REPRODUCED if reverse else INCONCLUSIVE
+        rule = f"contrast: {what} {side} 0 by its 95 % Welch interval; the reverse direction is not reproduced"
+        if verdict == REPRODUCED and size is not None:
+            s, r = float(size), rounding(size)
+            want_lo, want_hi = (s - r, s + r) if side == "above" else (-s - r, -s + r)
+            if not (want_lo <= hi and want_hi >= lo):
+                verdict = PARTLY
+            rule += f"; the claimed size {size} ± {g(r)} must meet it"
+            interval += f"; claimed {'+' if side == 'above' else '−'}{size} ± {g(r)}"
+        gap = abs(d)
+    seeds = None
+    if verdict == INCONCLUSIVE and gap > 0 and (va + vb) > 0:
+        def decides(n: int) -> bool:
+            terms = sum((v / n) ** 2 / (n - 1) for v in (va, vb) if v > 0)
+            dfn = ((va + vb) / n) ** 2 / terms
+            return _t(1 - ALPHA / 2, dfn) * math.sqrt((va + vb) / n) < gap
+        seeds = _least_n(decides, max(len(a), len(b)) + 1)
+    return Judged(verdict, rule, interval, seeds)
+
+
+# ---- trend -------------------------------------------------------------------------------------------------------------
+
+
+def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale: str = "ratio",
+          ratio: float | None = None, se: float | None = None, what: str | None = None) -> Judged:
+    """Per-seed ``ratios`` (last / first; ``scale: difference``: per-seed differences last - first), or one ``ratio``
+    with its standard error ``se``. ``direction``: grows / shrinks / flat (within ``band``, two written numbers)."""
+    if ratio is not None:
+        centre = math.log(ratio) if scale == "ratio" else ratio
+        half = stats.norm.ppf(1 - ALPHA / 2) * (se / ratio if scale == "ratio" else se)
+        n, sd, how = None, None, f"± 1.96 × se {g(se)}"
+    else:
+        values = _finite(ratios)
+        if not len(values):
+            raise NotCheckable("no finite ratio to judge a trend on")
+        if scale == "ratio":
+            if (values <= 0).any():
+                raise ValueError(f"a ratio trend needs positive ratios, got {fmt_list(values)}")
+            values = np.log(values)
+        n, centre = len(values), float(values.mean())
+        if n == 1:
+            sd, half, how = 0.0, 0.0, "one seed: no spread known, the point alone"
+        else:
+            sd = float(values.std(ddof=1))
+            t = _t(1 - ALPHA / 2, n - 1)
+            half, how = t * sd / math.sqrt(n), f"t(0.975, {n - 1}) = {t:.3g} × sd {g(sd)} / √{n}"
+    lo, hi = centre - half, centre + half
+    back = (lambda v: math.exp(v)) if scale == "ratio" else (lambda v: v)  # noqa: E731
+    neutral = 0.0  # log 1, or a difference of 0
+    word = what or ("ratio last / first" if scale == "ratio" else "difference last − first")
+    shown = f"{word} {g(back(centre))}, 95 % interval [{g(back(lo))}, {g(back(hi))}] ({how})"
+    if direction == "flat":
+        if band is None:
+            raise ValueError("a flat trend needs its band")
+        b_lo, b_hi = (math.log(float(x)) if scale == "ratio" else float(x) for x in band)
+        verdict = (REPRODUCED if b_lo <= lo and hi <= b_hi else NOT_REPRODUCED if hi < b_lo or lo > b_hi
+                   else INCONCLUSIVE)
+        gap = min(abs(centre - b_lo), abs(centre - b_hi)) if b_lo <= centre <= b_hi else 0.0
+        rule = f"trend, flat: the {word}'s 95 % interval within the band {band[0]} – {band[1]}"
+        shown += f" vs band [{band[0]}, {band[1]}]"
+    else:
+        up = direction == "grows"
+        claimed, reverse = (lo > neutral, hi <= neutral) if up else (hi < neutral, lo >= neutral)
+        verdict = REPRODUCED if claimed else NOT_REPRODUCED if reverse else INCONCLUSIVE
+        gap = abs(centre)
+        rule = (f"trend, {direction}: the {word}'s 95 % interval {'above' if up else 'below'} "
+                f"{'1' if scale == 'ratio' else '0'}")
+    seeds = None
+    if verdict == INCONCLUSIVE and n is not None and sd and gap > 0:
+        seeds = _least_n(lambda m: _t(1 - ALPHA / 2, m - 1) * sd / math.sqrt(m) < gap, n + 1)
+    return Judged(verdict, rule, shown, seeds)
+
+
+def fmt_list(values) -> str:
+    return ", ".join(g(v) for v in np.atleast_1d(values))
+
+
+# ---- exact -------------------------------------------------------------------------------------------------------------
+
+
+def exact(holds: bool, what: str = "") -> Judged:
+    """A property computed without randomness: it holds or it does not."""
+    return Judged(REPRODUCED if holds else NOT_REPRODUCED, "exact: computed without randomness; holds or not",
+                  what or ("holds" if holds else "fails"))
+
+
+# ---- a claim: its parts ------------------------------------------------------------------------------------------------
+
+
+def combine(verdicts) -> str:
+    """The verdict of a claim of several parts (or of several claims): all reproduced -> reproduced; none reproduced
+    (nor partly) and some not reproduced -> not reproduced; inconclusive parts with the rest reproduced ->
+    inconclusive; any other mix -> partly. Parts that are not checkable do not count; none checkable -> not
+    checkable here."""
+    judged = [v for v in verdicts if v != NOT_CHECKABLE]
+    if not judged:
+        return NOT_CHECKABLE
+    if all(v == REPRODUCED for v in judged):
+        return REPRODUCED
+    if NOT_REPRODUCED in judged and not any(v in (REPRODUCED, PARTLY) for v in judged):
+        return NOT_REPRODUCED
+    if all(v in (REPRODUCED, INCONCLUSIVE) for v in judged):
+        return INCONCLUSIVE
+    return PARTLY
+
+
+# The rule keys each kind takes from the claim's words (required, optional), and the values a word may take.
+KINDS = {
+    "value": ({"value"}, {"rounding"}),  # rounding: the half-width when it is not the written precision's
+    "range": ({"low", "high"}, set()),
+    "inequality": ({"bound", "side", "scope"}, set()),
+    "count": ({"count", "of"}, set()),
+    "contrast": ({"side"}, {"size", "margin", "scale"}),
+    "trend": ({"direction"}, {"band", "scale"}),
+    "exact": (set(), set()),
+}
+WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below")},
+         "scope": ("every seed", "typical"), "direction": ("grows", "shrinks", "flat"),
+         "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference")}}
+NUMBERS = ("value", "low", "high", "bound", "size", "margin", "rounding")  # numbers as the document writes them (strings)
+
+
+def validate_part(where: str, part: dict) -> None:
+    """A ConfigError naming the claim, the key and the allowed values for: an unknown kind, an unknown or missing rule
+    key, a word the rule does not know, a number that is not written as one, a margin that cannot be met."""
+    kind = part.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.kind: {kind!r} is not a kind of claim; allowed: {', '.join(KINDS)}")
+    required, optional = KINDS[kind]
+    keys = set(part) - {"kind"}
+    if required - keys:
+        raise ConfigError(f"{where}: kind {kind} needs {', '.join(sorted(required - keys))}; "
+                          f"its rule keys: {', '.join(sorted(required | optional)) or 'none'}")
+    if keys - required - optional:
+        raise ConfigError(f"{where}.{sorted(keys - required - optional)[0]}: not a rule key of kind {kind}; allowed: "
+                          f"{', '.join(sorted(required | optional)) or 'none'}")
+    for key in keys:
+        allowed = WORDS.get(key)
+        if isinstance(allowed, dict):
+            allowed = allowed.get(kind)
+        if allowed is not None and part[key] not in allowed:
+            raise ConfigError(f"{where}.{key}: {part[key]!r}; allowed: {', '.join(allowed)}")
+        if key in NUMBERS:
+            if not isinstance(part[key], str):
+                raise ConfigError(f"{where}.{key}: {part[key]!r} must be written as a string, as the document writes "
+                                  "it (its precision is its rounding); allowed: a number in quotes, e.g. \"4.0\"")
+            try:
+                rounding(part[key])
+            except ValueError:
+                raise ConfigError(f"{where}.{key}: {part[key]!r} is not a number; allowed: a number in quotes") from None
+    if "rounding" in part and float(part["rounding"]) < 0:
+        raise ConfigError(f"{where}.rounding: {part['rounding']} is negative, a margin no value can meet; "
+                          "allowed: a number >= 0")
+    if kind == "range" and float(part["low"]) > float(part["high"]):
+        raise ConfigError(f"{where}.low: {part['low']} is above high {part['high']}, a range no value can meet; "
+                          "allowed: low <= high")
+    if kind == "count":
+        for key in ("count", "of"):
+            if not isinstance(part[key], int) or isinstance(part[key], bool) or part[key] < 0:
+                raise ConfigError(f"{where}.{key}: {part[key]!r}; allowed: a whole number >= 0")
+        if part["of"] == 0:
+            raise ConfigError(f"{where}.of: 0 runs; allowed: at least 1")
+        if part["count"] > part["of"]:
+            raise ConfigError(f"{where}.count: {part['count']} is larger than its total of={part['of']}; "
+                              f"allowed: 0..{part['of']}")
+    if kind == "contrast":
+        if "margin" in part and not part["side"].startswith("not "):
+            raise ConfigError(f"{where}.margin: a margin is for non-inferiority; allowed with side: not above, not below")
+        if "size" in part and (part["side"].startswith("not ") or float(part["size"]) < 0):
+            raise ConfigError(f"{where}.size: {part['size']}; allowed: a size >= 0, with side above or below")
+    if kind == "trend":
+        if (part["direction"] == "flat") != ("band" in part):
+            raise ConfigError(f"{where}.band: a band is needed exactly for direction flat; allowed: [low, high] "
+                              "with flat, none with grows or shrinks")
+        if "band" in part:
+            band = part["band"]
+            if (not isinstance(band, list) or len(band) != 2 or not all(isinstance(x, str) for x in band)):
+                raise ConfigError(f"{where}.band: {band!r}; allowed: two numbers in quotes, [low, high]")
+            if float(band[0]) > float(band[1]) or (part.get("scale", "ratio") == "ratio" and float(band[0]) <= 0):
+                raise ConfigError(f"{where}.band: {band} cannot be met; allowed: 0 < low <= high (a ratio's band)")
+
+
+def judge_part(part: dict, measure: dict) -> Judged:
+    """One part: the rule of its kind, with the claim's words (``part``) and the measured numbers (``measure``)."""
+    words = {k: v for k, v in part.items() if k != "kind"}
+    kind = part["kind"]
+    if kind == "value":
+        half = float(words["rounding"]) if "rounding" in words else None
+        return value(words["value"], half_width=half, **measure)
+    if kind == "range":
+        return range_(words["low"], words["high"], measure["samples"])
+    if kind == "inequality":
+        return inequality(words["bound"], words["side"], words["scope"], **measure)
+    if kind == "count":
+        return count(words["count"], words["of"], **measure)
+    if kind == "contrast":
+        return contrast(words["side"], size=words.get("size"), margin=words.get("margin"),
+                        log=words.get("scale") == "log", **measure)
+    if kind == "trend":
+        return trend(words["direction"], band=tuple(words["band"]) if "band" in words else None,
+                     scale=words.get("scale", "ratio"), **measure)
+    return exact(**measure)
+
+
+def describe(part: dict) -> tuple[str, str]:
+    """The rule and the document's side of the margin, from the claim's words alone (for a claim the data cannot
+    measure: the table still says how it would be judged)."""
+    kind = part["kind"]
+    if kind == "value":
+        r = float(part["rounding"]) if "rounding" in part else rounding(part["value"])
+        return ("value: the document's number ± its rounding must meet our 95 % prediction interval for one run",
+                f"the document's {part['value']} ± {g(r)}")
+    if kind == "range":
+        lo, hi = float(part["low"]) - rounding(part["low"]), float(part["high"]) + rounding(part["high"])
+        return "range: each seed inside the document's range widened by its ends' rounding", f"[{g(lo)}, {g(hi)}]"
+    if kind == "inequality":
+        r = rounding(part["bound"])
+        edge = float(part["bound"]) + (r if part["side"] == "below" else -r)
+        return f"inequality, {part['scope']}: {part['side']} the bound widened by its rounding", f"{part['side']} {g(edge)}"
+    if kind == "count":
+        return ("count: Fisher's exact test against the document's count, then the shape (none/some/all)",
+                f"{part['count']} of {part['of']}, p < 0.05 decides")
+    if kind == "contrast":
+        return f"contrast: the difference of the arms {part['side']} 0 by its 95 % Welch interval", f"side {part['side']}"
+    if kind == "trend":
+        band = f" within {part['band'][0]} – {part['band'][1]}" if "band" in part else ""
+        return f"trend, {part['direction']}: the 95 % interval of the ratio (on its log){band}", part["direction"] + band
+    return "exact: computed without randomness; holds or not", "holds or not"
+
+
+def judge_parts(parts: list[dict], measures: list[dict], labels: list[str]) -> tuple[str, Judged]:
+    """The kind (words), and the combined Judged of a claim's parts: each part's rule, margin and seeds to decide
+    joined with its label (what the part is: "step 200", "12 blocks")."""
+    judged = [judge_part(p, m) for p, m in zip(parts, measures)]
+    verdict = combine(j.verdict for j in judged)
+    rules = list(dict.fromkeys(j.rule for j in judged))
+    seeds = [j.seeds_to_decide for j in judged if j.verdict == INCONCLUSIVE]
+    kinds = " + ".join(dict.fromkeys(p["kind"] for p in parts))
+    if len(judged) == 1:
+        margin = judged[0].margin
+    else:
+        shown = list(enumerate(judged))
+        if len(judged) > MAX_SHOWN:  # many parts of one kind (a value per depth): the tally, the first and the last
+            tally = ", ".join(f"{sum(j.verdict == v for j in judged)} {v}" for v in VERDICTS
+                              if any(j.verdict == v for j in judged))
+            shown = [shown[0], shown[-1]]
+        margin = "; ".join(f"{labels[i] + ': ' if labels[i] else ''}{j.margin} → {j.verdict}" for i, j in shown)
+        if len(judged) > MAX_SHOWN:
+            margin = f"{len(judged)} parts: {tally}; the first and the last: {margin}"
+    return kinds, Judged(verdict, "; ".join(rules), margin,
+                         (None if any(s is None for s in seeds) else max(seeds)) if seeds else None)
+
+
+MAX_SHOWN = 6  # a claim of more parts shows its tally and its first and last part's margins
