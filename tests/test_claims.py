@@ -292,3 +292,23 @@ def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_los
     assert list(ranked.index) == ["near", "far"] and ranked.loc["near", "score"] == 0.0
     assert math.isclose(ranked.loc["far", "score"], 1.0) and ranked.loc["far", "seeds"] == 2
     assert set(FIT_CLAIMS) <= set(ranked.columns)
+
+
+def test_the_fitted_numbers_are_judged_on_the_held_out_seeds_when_the_data_has_them(tmp_path, document_params):
+    """The five numbers the inferred setup was fitted to: judged on inference/holdout.csv (seeds no fitting run used),
+    the sweep's fit seeds shown beside them; without held-out runs, on the fit's seeds, and the row says so."""
+    fit_seed_curve = [4.2] * 99 + [3.0] + [0.004] * 1100  # step 100: 3.0, outside 0.16-0.71
+    sweep_data(tmp_path, {("pre", 0, s): fit_seed_curve for s in range(3)})
+    data = claims.Data(tmp_path, document_params)
+    measured, parts = claims.loss_at_step(data, "pre", 0, 100, held_out=True)
+    assert "no held-out run" in measured and parts[0]["measure"]["samples"] == [3.0, 3.0, 3.0]
+    held = pd.DataFrame({"setting": "x", "run": [f"pre-w0-s{s}" for s in (3, 4, 5)], "norm": "pre", "warmup": 0,
+                         "seed": [5, 3, 4], "step": 100, "loss": [0.5, 0.3, 0.4]})
+    write(tmp_path, "inference/holdout.csv", held)
+    data = claims.Data(tmp_path, document_params)
+    measured, parts = claims.loss_at_step(data, "pre", 0, 100, held_out=True)
+    assert parts[0]["measure"]["samples"] == [0.3, 0.4, 0.5]  # seeds 3, 4, 5 in order; not the fit seeds' 3.0
+    assert measured.startswith("held-out seeds 3 4 5: 0.3, 0.4, 0.5; the fit's seeds 0 1 2: 3, 3, 3")
+    table = claims.evaluate_data(data, only=["loss_at_step"]).set_index("id")
+    assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.REPRODUCED  # 0.3-0.5 inside 0.16-0.71
+    assert bool(table.loc["d000-pre-nowarm-step100", "fitted"])

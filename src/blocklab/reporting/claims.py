@@ -169,8 +169,11 @@ def final_losses_near_chance(data: Data, norm: str, warmup: int):
 
 
 @check
-def loss_at_step(data: Data, norm: str, warmup: int, step):
-    """Each seed's loss at ``step`` ("last": the last step); a diverged run has no loss at later steps (NaN)."""
+def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = False):
+    """Each seed's loss at ``step`` ("last": the last step); a diverged run has no loss at later steps (NaN).
+    ``held_out`` (the five numbers the inferred setup was fitted to): judged on the held-out runs
+    (``inference/holdout.csv``, seeds no fitting run used) when the data has them; the sweep's seeds, whose first 300
+    steps are fitting runs, are shown beside them, and judge only where no held-out run exists (and say so)."""
     _require_document_setup(data, warmup)
     runs = _runs(data, norm, warmup)
     losses = data.table("sweep/losses.csv")
@@ -180,7 +183,17 @@ def loss_at_step(data: Data, norm: str, warmup: int, step):
         target = curve["step"].max() if step == "last" else step
         row = curve[curve["step"] == target]
         at.append(float(row["loss"].iloc[0]) if len(row) else float("nan"))
-    return f"per seed {fmt(at)}", [part("samples", samples=at)]
+    if not held_out:
+        return f"per seed {fmt(at)}", [part("samples", samples=at)]
+    held = data.table("inference/holdout.csv") if data.exists("inference/holdout.csv") else None
+    held = None if held is None else held[(held["norm"] == norm) & (held["warmup"] == warmup) & (held["step"] == step)]
+    if held is None or held.empty:
+        return f"per seed {fmt(at)} (the fit's own seeds: no held-out run here)", [part("samples", samples=at)]
+    held = held.sort_values("seed")
+    values = [float(v) for v in held["loss"]]
+    seeds = " ".join(str(int(s)) for s in held["seed"])
+    return (f"held-out seeds {seeds}: {fmt(values)}; the fit's seeds {' '.join(map(str, runs['seed']))}: {fmt(at)}",
+            [part("samples", samples=values)])
 
 
 def _outcome(part_kind: str, k: int, runs: pd.DataFrame, key: str) -> list[dict]:
