@@ -195,7 +195,8 @@ def _snapshot_loss_problems(directory: Path) -> list[str]:
             end = int(row["diverged_step"]) - 1
         want = list(range(1, int(end) + 1)) if end is not None else list(range(1, len(got) + 1))
         if not got or got != want:
-            problems.append(f"losses.csv has {len(got)} steps for run {key}, runs.csv says 1..{len(want)}")
+            name = "/".join(map(str, key)) if isinstance(key, tuple) else key
+            problems.append(f"losses.csv has {len(got)} steps for run {name}, runs.csv says 1..{len(want)}")
     return problems
 
 
