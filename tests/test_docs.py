@@ -62,6 +62,10 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
     first = claims.index[claims["verdict"] == "reproduced"][0]
     claims.loc[first, "verdict"] = "not reproduced"
     claims.to_csv(claims_file, index=False)
+    assert main(["docs", "--root", str(root), "--check"]) == 3  # a table unlike its manifest: refused as damaged
+    from blocklab.integrity import record_snapshot
+
+    record_snapshot(claims_file.parents[1])  # a deliberate change is recorded (as `blocklab gallery` does)
     assert main(["docs", "--root", str(root), "--check"]) == 1
     summary = docs.render((root / "README.md").read_text(encoding="utf-8"), claims_file.parents[1], root)
     # the documents' claims are counted apart from the project's; the changed claim is listed by its id

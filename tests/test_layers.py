@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 # First matching prefix wins (longest first); every module of the package must match one (tested).
 LAYERS = {
     "params": ["blocklab.config", "blocklab.params", "blocklab.study", "blocklab.dynamics_plan", "blocklab.io", "blocklab.provenance",
-               "blocklab.runtime", "blocklab.pipeline"],
+               "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity"],
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],
     "experiments": ["blocklab.experiments", "blocklab.bench"],

@@ -166,6 +166,7 @@ def tiny_run(tmp_path, norm: str, seed: int = 3) -> tuple[Path, ModelConfig, Dec
     run.mkdir()
     save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, str(run / "model.safetensors"))
     meta = {"run": run.name, "norm": norm, "warmup": 0, "seed": seed, "model_config": cfg.to_dict(), "copy_task": TASK}
+    (run / "loss.csv").write_text("step,loss,lr\n1,2.0,0.001\n", encoding="utf-8")  # a finished run has its losses
     (run / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     return run, cfg, trained
 

@@ -52,6 +52,7 @@ COMMANDS = {
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
     "gallery": "blocklab.reporting.gallery",
+    "verify": "blocklab.integrity",
 }
 
 
@@ -79,12 +80,17 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
+    from .integrity import DamagedArtifact
+
+    # Exit statuses (docs/reproducibility.md, "Faults"): 1 the environment, 2 the input, 3 damaged data, 130 interrupted.
     try:
         result = args.func(args)
     except (ConfigError, FileNotFoundError) as err:  # the user's input: fix the named value or path
         return _fail(args.command, err, 2)
     except OSError as err:  # the environment (permissions, a file where a directory belongs, a full disk)
         return _fail(args.command, err, 1)
+    except DamagedArtifact as err:  # a finished run or snapshot is not what it recorded: the message says the repair
+        return _fail(args.command, err, 3)
     except KeyboardInterrupt:
         return _fail(args.command, "interrupted", 130)
     return int(result or 0)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .config import ConfigError
+from .integrity import verify_snapshot
 from .io import read_table
 from .study import Cell, default_cell, run_name
 
@@ -93,13 +94,15 @@ def plan(params: dict) -> pd.DataFrame:
     return pd.DataFrame(list(records.values()), columns=PLAN_COLUMNS)
 
 
-def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def read_snapshots(dirs, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     runs, losses, diags = [], [], []
     for d in map(Path, dirs):
         missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
         if missing:
             raise ConfigError(f"{d}: no dynamics snapshot there (missing {', '.join(missing)}); allowed: directories "
                               "written by `blocklab dynamics-snapshot`")
+        if verify:
+            verify_snapshot(d)
         runs.append(read_table(d / "runs.csv"))
         losses.append(read_table(d / "losses.csv"))
         diags.append(pd.read_parquet(d / "diagnostics.parquet").astype({"value": "float64", "step": "int64", "block": "int64"}))

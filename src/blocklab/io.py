@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -13,20 +15,98 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # reading the umask means setting it; put it back at once
 
 
+class OutputError(OSError):
+    """An artifact could not be written for a reason outside the program (a full disk, a read-only or unwritable
+    directory, a file where a directory belongs). Its message is one line: the path, the cause, what was kept, and
+    what to do; the command line exits with status 1 (docs/reproducibility.md, "Faults")."""
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(err: BaseException) -> bool:
+    # Python's own writes set errno; pyarrow and safetensors (Rust) put the OS message in their own exception text.
+    text = str(err)
+    return getattr(err, "errno", None) in _FULL or "No space left on device" in text or "StorageFull" in text \
+        or "Disk quota exceeded" in text
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _existing(directory: Path) -> Path:
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    return directory
+
+
+def output_error(err: OSError | Exception, path: Path) -> OutputError:
+    """The one-line ``OutputError`` for a failed write of ``path``."""
+    path = Path(path)
+    kept = f"the previous {path.name} is kept unchanged" if path.is_file() else "nothing was written under that name"
+    if _disk_full(err):
+        where = _existing(path.parent)
+        mount = where.resolve()
+        while not os.path.ismount(mount):
+            mount = mount.parent
+        try:
+            free = _size(shutil.disk_usage(where).free)
+        except OSError:
+            free = "unknown"
+        return _error(errno.ENOSPC, f"no space left on device writing {path} ({free} free on {mount}); {kept};"
+                      " free some space and run the same command again: finished work and checkpoints are kept")
+    code = getattr(err, "errno", None)
+    if code == errno.EROFS:
+        cause = f"{_existing(path.parent)} is on a read-only filesystem"
+    elif code in (errno.EACCES, errno.EPERM):
+        cause = f"permission denied in {_existing(path.parent)} (user {os.getuid()} cannot write there)"
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        cause = f"a part of {path.parent} is a file, not a directory"
+    else:
+        cause = " ".join(str(err).split())
+    return _error(code or errno.EIO, f"cannot write {path}: {cause}; {kept}; fix that and run the same command again")
+
+
+def _error(code: int, message: str) -> OutputError:
+    error = OutputError(message)  # one argument: str() is the message alone, without "[Errno N]"
+    error.errno = code
+    return error
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block finishes without error."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block finishes without error.
+    A write that fails for want of space or permission raises ``OutputError`` naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+    except OSError as err:
+        raise output_error(err, path) from err
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the permissions any new file would
         os.replace(tmp, path)
+    except OutputError:
+        raise
+    except Exception as err:
+        denied = getattr(err, "errno", None) in (errno.EACCES, errno.EPERM) and getattr(err, "filename", None) == tmp
+        if _disk_full(err) or getattr(err, "errno", None) == errno.EROFS or denied:
+            raise output_error(err, path) from err
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_bytes(data: bytes | memoryview, path) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        handle.write(data)
 
 
 def write_json(obj, path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .config import ConfigError
+from .integrity import verify_snapshot
 from .io import read_table
 from .runtime import bf16_support, resolve_device
 
@@ -217,6 +218,8 @@ RUN_KEY = ["setting", "run"]  # names a run of the plan once (a run shared by tw
 def read_records(dirs, losses: bool = True) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The (runs, losses) tables of one or more snapshot directories (``record_runs``), concatenated; a run recorded
     twice is an error (which one would count?). ``losses=False``: the runs table only (losses None)."""
+    for d in dirs:
+        verify_snapshot(d)
     runs = pd.concat([read_table(Path(d) / "runs.csv").assign(snapshot=str(d)) for d in dirs], ignore_index=True)
     twice = runs[runs.duplicated(RUN_KEY, keep=False)]
     if len(twice):

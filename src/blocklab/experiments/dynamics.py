@@ -28,7 +28,8 @@ from ..config import ConfigError
 from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_FILES, TABLES,  # noqa: F401  (re-exported)
                              aggregate_inputs, check_problems, from_records, from_runs, plan, read_snapshots, snapshots,
                              unrecorded)
-from ..io import read_json, read_table, write_table
+from ..integrity import begin_snapshot, interrupted, read_run, record_snapshot
+from ..io import atomic_path, read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell, require_cell_names
 
@@ -189,11 +190,11 @@ def collect(planned: pd.DataFrame, root: str | Path = ".", only_finished: bool =
                 continue
             raise ConfigError(f"{row.run_dir}: not trained yet (no meta.json); train it with `snakemake --cores 4 "
                               "dynamics` or read the study from snapshots (dynamics.from_snapshots)")
-        meta = read_json(run_dir / "meta.json")
+        meta, loss = read_run(run_dir)  # checked against its checksums and recorded steps
         key = {"setting": row.setting, "run": row.run, "norm": row.norm, "warmup": row.warmup,
                "seed": row.seed}
         records.append({**key, **_record(meta), "run_dir": row.run_dir})
-        curves.append(read_table(run_dir / "loss.csv").assign(setting=row.setting, run=row.run))
+        curves.append(loss.assign(setting=row.setting, run=row.run))
         path = run_dir / "diagnostics.parquet"
         frame = pd.read_parquet(path) if path.is_file() else table([])
         diags.append(frame.assign(setting=row.setting, run=row.run))
@@ -285,16 +286,21 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinne
     out = Path(out)
     if all((out / name).is_file() for name in SNAPSHOT_FILES):
         here = set(zip(runs["setting"], runs["run"])) if len(runs) else set()
-        old = [frame[[key not in here for key in zip(frame["setting"], frame["run"])]] for frame in read_snapshots([out])]
+        # an earlier write of this snapshot that was killed is being redone: its files are read as they are
+        old = [frame[[key not in here for key in zip(frame["setting"], frame["run"])]]
+               for frame in read_snapshots([out], verify=not interrupted(out))]
         runs, losses, diagnostics = (pd.concat([o, n], ignore_index=True) if len(n) else o.reset_index(drop=True)
                                      for o, n in zip(old, (runs, losses, diagnostics)))
     out.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
     write_table(runs, out / "runs.csv")
     write_table(losses[["setting", "run", "step", "loss", "lr"]], out / "losses.csv")
     # float16 in git (about 3 significant digits, relative rounding <= 2^-11; below 6.1e-5 the absolute step is 6e-8):
     # a third of float32's size, enough for the figures and for the precursor rules (thresholds of 1.2x and 3x)
     diagnostics = diagnostics.astype({"value": "float16", "step": "int32", "block": "int16"})
-    diagnostics.to_parquet(out / "diagnostics.parquet", index=False, compression="zstd")
+    with atomic_path(out / "diagnostics.parquet") as tmp:
+        diagnostics.to_parquet(tmp, index=False, compression="zstd")
+    record_snapshot(out)  # last: the checksums of what was written
     return runs
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import ConfigError
+from ..integrity import begin_snapshot, read_run, record_snapshot, verify_snapshot
 from ..io import read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell, require_planned, run_name
@@ -101,6 +102,7 @@ def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
         if missing:
             raise ConfigError(f"inference.from_snapshots: {d} has no {', '.join(missing)}; allowed: directories "
                               "written by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
+        verify_snapshot(d)
         runs.append(read_table(d / "runs.csv").assign(snapshot=str(d)))
         losses.append(read_table(d / "losses.csv")[["setting", "run", "step", "loss"]].assign(snapshot=str(d)))
     if not runs:
@@ -150,12 +152,11 @@ def collect(params: dict, root: str | Path = ".", only_finished: bool = False,
             if only_finished:
                 continue
             raise ConfigError(f"{row.run_dir}: not trained yet; `snakemake --cores 4 inference` trains it")
-        meta = read_json(meta_path)
+        meta, loss = read_run(root / row.run_dir)  # checked against its checksums and recorded steps
         records.append({"setting": row.setting, "run": row.run, "wall_time_s": meta.get("wall_time_s"),
                         "machine": meta.get("libraries", {}).get("cpu"),
                         "git_commit": meta.get("code", {}).get("git_commit")})
-        curves.append(read_table(root / row.run_dir / "loss.csv")[["step", "loss"]].assign(setting=row.setting,
-                                                                                            run=row.run))
+        curves.append(loss[["step", "loss"]].assign(setting=row.setting, run=row.run))
     columns = ["setting", "run", "step", "loss"]
     runs = pd.concat([frame for frame in (pd.DataFrame(records), runs) if len(frame)], ignore_index=True) \
         if len(records) or len(runs) else pd.DataFrame(columns=["setting", "run"])
@@ -261,8 +262,10 @@ def _snapshot_main(args) -> None:
     runs, losses = collect(load_params(args.params), only_finished=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
     write_table(runs, out / "runs.csv")
     write_table(losses, out / "losses.csv")
+    record_snapshot(out)  # last: the checksums of what was written
     print(f"{len(runs)} finished fitting run(s) recorded in {out}")
 
 

@@ -30,6 +30,7 @@ from torch import nn
 
 from .. import provenance
 from ..config import ConfigError, ModelConfig
+from ..integrity import verify_run
 from ..io import read_json, write_json, write_table
 from ..model.models import DecoderLM
 from ..params import SMOLLM2, load_params
@@ -226,7 +227,7 @@ def probe_copy_run(run_dir, batch_seed: int = COPY_BATCH_SEED, build=None) -> pd
     for path in (meta_path, weights):
         if not path.is_file():
             raise ConfigError(f"run directory {str(run_dir)!r} has no {path.name}; is the sweep run finished?")
-    meta = read_json(meta_path)
+    meta = verify_run(run_dir)  # its weights checked against their checksum
     cfg, seed = ModelConfig.from_dict(meta["model_config"]), int(meta["seed"])
     if build is None:
         from ..training.sweep import build_copy_model as build

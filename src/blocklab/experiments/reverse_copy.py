@@ -22,6 +22,7 @@ import torch
 
 from .. import provenance
 from ..config import ConfigError, ModelConfig
+from ..integrity import read_run
 from ..io import read_json, read_table, write_table
 from ..model.counting import count_parameters
 from ..model.models import EncoderDecoder
@@ -127,9 +128,12 @@ def train_reverse_run(params: dict, variant: str, seed: int, out_dir: Path, devi
         return reverse_batch(section["batch_size"], section["seq_len"], section["vocab_size"], gen, device=device)
 
     checkpoint = out_dir / "checkpoint.pt"
+    identity = {"run": run_name(variant, seed, match_params), "model_config": cfg.to_dict(),
+                "reverse_copy": {k: v for k, v in section.items() if k not in ("variants", "seeds", "steps")},
+                "code": provenance.code_version()["blocklab_source_sha256"]}
     result = train(model, next_batch, reverse_loss, steps=section["steps"], lr=section["lr"], warmup=0,
                    generator=generator, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY,
-                   desc=run_name(variant, seed, match_params))
+                   desc=run_name(variant, seed, match_params), identity=identity)
     meta = provenance.stamp(
         run=run_name(variant, seed, match_params), variant=variant, seed=seed, match_params=match_params,
         device=str(device),
@@ -151,8 +155,7 @@ def aggregate(run_dirs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses of all runs, and one summary row per run (final_loss = mean of the last 10 steps)."""
     curves, rows = [], []
     for run_dir in map(Path, run_dirs):
-        meta = read_json(run_dir / "meta.json")
-        loss = read_table(run_dir / "loss.csv")
+        meta, loss = read_run(run_dir)  # checked against its checksums and recorded steps
         ident = {"run": meta["run"], "variant": meta["variant"], "seed": meta["seed"]}
         curves.append(loss.assign(**ident))
         ident["match_params"] = meta["match_params"]

@@ -594,7 +594,11 @@ def update(root: Path, data: Path, check: bool = False) -> list[Path]:
 
 
 def _main(args) -> int:
-    stale = update(args.root, args.root / args.data if not args.data.is_absolute() else args.data, args.check)
+    from ..integrity import verify_snapshot
+
+    data = args.root / args.data if not args.data.is_absolute() else args.data
+    verify_snapshot(data)  # the tables behind every generated number: checked against their manifest first
+    stale = update(args.root, data, args.check)
     names = ", ".join(str(p.relative_to(args.root)) for p in stale)
     if args.check:
         if stale:

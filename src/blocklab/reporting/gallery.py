@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..integrity import begin_snapshot, record_snapshot, verify_run
 from ..io import atomic_path, read_json, read_table
 from ..params import load_params
 from ..dynamics_plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
@@ -48,7 +49,7 @@ def training_runs(data: Path) -> pd.DataFrame:
     """
     rows = []
     for meta_file in sorted((data / "sweep" / "runs").glob("*/meta.json")):
-        meta = read_json(meta_file)
+        meta = verify_run(meta_file.parent)
         rows.append({
             "run": meta["run"], "wall_time_s": meta["wall_time_s"], "threads": meta["threads"], "device": meta["device"],
             "fast_path_at_finish": meta["sweep"].get("fast_path", False), "resumed_from_step": meta["resumed_from_step"],
@@ -119,8 +120,12 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     from ..study import snapshots
 
     from_snapshots = snapshots(params) if "sensitivity" in params else []
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    begin_snapshot(out / "data")  # a kill from here on leaves tables that `blocklab docs` refuses until rewritten
     snapshot = snapshot_tables(data, out / "data", FROM_SNAPSHOTS_SKIP if from_snapshots else set())
-    (out / "data" / "params.yaml").write_bytes(Path(params_file).read_bytes())
+    with atomic_path(out / "data" / "params.yaml") as tmp:
+        tmp.write_bytes(Path(params_file).read_bytes())
+    record_snapshot(out / "data")  # last: the checksums of the tables (`blocklab verify docs/gallery/data`)
 
     runs = training_runs(data)
     commits = sorted({s.get("git_commit") or "?" for s in sidecars.values()})

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..integrity import verify_snapshot
 from ..io import read_table, write_table
 from .claims import load_claims
 
@@ -95,6 +96,8 @@ def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
 def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], setting_of_sweep: str) -> pd.DataFrame:
     """Losses from sensitivity snapshots (setting, run, step, loss) and main-sweep tables (run, step, loss: one
     setting, named by ``setting_of_sweep``); a run recorded twice (the default cell's seed 0) is kept once."""
+    for d in snapshots:
+        verify_snapshot(d)
     frames = [read_table(Path(d) / "losses.csv")[["setting", "run", "step", "loss"]] for d in snapshots]
     frames += [read_table(p)[["run", "step", "loss"]].assign(setting=setting_of_sweep) for p in sweep_losses]
     losses = pd.concat(frames, ignore_index=True)

@@ -10,7 +10,8 @@ import torch
 
 from .. import provenance
 from ..config import ConfigError, ModelConfig
-from ..io import read_json, read_table, write_table
+from ..integrity import read_run
+from ..io import read_json, write_table
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.models import DecoderLM
 from ..params import load_params
@@ -18,7 +19,7 @@ from ..runtime import resolve_device, set_threads
 from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table
 from .precision import check_precision
 from .tasks import copy_batch, copy_loss
-from .train import train, write_run
+from .train import CheckpointMismatch, read_checkpoint, train, write_run
 
 log = logging.getLogger("blocklab.sweep")
 
@@ -76,11 +77,13 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
 
     recorder = diagnostics_recorder(params, model, dense_steps)
     checkpoint = out_dir / "checkpoint.pt"
+    identity = {"run": run_name(norm, warmup, seed), "model_config": cfg.to_dict(), "copy_task": dict(task),
+                "lr": sweep["lr"], "code": provenance.code_version()["blocklab_source_sha256"]}
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
         fused_adam=fast.fused_adam, precision=precision, stop_when=stop_when,
-        desc=run_name(norm, warmup, seed), diagnostics=recorder,
+        desc=run_name(norm, warmup, seed), diagnostics=recorder, identity=identity,
     )
     meta = run_meta(params, cfg, norm, warmup, seed, device, result, **extra_meta,
                     stopped_step=result.stopped_step, stop_reason=stop_reason(result, stop_rule),
@@ -100,7 +103,10 @@ def run_state(run_dir: Path, steps: int) -> dict:
         return {"status": "finished", "steps_done": int(meta.get("stopped_step") or meta.get("diverged_step") or steps),
                 "seconds": float(meta["wall_time_s"])}
     if (run_dir / "checkpoint.pt").is_file():
-        state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+        try:
+            state = read_checkpoint(run_dir / "checkpoint.pt")
+        except CheckpointMismatch:  # moved aside when the run starts again: it starts over
+            return {"status": "not started", "steps_done": 0, "seconds": 0.0}
         return {"status": "checkpointed", "steps_done": int(state["step"]), "seconds": float(state.get("seconds", 0.0))}
     return {"status": "not started", "steps_done": 0, "seconds": 0.0}
 
@@ -161,8 +167,7 @@ def aggregate(run_dirs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses of all runs, and one summary row per run."""
     curves, rows = [], []
     for run_dir in map(Path, run_dirs):
-        meta = read_json(run_dir / "meta.json")
-        loss = read_table(run_dir / "loss.csv")
+        meta, loss = read_run(run_dir)  # checked against its checksums and recorded steps
         ident = {"run": meta["run"], "norm": meta["norm"], "warmup": meta["warmup"], "seed": meta["seed"]}
         curves.append(loss.assign(**ident))
         vocab = meta["copy_task"]["vocab_size"]

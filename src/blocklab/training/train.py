@@ -6,10 +6,13 @@ checkpoint, so a run killed at any point and resumed gives bit-identical losses 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import math
+import pickle
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,7 +21,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ..io import atomic_path
+from ..io import atomic_path, write_bytes
 from .precision import autocast
 
 log = logging.getLogger("blocklab.train")
@@ -42,7 +45,7 @@ class TrainResult:
 
 
 def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, step: int, precision: str,
-                     diagnostics=None) -> None:
+                     diagnostics=None, identity: dict | None = None) -> None:
     state = {
         "step": step,
         "precision": precision,
@@ -56,13 +59,71 @@ def _save_checkpoint(path: Path, model, optimizer, generator, result: TrainResul
         "lrs": result.lrs,
         "seconds": result.seconds,
         "diagnostics": diagnostics.state_dict() if diagnostics is not None else None,
+        "identity": identity,
     }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    buffer = io.BytesIO()  # serialized in memory, written by Python: a full disk is an OSError (ENOSPC), not torch's
+    torch.save(state, buffer)
+    write_bytes(buffer.getbuffer(), path)
 
 
-def _load_checkpoint(path: Path, model, optimizer, generator, result: TrainResult, diagnostics=None) -> int:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+class CheckpointMismatch(Exception):
+    """A checkpoint that cannot be resumed from: unreadable, damaged, or not this run's. ``reason`` names the file
+    it is moved aside to (``checkpoint.pt.corrupt-<reason>``)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A checkpoint's state, verified: torch writes a zip archive with a CRC-32 of every record, which ``torch.load``
+    does not check (a flipped bit in a tensor loads silently); ``zipfile`` checks them all first. Raises
+    ``CheckpointMismatch("unreadable", ...)`` for a truncated, bit-flipped or otherwise unreadable file."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        if bad is None:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        detail = f"record {bad} fails its CRC-32 check"
+    except OSError:
+        raise  # the environment (permissions, I/O), not the file's content: said as such by the CLI
+    except (zipfile.BadZipFile, RuntimeError, EOFError, ValueError, KeyError, TypeError, pickle.UnpicklingError) as err:
+        detail = f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+    raise CheckpointMismatch("unreadable", f"cannot be read ({detail})")
+
+
+def check_checkpoint(state: dict, steps: int, identity: dict | None) -> None:
+    """Raise ``CheckpointMismatch`` unless ``state`` is a consistent checkpoint of the run ``identity`` describes:
+    its step agrees with its recorded losses and lies within ``steps``, and its identity (the run's parameters and
+    code, recorded by checkpoints since the checksums; older ones have none and are taken as they are) matches."""
+    try:
+        step = int(state["step"])
+        recorded = [list(state[k]) for k in ("steps", "losses", "lrs")]
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointMismatch("unreadable", f"lacks a field of a checkpoint ({err})") from None
+    if not 0 < step <= steps or recorded[0] != list(range(1, step + 1)) or len(set(map(len, recorded))) != 1:
+        raise CheckpointMismatch("step", f"says step {step}, but records {len(recorded[0])} steps of losses"
+                                 f" (this run trains {steps} steps)")
+    saved = state.get("identity")
+    if identity is not None and saved is not None and saved != identity:
+        differ = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+        reason = "code" if differ == ["code"] else "params"
+        raise CheckpointMismatch(reason, f"was written by another {'code version' if reason == 'code' else 'run'}"
+                                 f" (differs in {', '.join(differ)})")
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    """Rename a checkpoint that cannot be resumed from to ``<name>.corrupt-<reason>`` (numbered if one exists)."""
+    target = path.with_name(f"{path.name}.corrupt-{reason}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{reason}-{n}")
+    path.rename(target)
+    return target
+
+
+def _load_checkpoint(state: dict, model, optimizer, generator, result: TrainResult, diagnostics=None) -> int:
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["data_rng"])
@@ -96,6 +157,7 @@ def train(
     stop_when: Callable[[list[float]], bool] | None = None,
     desc: str = "train",
     diagnostics=None,
+    identity: dict | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``steps`` Adam steps; resume from ``checkpoint`` if it exists.
 
@@ -109,17 +171,16 @@ def train(
     same step as an uninterrupted one.
     ``diagnostics`` (a ``blocklab.training.diagnostics.Recorder``) records per-block gradients, Adam's update and the
     attention while training; it only reads, so the losses are bit-identical with and without it.
+    ``identity`` (JSON-like: the run's parameters and code version) is stored in every checkpoint; a checkpoint that
+    cannot be read, whose step disagrees with its losses, or of another identity is moved aside as
+    ``<checkpoint>.corrupt-<reason>`` with a warning, and training starts over (same numbers: runs are deterministic).
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=fused_adam or None)
     result = TrainResult(diagnostics_from=1 if diagnostics is not None else None)
     start = 0
-    saved_precision = _checkpoint_precision(Path(checkpoint)) if checkpoint is not None and Path(checkpoint).exists() else None
-    if saved_precision not in (None, precision):
-        log.warning("%s: checkpoint %s was trained in %s, this run is %s: starting afresh", desc, checkpoint,
-                    saved_precision, precision)
-    elif saved_precision is not None:
-        start = result.resumed_from = _load_checkpoint(Path(checkpoint), model, optimizer, generator, result, diagnostics)
-        log.info("%s: resumed from checkpoint at step %d", desc, start)
+    if checkpoint is not None and Path(checkpoint).exists():
+        start = result.resumed_from = _resume(Path(checkpoint), model, optimizer, generator, result, diagnostics,
+                                              steps=steps, precision=precision, identity=identity, desc=desc)
     step_fn = _make_step(model, loss_fn, optimizer, compile, precision, diagnostics)
     began = time.perf_counter() - result.seconds
     progress = tqdm(total=steps, initial=start, desc=desc, file=sys.stderr, disable=None, mininterval=2.0)
@@ -144,7 +205,8 @@ def train(
             break
         if checkpoint is not None and step % checkpoint_every == 0 and step < steps:
             result.seconds = time.perf_counter() - began
-            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics)
+            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics,
+                             identity)
     progress.close()
     result.seconds = time.perf_counter() - began
     return result
@@ -153,22 +215,78 @@ def train(
 def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict,
               diagnostics: pd.DataFrame | None = None) -> None:
     """A finished run's artifacts: loss.csv, diagnostics.parquet (when a table is given: a copy-task run writes one,
-    with no rows when it recorded none) and weights first, meta.json last (its presence marks a finished run)."""
-    from safetensors.torch import save_file
+    with no rows when it recorded none) and weights first, meta.json last (its presence marks a finished run). meta.json
+    records each artifact's size and sha256 and the loss table's length (``blocklab.integrity``), which every reader of
+    finished runs checks."""
+    from safetensors.torch import save
 
+    from ..integrity import run_record
     from ..io import write_json, write_table
 
-    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), Path(out_dir) / "loss.csv")
+    out_dir = Path(out_dir)
+    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), out_dir / "loss.csv")
     if diagnostics is not None:
-        with atomic_path(Path(out_dir) / "diagnostics.parquet") as tmp:
+        with atomic_path(out_dir / "diagnostics.parquet") as tmp:
             diagnostics.to_parquet(tmp, index=False, compression="zstd")
-    with atomic_path(Path(out_dir) / "model.safetensors") as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp))
-    write_json(meta, Path(out_dir) / "meta.json")
+    write_bytes(save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}),
+                out_dir / "model.safetensors")
+    written = ["loss.csv"] + (["diagnostics.parquet"] if diagnostics is not None else []) + ["model.safetensors"]
+    write_json({**meta, **run_record(out_dir, written, len(result.steps))}, out_dir / "meta.json")
 
 
 def _checkpoint_precision(path: Path) -> str:
-    return torch.load(path, map_location="cpu", weights_only=True).get("precision", "fp32")
+    return read_checkpoint(path).get("precision", "fp32")
+
+
+def _resume(path: Path, model, optimizer, generator, result: TrainResult, diagnostics, *, steps: int, precision: str,
+            identity: dict | None, desc: str) -> int:
+    """The step to resume from (0: from the start) after restoring ``path`` into the model, optimizer and generators.
+    A checkpoint of the other precision is left in place and overwritten (training starts afresh); one that cannot be
+    resumed from is moved aside, so that the next attempt does not fail on it again."""
+    try:
+        state = read_checkpoint(path)
+        if state.get("precision", "fp32") != precision:
+            log.warning("%s: checkpoint %s was trained in %s, this run is %s: starting afresh", desc, path,
+                        state.get("precision", "fp32"), precision)
+            return 0
+        check_checkpoint(state, steps, identity)
+        before = _state_of(model, optimizer, generator, diagnostics)
+        try:
+            start = _load_checkpoint(state, model, optimizer, generator, result, diagnostics)
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:  # shapes or names of another model
+            _restore(before, model, optimizer, generator, diagnostics)
+            result.steps, result.losses, result.lrs, result.seconds = [], [], [], 0.0
+            result.diagnostics_from = 1 if diagnostics is not None else None
+            raise CheckpointMismatch("params", f"does not fit this run's model or optimizer"
+                                     f" ({' '.join(str(err).split())[:160]})") from None
+    except CheckpointMismatch as err:
+        moved = move_aside(path, err.reason)
+        log.warning("%s: checkpoint %s %s; moved aside to %s, training starts over from step 0", desc, path, err,
+                    moved)
+        return 0
+    log.info("%s: resumed from checkpoint at step %d", desc, start)
+    return start
+
+
+def _state_of(model, optimizer, generator, diagnostics) -> dict:
+    """Everything ``_load_checkpoint`` changes, copied, so that a checkpoint that fails halfway changes nothing."""
+    import copy
+
+    return {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
+            "data_rng": generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "diagnostics": copy.deepcopy(diagnostics.state_dict()) if diagnostics is not None else None}
+
+
+def _restore(saved: dict, model, optimizer, generator, diagnostics) -> None:
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    generator.set_state(saved["data_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    if saved["cuda_rng"]:
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    if diagnostics is not None:
+        diagnostics.load_state_dict(saved["diagnostics"])
 
 
 def _make_step(model, loss_fn, optimizer, compile: bool, precision: str = "fp32", diagnostics=None):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...config import ConfigError
+from ...integrity import read_run
 from ...io import read_json, read_table
 from ...study import RUN_KEY, plan, unrecorded
 
@@ -55,7 +56,8 @@ def _record(meta: dict) -> dict:
 
 def _runs_from_dirs(root: Path, planned: pd.DataFrame):
     for row in planned.itertuples(index=False):
-        yield row, _record(read_json(root / row.run_dir / "meta.json")), read_table(root / row.run_dir / "loss.csv")
+        meta, loss = read_run(root / row.run_dir)  # checked against its checksums and recorded steps
+        yield row, _record(meta), loss
 
 
 def _runs_from_records(records: pd.DataFrame, losses: pd.DataFrame, planned: pd.DataFrame):

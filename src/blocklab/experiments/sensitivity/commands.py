@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ...config import ConfigError
+from ...integrity import begin_snapshot, record_snapshot
 from ...io import read_table, write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
@@ -107,8 +108,11 @@ def _snapshot_main(args) -> None:
                               f"({', '.join(lost['setting'] + '/' + lost['run'])}), which rewriting it would drop; "
                               "allowed: a new --out directory (list both in sensitivity.from_snapshots), or the "
                               "project root that holds those runs (--root)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(args.out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
     write_table(runs, args.out / "runs.csv")
     write_table(losses, args.out / "losses.csv")
     write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), args.out / "summary.csv")
+    record_snapshot(args.out)  # last: the checksums of what was written
     print(f"{len(runs)} finished of {planned['run_dir'].nunique()} planned runs recorded in {args.out}/ "
           "(runs.csv, losses.csv, summary.csv)")

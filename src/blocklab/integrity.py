@@ -1,0 +1,267 @@
+"""Finished results that prove they are whole: checksums of a run's artifacts and of a recorded snapshot, and
+``blocklab verify``.
+
+A finished run's meta.json (written last) records the size and sha256 of each artifact written before it
+(``artifacts``) and how many loss rows it has (``loss_steps``); a snapshot directory's ``MANIFEST.json`` (written
+last) records its files the same way. Every reader that trusts a finished run or a snapshot calls ``verify_run`` or
+``verify_snapshot`` first: a damaged one raises ``DamagedArtifact``, one line that names it, says what differs and how
+to repair it. Runs and snapshots written before the checksums existed are accepted after the checks their content
+allows (a run's loss table must hold exactly the steps its meta.json says it trained; a snapshot's losses must cover
+each of its runs step by step); ``blocklab verify --record`` gives an old snapshot its manifest.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .io import read_json, write_json
+
+MANIFEST = "MANIFEST.json"
+RUN_ARTIFACTS = ("loss.csv", "diagnostics.parquet", "model.safetensors")  # what write_run writes before meta.json
+WRITING = "writing"  # a manifest's status while its snapshot is being rewritten: a kill leaves it, readers refuse it
+
+
+class DamagedArtifact(Exception):
+    """A finished run or a snapshot whose files are not what was recorded: exit status 3, one line."""
+
+
+def file_record(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": Path(path).stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _differences(directory: Path, recorded: dict) -> list[str]:
+    found = []
+    for name, want in recorded.items():
+        path = directory / name
+        if not path.is_file():
+            found.append(f"{name} is missing")
+            continue
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            found.append(f"{name} has {size} bytes, {want['bytes']} recorded")
+        elif file_record(path)["sha256"] != want["sha256"]:
+            found.append(f"{name} has another sha256 than recorded (same size: edited or bit-flipped)")
+    return found
+
+
+# ---- finished runs ---------------------------------------------------------------------------------------------------
+
+
+def run_fix(run_dir: Path) -> str:
+    return (f"to repair, delete the run (`rm -r {run_dir}`) and rerun the pipeline (`snakemake --cores N` retrains "
+            f"that run only), or restore the good copy with `dvc checkout` where DVC holds it")
+
+
+def expected_loss_steps(meta: dict) -> int | None:
+    """How many rows the run's loss.csv has (steps 1..N): recorded by runs since the checksums; for older runs
+    the step it stopped or diverged at, else its training budget; None where meta.json says neither."""
+    if meta.get("loss_steps") is not None:
+        return int(meta["loss_steps"])
+    if meta.get("stopped_step"):
+        return int(meta["stopped_step"])
+    if meta.get("diverged_step"):
+        return int(meta["diverged_step"]) - 1
+    for section in ("sweep", "reverse_copy"):
+        if isinstance(meta.get(section), dict) and meta[section].get("steps") is not None:
+            return int(meta[section]["steps"])
+    return None
+
+
+def run_record(run_dir: Path, names, loss_steps: int) -> dict:
+    """What meta.json records of a run's artifacts ``names``: their sizes and sha256, and its loss table's rows."""
+    return {"loss_steps": loss_steps, "artifacts": {name: file_record(Path(run_dir) / name) for name in names}}
+
+
+def verify_run(run_dir: str | Path) -> dict:
+    """The meta.json of a finished run, after checking its artifacts against it; ``DamagedArtifact`` otherwise."""
+    run_dir = Path(run_dir)
+    try:
+        meta = read_json(run_dir / "meta.json")
+    except json.JSONDecodeError as err:
+        raise DamagedArtifact(f"{run_dir}: damaged finished run: meta.json is not valid JSON ({err}); "
+                              f"{run_fix(run_dir)}") from None
+    if isinstance(meta.get("artifacts"), dict):
+        problems = _differences(run_dir, meta["artifacts"])
+    else:  # a run finished before the checksums: check what its content allows
+        problems = [f"{name} is missing" for name in ("loss.csv",) if not (run_dir / name).is_file()]
+    if not problems:
+        problems = _loss_problems(run_dir / "loss.csv", expected_loss_steps(meta))
+    if problems:
+        raise DamagedArtifact(f"{run_dir}: damaged finished run: {'; '.join(problems)}; {run_fix(run_dir)}")
+    return meta
+
+
+def _loss_problems(path: Path, steps: int | None) -> list[str]:
+    try:
+        loss = pd.read_csv(path)
+        got = loss["step"].tolist()
+    except (ValueError, KeyError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        return [f"loss.csv cannot be read ({type(err).__name__})"]
+    if steps is not None and got != list(range(1, steps + 1)):
+        return [f"loss.csv has {len(got)} rows (steps {got[0] if got else '-'}..{got[-1] if got else '-'}), "
+                f"meta.json says the run trained steps 1..{steps}"]
+    return []
+
+
+def read_run(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A verified finished run's meta.json and loss table."""
+    meta = verify_run(run_dir)
+    return meta, pd.read_csv(Path(run_dir) / "loss.csv")
+
+
+# ---- recorded snapshots ----------------------------------------------------------------------------------------------
+
+
+def _snapshot_files(directory: Path) -> list[str]:
+    """The files a manifest covers: every file under ``directory`` except the manifest, hidden files and prose (.md)."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                  if p.is_file() and p.name != MANIFEST and p.suffix != ".md"
+                  and not any(part.startswith(".") for part in p.relative_to(directory).parts))
+
+
+def begin_snapshot(directory: str | Path) -> None:
+    """Mark ``directory`` as being written: a process killed before ``record_snapshot`` leaves a snapshot that every
+    reader refuses (no mix of old and new files is ever read)."""
+    write_json({"status": WRITING}, Path(directory) / MANIFEST)
+
+
+def interrupted(directory: str | Path) -> bool:
+    """Whether ``directory``'s last snapshot write was killed before it finished (its manifest says "writing")."""
+    try:
+        return read_json(Path(directory) / MANIFEST).get("status") == WRITING
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def record_snapshot(directory: str | Path) -> dict:
+    """Write ``directory``'s MANIFEST.json (last): the size and sha256 of every file it covers."""
+    directory = Path(directory)
+    manifest = {"status": "complete", "files": {name: file_record(directory / name) for name in _snapshot_files(directory)}}
+    write_json(manifest, directory / MANIFEST)
+    return manifest
+
+
+def snapshot_fix(directory: Path) -> str:
+    return (f"to repair, restore it (`git checkout -- {directory}` for a snapshot in git, `dvc checkout` for one DVC "
+            f"holds) or write it again with its snapshot command")
+
+
+def verify_snapshot(directory: str | Path) -> None:
+    """Check a recorded snapshot against its manifest (an older one without a manifest: its losses cover each of its
+    runs step by step, as far as its runs.csv says); ``DamagedArtifact`` otherwise."""
+    directory = Path(directory)
+    manifest_file = directory / MANIFEST
+    if manifest_file.is_file():
+        try:
+            manifest = read_json(manifest_file)
+        except json.JSONDecodeError:
+            manifest = {"status": "unreadable"}
+        if manifest.get("status") != "complete" or not isinstance(manifest.get("files"), dict):
+            raise DamagedArtifact(f"{directory}: incomplete snapshot: its writing was interrupted ({MANIFEST} says "
+                                  f"{manifest.get('status')!r}); {snapshot_fix(directory)}")
+        problems = _differences(directory, manifest["files"])
+        extra = sorted(set(_snapshot_files(directory)) - set(manifest["files"]))
+        problems += [f"{name} is not in {MANIFEST}" for name in extra]
+    else:
+        problems = _snapshot_loss_problems(directory)
+    if problems:
+        raise DamagedArtifact(f"{directory}: damaged snapshot: {'; '.join(problems)}; {snapshot_fix(directory)}")
+
+
+def _snapshot_loss_problems(directory: Path) -> list[str]:
+    """An older snapshot's runs.csv and losses.csv: every run's steps run 1..N, N its stop or divergence step where
+    runs.csv says one."""
+    if not (directory / "runs.csv").is_file() or not (directory / "losses.csv").is_file():
+        return []
+    try:
+        runs, losses = pd.read_csv(directory / "runs.csv"), pd.read_csv(directory / "losses.csv")
+    except (ValueError, KeyError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        return [f"runs.csv or losses.csv cannot be read ({type(err).__name__})"]
+    keys = [k for k in ("setting", "run") if k in runs and k in losses]
+    problems = []
+    steps = {key: group["step"].tolist() for key, group in losses.groupby(keys)}
+    for row in runs.to_dict("records"):
+        key = tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]
+        got = steps.get(key, [])
+        end = row.get("stopped_step") if pd.notna(row.get("stopped_step", float("nan"))) else None
+        if end is None and pd.notna(row.get("diverged_step", float("nan"))):
+            end = int(row["diverged_step"]) - 1
+        want = list(range(1, int(end) + 1)) if end is not None else list(range(1, len(got) + 1))
+        if not got or got != want:
+            name = "/".join(map(str, key)) if isinstance(key, tuple) else key
+            problems.append(f"losses.csv has {len(got)} steps for run {name}, runs.csv says 1..{len(want)}")
+    return problems
+
+
+# ---- blocklab verify -------------------------------------------------------------------------------------------------
+
+
+def verify_tree(path: str | Path) -> tuple[int, list[str], list[Path]]:
+    """Verify every finished run (a directory with meta.json and loss.csv) and snapshot (a directory with a manifest,
+    or the path itself when it holds neither) under ``path``: (how many were checked, the failures' messages, the
+    snapshots checked without a manifest)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    checked, failures = 0, []
+    snapshots = {p.parent for p in path.rglob(MANIFEST)} if path.is_dir() else set()
+    for meta in sorted(path.rglob("meta.json")) if path.is_dir() else []:
+        if (meta.parent / "loss.csv").is_file() and not any(s in meta.parents for s in snapshots):
+            checked += 1
+            try:
+                verify_run(meta.parent)
+            except DamagedArtifact as err:
+                failures.append(str(err))
+    if not checked and not snapshots and path.is_dir():
+        snapshots = {path}  # a snapshot recorded before manifests: its own consistency checks
+    for snapshot in sorted(snapshots):
+        checked += 1
+        try:
+            verify_snapshot(snapshot)
+        except DamagedArtifact as err:
+            failures.append(str(err))
+    return checked, failures, sorted(s for s in snapshots if not (s / MANIFEST).is_file())
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("verify", help="check finished runs and recorded snapshots against their checksums")
+    p.add_argument("paths", nargs="*", type=Path, default=[Path("data")],
+                   help="data directories, run directories or snapshot directories (default: data)")
+    p.add_argument("--record", action="store_true",
+                   help="write the MANIFEST.json of each snapshot directory given, after checking what its content "
+                        "allows (for snapshots recorded before manifests existed)")
+    p.set_defaults(func=_verify_main)
+
+
+def _verify_main(args) -> int:
+    if args.record:
+        for path in args.paths:
+            if (path / MANIFEST).is_file():
+                verify_snapshot(path)  # a manifest there: it must hold before it is rewritten
+            elif problems := _snapshot_loss_problems(path):
+                raise DamagedArtifact(f"{path}: damaged snapshot: {'; '.join(problems)}; {snapshot_fix(path)}")
+            manifest = record_snapshot(path)
+            print(f"{path}: recorded {len(manifest['files'])} file(s) in {MANIFEST}")
+        return 0
+    total, failures = 0, []
+    for path in args.paths:
+        checked, failed, unrecorded = verify_tree(path)
+        total += checked
+        failures += failed
+        for snapshot in unrecorded:
+            print(f"{snapshot}: no {MANIFEST} (recorded before checksums): only its losses were checked against its "
+                  f"runs; `blocklab verify --record {snapshot}` records its checksums")
+    for message in failures:
+        print(message)
+    print(f"verified {total - len(failures)} of {total} run(s) and snapshot(s)"
+          + (f"; {len(failures)} damaged (above)" if failures else ""))
+    if failures:
+        raise DamagedArtifact(f"{len(failures)} damaged: {failures[0]}" + (" (and more above)" if len(failures) > 1 else ""))
+    return 0
