@@ -35,16 +35,20 @@ def structure_values(structure):
 # --- our blocks ----------------------------------------------------------------------------------
 
 
+def residual_kept(structure):
+    return {s["writer"]: s["residual_kept_when_silenced"] for s in structure["evidence"]["sublayers"]}
+
+
 def test_our_prenorm_encoder_passes():
     review = review_module("blocklab.model.blocks:EncoderBlock", "encoder")
     assert review.verdict == "pass" and review.exit_status == EXIT_PASS
-    assert review.facts["norm_position"]["position"] == "pre"
-    assert set(review.facts["norm_modules"].values()) == {"layernorm"}  # ModelConfig's default norm
-    assert review.facts["ffn"]["ratio"] == ModelConfig().ffn_ratio
-    assert review.facts["ffn"]["activation"] == ModelConfig().ffn_kind == "gelu"
-    assert severities(review, "masking") == ["pass"]  # bidirectional
-    assert review.facts["position"]["position_aware"] is False  # learned positions live in the embedding
-    assert all(review.facts["residual_when_silenced"].values())
+    s = review.facts["structure"]
+    assert (s["norm_placement"], s["norm_kind"]) == ("pre", "layernorm")  # ModelConfig's default norm
+    assert s["ffn_ratio"] == ModelConfig().ffn_ratio
+    assert s["evidence"]["ffn"]["activation"] == ModelConfig().ffn_kind == "gelu"
+    assert severities(review, "masking") == ["pass"] and s["causal"] is False  # bidirectional
+    assert s["position"] == "none"  # learned positions live in the embedding
+    assert all(residual_kept(s).values())
 
 
 def test_our_causal_decoder_only_block_passes():
@@ -61,19 +65,18 @@ def test_modern_decoder_detected_as_gqa_rmsnorm_swiglu_rope():
         residual="sequential", norm_placement=cfg.norm_position, norm_kind="rmsnorm", attention="GQA",
         query_heads=cfg.n_heads, kv_heads=2, qk_norm=False, position="rope", ffn="swiglu", ffn_ratio=cfg.ffn_ratio,
         causal=True, cross_attention=False)
-    (attention,) = review.facts["attention"].values()
-    assert (attention["kind"], attention["heads"], attention["kv_heads"]) == ("GQA", ModelConfig().n_heads, 2)
-    assert set(review.facts["norm_modules"].values()) == {"rmsnorm"}
-    assert review.facts["ffn"]["kind"] == "swiglu" and review.facts["ffn"]["matrices"] == 3
-    assert review.facts["position"]["position_aware"] is True  # RoPE breaks prefix-permutation invariance
+    assert review.facts["structure"]["evidence"]["ffn"]["matrices"] == 3
+    assert review.facts["structure"]["evidence"]["rotary_fraction"] == 1.0  # layers.py rotates every pair
     assert review.verdict == "pass"
 
 
 def test_our_encoder_decoder_block_cross_attention():
     review = review_module("blocklab.model.blocks:DecoderBlock", "cross")
-    cross = review.facts["cross_attention"]
-    assert cross["memory_changes_output"] and cross["keeps_target_shape"]
-    assert cross["cross_attention_modules"] == ["cross.sublayer"]  # DecoderBlock.cross is the cross-attention
+    assert review.facts["cross_attention"]["memory_changes_output"]
+    s = review.facts["structure"]
+    assert s["cross_attention"] is True and s["causal"] is True
+    # DecoderBlock.cross is the cross-attention: its sub-layer reads the memory
+    assert [sub["writer"].split(".")[0] for sub in s["evidence"]["sublayers"] if sub["cross"]] == ["cross"]
     assert review.verdict == "pass"
 
 
@@ -90,24 +93,28 @@ def test_norm_kind_probe_matches_torch_norms():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_torch_encoder_layer_norm_position(norm_first):
     review = review_module(nn.TransformerEncoderLayer, "encoder", kwargs={"norm_first": norm_first})
-    assert review.facts["norm_position"]["position"] == ("pre" if norm_first else "post")
-    assert review.facts["ffn"]["activation"] == "relu"  # torch's default activation
-    assert review.facts["attention"]["self_attn"]["kind"] == "MHA"
+    s = review.facts["structure"]
+    assert s["norm_placement"] == ("pre" if norm_first else "post")
+    assert s["evidence"]["ffn"]["activation"] == "relu"  # torch's default activation
+    assert (s["attention"], s["query_heads"], s["kv_heads"]) == ("MHA", 4, 4)  # built with nhead=4
+    assert review.facts["traced_multihead_attention"] == ["self_attn"]
+    assert review.exit_status == EXIT_PASS
 
 
 def test_torch_encoder_layer_gelu_activation_is_read_off_the_hidden_values():
     review = review_module(nn.TransformerEncoderLayer, "encoder", kwargs={"activation": "gelu"})
-    assert review.facts["ffn"]["activation"] == "gelu"
+    assert review.facts["structure"]["evidence"]["ffn"]["activation"] == "gelu"
 
 
 def test_torch_decoder_layer_masks_only_when_the_caller_asks():
     review = review_module("torch.nn:TransformerDecoderLayer", "cross")
     assert review.facts["causal"]["without_caller_mask"]["leaks"] is True
     assert review.facts["causal"]["with_caller_mask"]["leaks"] is False
-    assert severities(review, "causal mask") == ["warn"]
-    roles = {name: a["role"] for name, a in review.facts["attention"].items()}
-    assert roles == {"self_attn": "self", "multihead_attn": "cross"}  # torch's names for the two attentions
-    assert review.facts["norm_position"]["position"] == "post"  # norm_first defaults to False
+    assert severities(review, "causal mask") == ["warn", "pass"]  # left to the caller; with it, causal
+    subs = {sub["writer"]: sub["cross"] for sub in review.facts["structure"]["evidence"]["sublayers"]}
+    # torch's names for the two attentions, and the FFN's second linear
+    assert subs == {"self_attn.out_proj": False, "multihead_attn.out_proj": True, "linear2": False}
+    assert review.facts["structure"]["norm_placement"] == "post"  # norm_first defaults to False
     assert review.verdict == "flag" and review.exit_status == EXIT_FLAG
 
 
@@ -130,13 +137,13 @@ def test_deep_post_norm_without_warmup_is_rejected(depth, warmup, rejected):
 
 def test_ffn_ratio_one_is_flagged():
     review = review_module("blocklab.model.blocks:EncoderBlock", "encoder", kwargs={"ffn_ratio": 1.0})
-    assert review.facts["ffn"]["ratio"] == 1.0
+    assert review.facts["structure"]["ffn_ratio"] == 1.0
     assert severities(review, "ffn ratio") == ["flag"] and review.verdict == "flag"
 
 
 def test_missing_ffn_residual_is_flagged():
     review = review_module(broken_blocks.NoFFNResidual, "encoder")
-    assert review.facts["residual_when_silenced"] == {"attn.sublayer": True, "ffn": False}
+    assert residual_kept(review.facts["structure"]) == {"attn.sublayer.o": True, "ffn.sublayer.down": False}
     assert review.verdict == "flag"
 
 
@@ -157,7 +164,7 @@ def test_factory_without_width_is_probed_at_its_own_width():
     review = review_module(broken_blocks.fixed_modern_decoder, "decoder")
     assert review.facts["d_model"]["probed"] == 48
     assert review.facts["widths"] == {"tested": False}
-    assert next(iter(review.facts["attention"].values()))["kind"] == "GQA"
+    assert review.facts["structure"]["attention"] == "GQA"
 
 
 # --- Hugging Face architectures, built tiny from their own config class ---------------------------

@@ -34,10 +34,12 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     bias = a.position_bias(attn, heads)
     causal = a.causal()
     aware = a.position_aware(causal["causal"])
-    rotary = a.rotary_fraction(attn, heads) if aware and bias.get("kind") == "none" else None
+    # position from the data flow only: rotated queries and keys (RoPE) or a bias on the logits; a layer that is
+    # position-aware for another reason (a mask off by one) has neither
+    rotary = a.rotary_fraction(attn, heads) if bias.get("kind") == "none" else None
     if bias.get("kind") in ("alibi", "relative-bias"):
         position = bias["kind"]
-    elif aware:
+    elif rotary:
         position = "rope"
     else:
         position = (absolute or {}).get("kind") or "none"

@@ -393,14 +393,31 @@ class LayerAnalysis:
         _, y = self.tracer.run(x, lambda k, out: torch.zeros_like(out) if k == key else None)
         return y
 
+    def _sum_norms(self, g: SubLayer) -> list[Call]:
+        """Norms (outside the sub-layer) of the sub-layer's input plus its output: norm(h + F(h))."""
+        stream_in = self.stream_input(g)
+        return [n for n in self.norm_calls if n.index > g.out.index and n.inp.shape == g.out.out.shape
+                and _same(n.inp, stream_in.inp + g.out.out)]
+
+    def stream_input(self, g: SubLayer) -> Call:
+        return next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+
     def norm_placement(self, g: SubLayer) -> dict:
-        stream_in = next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+        stream_in = self.stream_input(g)
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
         stream = [n for n in self.norm_calls if n not in inner]
         before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)]
-        after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)]
-        post = [n.name for n in stream if n.index > g.out.index and n.inp.shape == g.out.out.shape
-                and _same(n.inp, stream_in.inp + g.out.out)]
+        # a norm of the writer's output is an output norm, unless it is the next sub-layer's input norm: a block
+        # whose sub-layer output replaces the stream (no residual) feeds it straight into the next pre-norm
+        later_inputs = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
+        after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)
+                 and not any(_same(n.out, i) for i in later_inputs)]
+        post = [n.name for n in self._sum_norms(g)]
+        if g is not self.sublayers[-1] and not self._sum_norms(self.sublayers[-1]):
+            # the stack ends without a norm on its residual sum: a norm of an earlier sum that feeds the next
+            # sub-layer is that sub-layer's input norm (the stream goes on un-normalized), not a post-norm
+            post = [n for n in post if not any(_same(m.out, i) for m in self.norm_calls if m.name == n
+                                               for i in later_inputs)]
         # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
         placement = ("post" if post and not after else "sandwich" if before and after else "pre" if before
                      else "output" if after else "none")

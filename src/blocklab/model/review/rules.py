@@ -47,7 +47,7 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
 
 def _placement(add, s, depth, warmup_steps) -> None:
     where, ffn_where = s["norm_placement"], s["evidence"]["norm_placement"]["ffn"]["placement"]
-    if ffn_where != where:
+    if ffn_where != where and "none" not in (where, ffn_where):
         add("norm position", "info", f"the FFN's norm placement ({ffn_where}) differs from the attention's "
             f"({where}, reported)", ffn_where)
     messages = {"pre": "pre-norm: h + F(norm(h))",
@@ -55,10 +55,11 @@ def _placement(add, s, depth, warmup_steps) -> None:
                 "output": f"output norm: h + norm(F(h)), the sub-layer input is not normalized; 2026 default: "
                           f"pre-norm ({WHY['norm_placement']})",
                 "post": f"post-norm: norm(h + F(h)); 2026 default: pre-norm ({WHY['norm_placement']})"}
-    if where == "none":
-        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums",
-            where)
-        return
+    if where == "none" or ffn_where == "none":
+        which = "the sub-layers'" if where == ffn_where else "the attention's" if where == "none" else "the FFN's"
+        add("norm position", "flag", f"no normalization found on {which} inputs, outputs or residual sums", "none")
+        if where == "none":
+            return
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
         if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
@@ -83,7 +84,9 @@ def _defaults(add, s) -> None:
             "sinusoidal": "sinusoidal absolute positions added to the embedding",
             "relative-bias": "learned relative-position bias on the attention logits",
             "alibi": "ALiBi: a fixed bias linear in distance on the attention logits",
-            "none": "no position signal found (neither in the embedding nor in the layer)"}[position]
+            "none": "no position signal found (neither in the embedding nor in the layer)"
+            if s["evidence"].get("absolute_position") is not None else
+            "no position signal inside the block: positions must come from the embedding"}[position]
     add("position", "pass" if position == "rope" else "info",
         text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
     ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
@@ -131,8 +134,7 @@ def _causal(add, s) -> None:
     elif expected is False and causal:
         add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
     elif causal:
-        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged, with the mask "
-            "the model builds itself", True)
+        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged", True)
     else:
         add("masking", "pass", "bidirectional: every position sees every other", False)
 
