@@ -371,13 +371,67 @@ def test_block_with_fewer_heads_than_declared_is_flagged():
     assert review.facts["structure"]["query_heads"] == 2 and review.severity_of("head count") == "flag"
 
 
-def test_routed_experts_cannot_be_reviewed():
-    # mixtral: mod 57-89 the experts are 3-D parameters (65-66) applied with nn.functional.linear (87, 89), no layer
-    # to hook: the data flow shows attention and no FFN; a valid architecture, so exit 4, not 3
-    review = review_architecture("mixtral")
-    assert review.exit_status == EXIT_CANNOT
-    (cannot,) = [f.message for f in review.findings if f.severity == "cannot"]
-    assert "no feed-forward network" in cannot and "mlp.experts" in cannot
+# --- every layer of a stack, and routed experts ----------------------------------------------------
+# Layer indices are the full-size ones: the tiny model keeps the config's depth.
+
+
+def patterns(review):
+    return {tuple(layer["indices"]): {k: v for k, v in layer.items() if k != "indices"}
+            for layer in review.facts["structure"]["layers"]}
+
+
+def test_uniform_stack_has_one_layer_pattern():
+    (indices,) = patterns(hf_review("llama"))  # cfg 66: 32 layers, all alike
+    assert indices == tuple(range(32))
+
+
+def test_smollm3_nope_layers_are_their_own_pattern():
+    # smollm3 cfg 88-89 + 101: no_rope_layers[i] = int((i + 1) % 4 != 0), and mod 215 applies RoPE only where it is
+    # 1: layers 3, 7, ..., 35 have no position signal; the rest RoPE; 16 query / 4 K/V heads throughout
+    found = patterns(hf_review("smollm3"))
+    nope = tuple(range(3, 36, 4))
+    assert set(found) == {nope, tuple(i for i in range(36) if i not in nope)}
+    assert found[nope]["position"] == "none"
+    assert {p["position"] for k, p in found.items() if k != nope} == {"rope"}
+    assert {(p["mixer"], p["attention"], p["query_heads"], p["kv_heads"]) for p in found.values()} == {
+        ("attention", "GQA", 16, 4)}
+    assert hf_review("smollm3").facts["structure"]["position"] == "rope"  # the top level: the main pattern
+
+
+def test_lfm2_convolution_layers_are_a_conv_pattern():
+    # tests/hf_configs/lfm2-1.2b.json layer_types; lfm2 mod 389-394: a "conv" layer holds Lfm2ShortConv (a depthwise
+    # Conv1d of conv_L_cache 3 over the sequence, mod 329) in place of attention; every layer has the same MLP
+    review = review_architecture("tests/hf_configs/lfm2-1.2b.json")
+    found = patterns(review)
+    conv = (0, 1, 3, 4, 6, 7, 9, 11, 13, 15)
+    assert set(found) == {conv, (2, 5, 8, 10, 12, 14)}
+    assert found[conv]["mixer"] == "conv" and found[conv]["attention"] is None
+    assert found[(2, 5, 8, 10, 12, 14)]["mixer"] == "attention"
+    assert (found[(2, 5, 8, 10, 12, 14)]["query_heads"], found[(2, 5, 8, 10, 12, 14)]["kv_heads"]) == (32, 8)
+    assert review.severity_of("layers") == "info" and review.exit_status == EXIT_PASS
+
+
+def test_gemma2_sliding_window_layers():
+    # gemma2 cfg 87-95: sliding_window 4096 on the even layers ("sliding_attention"), full attention on the odd
+    found = patterns(hf_review("gemma2"))
+    assert {k: p["sliding_window"] for k, p in found.items()} == {tuple(range(0, 26, 2)): 4096,
+                                                                   tuple(range(1, 26, 2)): None}
+
+
+def test_mixtral_routed_experts_are_reviewed():
+    # mixtral cfg 68, 84-85: 8 experts of 14336, 2 per token; mod 57-93 experts as 3-D weights, no layer each
+    review = hf_review("mixtral")
+    s = review.facts["structure"]
+    assert s["moe"] == {"experts": 8, "per_token": 2, "shared": 0}
+    assert s["ffn"] == "swiglu" and s["ffn_ratio"] == 2 * 14336 / 4096  # active width per token
+    assert review.exit_status == EXIT_PASS
+
+
+def test_qwen2_moe_shared_expert_counts_in_the_active_width():
+    # qwen2_moe cfg 96-99: 60 experts of 1408, 4 per token; mod 337-343 a shared expert MLP of 5632 on every token
+    s = hf_review("qwen2_moe").facts["structure"]
+    assert s["moe"] == {"experts": 60, "per_token": 4, "shared": 1}
+    assert s["ffn_ratio"] == (4 * 1408 + 5632) / 2048
 
 
 def test_block_without_attention_cannot_be_reviewed():

@@ -28,10 +28,23 @@ from .. import hf_config
 
 WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 8, 2, 128
 SEQ, MEMORY_SEQ = 6, 9
+MAX_LAYERS = 128  # the tiny model keeps the full depth (every layer reviewed) up to this many layers
+WINDOW = 4  # sliding windows, local and chunked attention shrink to 4 positions: visible within SEQ
+MAX_EXPERTS = 8  # routed experts: at most this many at the tiny size (and more than the experts per token)
 ATTENTION_BACKENDS = ("eager", "sdpa")
 FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "dff", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim",
-            "decoder_ffn_dim")
+            "decoder_ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size", "intermediate_size_mlp",
+            "block_ff_dim")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
+# widths that are not the model width's multiples: head widths of linear attention and multi-head latent attention,
+# SSM states; each set to the tiny head width (MLA's query-key width is its two parts together)
+OTHER_HEAD_DIMS = ("linear_key_head_dim", "linear_value_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
+                   "v_head_dim", "mamba_d_head", "mamba_d_state", "state_size", "ssm_state_size", "d_state")
+RANK_KEYS = ("kv_lora_rank", "q_lora_rank")  # MLA's low-rank bottlenecks: scaled with the width, at least 4
+HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
+WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_attention", "attention_chunk_size")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 HEAD_KEYS = ("encoder_attention_heads", "decoder_attention_heads")  # besides num_attention_heads (BART)
 LAYER_KEYS = ("num_hidden_layers", "num_decoder_layers", "decoder_layers", "encoder_layers")
@@ -109,11 +122,33 @@ def shrink(config, attention: str = "eager"):
     for key in HEAD_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, HEADS)
+    for key in OTHER_HEAD_DIMS:
+        if _int_attr(config, key):
+            setattr(tiny, key, HEAD_DIM)
+    if _int_attr(config, "qk_head_dim") and _int_attr(config, "qk_rope_head_dim"):
+        tiny.qk_head_dim = tiny.qk_rope_head_dim + (getattr(tiny, "qk_nope_head_dim", 0) or 0)
+    for key in RANK_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, max(4, round(getattr(config, key) * WIDTH / d)))
+    for key in HEAD_COUNT_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, max(1, round(getattr(config, key) * HEADS / heads)))
+    for key in WINDOW_KEYS:
+        if (_int_attr(config, key) or 0) > WINDOW:
+            setattr(tiny, key, WINDOW)
+    for key in ("n_group", "topk_group"):  # DeepSeek's grouped routing: one group of the few tiny experts
+        if _int_attr(config, key):
+            setattr(tiny, key, 1)
+    top_k = max([_int_attr(config, k) or 0 for k in TOP_K_KEYS])
+    for key in EXPERT_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, min(getattr(config, key), max(MAX_EXPERTS, top_k + 1)))
+    depth = next((_int_attr(config, k) for k in LAYER_KEYS if _int_attr(config, k)), None)
     for key in LAYER_KEYS:
         if _int_attr(config, key):
-            setattr(tiny, key, LAYERS)
-    if isinstance(getattr(config, "layer_types", None), list):
-        tiny.layer_types = list(config.layer_types[:LAYERS])
+            setattr(tiny, key, min(getattr(config, key), MAX_LAYERS))
+    if depth and depth > MAX_LAYERS and isinstance(getattr(config, "layer_types", None), list):
+        tiny.layer_types = list(config.layer_types[:MAX_LAYERS])
     for key in TOKEN_KEYS:
         if (_int_attr(config, key) or 0) >= VOCAB:
             setattr(tiny, key, 0)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from ...config import ConfigError
-from .architecture import read_layer
+from .architecture import layer_entry, read_layer
 from .build import DEFAULT_WIDTH, Builder, resolve
-from .dataflow import LayerAnalysis
+from .dataflow import LayerAnalysis, one_thread
 from .probe import MEMORY_SEQ, SEQ, BlockDriver, Probe, width_check
 from .report import Review
 from .rules import judge_structure
@@ -21,6 +21,11 @@ ROLES = ("encoder", "decoder", "cross")
 def review_module(target, role: str, d_model: int | None = None, depth: int | None = None, warmup_steps: int = 0,
                   kwargs: dict | None = None, seed: int = 0, subject: str | None = None) -> Review:
     """Build, probe and judge one block. ``target``: 'pkg.mod:Name', a class, a factory or a module instance."""
+    with one_thread():
+        return _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, subject)
+
+
+def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, subject) -> Review:
     if role not in ROLES:
         raise ConfigError(f"--role {role!r} is not allowed; choose one of {list(ROLES)}")
     obj = resolve(target) if isinstance(target, str) else target
@@ -54,6 +59,7 @@ def review_module(target, role: str, d_model: int | None = None, depth: int | No
         structure = {"reviewable": False, "reason": f"driving the block with hooks failed: {type(err).__name__}: "
                                                     f"{err}"}
     structure["expected_causal"] = role != "encoder"
+    structure["layers"] = [layer_entry(structure, [0])]  # one block: one layer, one pattern
     review.facts["structure"] = structure
     judge_structure(review, structure, depth=depth, warmup_steps=warmup_steps)
     if structure.get("reviewable"):
