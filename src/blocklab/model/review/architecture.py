@@ -9,8 +9,8 @@ import torch
 from ...config import ConfigError
 from .. import hf_config
 from . import hf
-from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, one_thread,
-                       out_width)
+from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
+                       one_thread, out_width)
 from .report import Review
 from .rules import judge_layers, judge_structure
 from .structure import heads_kind, norm_kind
@@ -240,7 +240,7 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     return shapes, reach, aware
 
 
-def _ranges(indices: list[int]) -> str:
+def layer_ranges(indices: list[int]) -> str:
     """[3, 7, 11, 15] -> '3, 7, ..., 15' (a constant step); [0, 1, 2, 5] -> '0-2, 5'."""
     if len(indices) > 3 and len({b - a for a, b in zip(indices, indices[1:])}) == 1 and indices[1] - indices[0] > 1:
         return f"{indices[0]}, {indices[1]}, ..., {indices[-1]}"
@@ -283,7 +283,7 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
         patterns.append((indices, s))
     attention = [(idx, s) for idx, s in patterns if s.get("reviewable") and s["mixer"] == "attention"]
     if not attention:
-        reasons = "; ".join(f"layers {_ranges(idx)}: " + (s["mixer"] if s.get("reviewable") else s["reason"])
+        reasons = "; ".join(f"layers {layer_ranges(idx)}: " + (s["mixer"] if s.get("reviewable") else s["reason"])
                             for idx, s in patterns)
         return {"reviewable": False, "reason": f"no layer with attention and a feed-forward network ({reasons})",
                 "layers": [layer_entry(s, idx) for idx, s in patterns]}
@@ -319,19 +319,28 @@ def _expect_causal(structure: dict, head_class: str) -> bool | None:
 
 def review_architecture(source, attention: str = "eager", depth: int | None = None, warmup_steps: int = 0,
                         seed: int = 0, only_layer_class=None, stack_role: str | None = None,
-                        subject: str | None = None) -> Review:
+                        subject: str | None = None, max_memory_gb: float | None = None) -> Review:
     """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size.
 
     Bad arguments (an unknown model_type, an unreadable file, an unknown backend) raise ConfigError; a valid
     architecture that cannot be shrunk, built or driven gets a review that says so (verdict 'cannot review').
     """
-    with one_thread():
-        return _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class, stack_role,
-                                    subject)
+    if max_memory_gb is not None and not max_memory_gb > 0:
+        raise ConfigError(f"--max-memory-gb must be > 0, got {max_memory_gb}")
+    with one_thread(), memory_cap(int(max_memory_gb * 2**30) if max_memory_gb else None) as cap:
+        try:
+            return _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class,
+                                        stack_role, subject, cap)
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - transformers on a valid config: exit 4 with the reason
+            cannot = Review(subject=subject or str(source), mode="hf-config", role=None)
+            cannot.add("structure", "cannot", f"cannot review: {type(err).__name__}: {str(err)[:300]}", None)
+            return cannot
 
 
 def _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class, stack_role,
-                         subject) -> Review:
+                         subject, cap) -> Review:
     if attention not in hf.ATTENTION_BACKENDS:
         raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
@@ -341,13 +350,13 @@ def _review_architecture(source, attention, depth, warmup_steps, seed, only_laye
     try:
         try:
             tiny_config = hf.shrink(full_config, attention)
-            model = hf.build_tiny(tiny_config, seed)
+            model = hf.build_tiny(tiny_config, seed, cap)
         except ConfigError as err:
             if attention == "eager":
                 raise
             fallback = f"{attention} is not available for this architecture ({str(err).split(': ', 2)[-1][:80]}...)"
             tiny_config = hf.shrink(full_config, "eager")
-            model = hf.build_tiny(tiny_config, seed)
+            model = hf.build_tiny(tiny_config, seed, cap)
     except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
         cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {err}", None)
         return cannot

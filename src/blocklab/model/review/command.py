@@ -10,11 +10,11 @@ from ...config import ConfigError
 from ...io import write_json
 from ...provenance import stamp
 from . import hf
-from .architecture import hf_layer_class, model_type_of, review_architecture
+from .architecture import hf_layer_class, layer_ranges, model_type_of, review_architecture
 from .build import DEFAULT_WIDTH, resolve
 from .judge import ROLES, review_module
 from .report import EXIT_USAGE, Review
-from .rules import DEFAULTS
+from .rules import DEFAULTS, pattern_text
 
 EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)
@@ -77,6 +77,9 @@ def register(subparsers) -> None:
                                                                "(default 0: none)")
     p.add_argument("--kwargs", help="JSON object of constructor arguments (ModelConfig fields for a cfg class)")
     p.add_argument("--json", help="write the review as JSON here")
+    p.add_argument("--max-memory-gb", type=float, default=None,
+                   help="refuse (exit 4, with the reason) a tiny build or a batched probe that would need more than "
+                        "this (default 4)")
     # this command's own exit 2 means 'reject', so its argument errors exit 3
     p.error = lambda message: _usage_error(p, message)
     p.set_defaults(func=_main)
@@ -103,15 +106,16 @@ def run_review(args) -> Review:
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     attention = getattr(args, "attention", "eager")
+    cap = getattr(args, "max_memory_gb", None)
     if args.hf_config:
         return review_architecture(args.hf_config, attention=attention, depth=args.depth,
-                                   warmup_steps=args.warmup_steps)
+                                   warmup_steps=args.warmup_steps, max_memory_gb=cap)
     target = resolve(args.module)
     if hf_layer_class(target):
         model_type = model_type_of(target)
         return review_architecture(model_type, attention=attention, depth=args.depth, warmup_steps=args.warmup_steps,
                                    only_layer_class=target, stack_role=args.role,
-                                   subject=f"{args.module} (inside its {model_type} model)")
+                                   subject=f"{args.module} (inside its {model_type} model)", max_memory_gb=cap)
     if not args.role:
         raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
     return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
@@ -122,7 +126,7 @@ def run_review(args) -> Review:
 
 COLUMNS = ("residual", "norm_placement", "norm_kind", "attention", "qk_norm", "position", "ffn", "ffn_ratio", "causal")
 HEADERS = ("architecture", "residual", "norm", "norm kind", "attention (Q/KV heads)", "QK-norm", "position",
-           "FFN (ratio)", "causal", "parameters", "verdict")
+           "FFN (ratio)", "causal", "layers", "parameters", "verdict")
 
 
 def _cell(s: dict, key: str) -> str:
@@ -144,24 +148,42 @@ def _cell(s: dict, key: str) -> str:
     return f"**{text}**" if default is not None and value == default else text
 
 
+def _layers_cell(s: dict) -> str:
+    """'uniform', or each layer pattern of a mixed stack with its layer indices."""
+    layers = s.get("layers") or []
+    if len(layers) <= 1:
+        return "uniform" if layers else "—"
+    return "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in layers)
+
+
 def table_rows(review: Review) -> list[list[str]]:
     structure = review.facts.get("structure") or {}
-    stacks = {"": structure} if "reviewable" in structure else structure
+    stacks = {"": structure} if "reviewable" in structure or not structure else structure
     rows = []
     for label, s in stacks.items():
         name = review.subject + (f" ({label})" if label else "")
         if not s.get("reviewable"):
-            rows.append([name, *["—"] * 8, f"{review.facts.get('parameters', 0):,}", review.verdict])
+            verdict = "error (exit 3)" if "usage_error" in review.facts else review.verdict
+            rows.append([name, *["—"] * 8, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", verdict])
             continue
         cells = [_cell(s, k) for k in COLUMNS if k != "ffn_ratio"]
-        rows.append([name, *cells, f"{review.facts.get('parameters', 0):,}", review.verdict])
+        rows.append([name, *cells, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", review.verdict])
     return rows
 
 
-def table(model_types, attention: str = "eager") -> tuple[str, list[Review]]:
-    reviews = [review_architecture(m, attention=attention) for m in model_types]
+def table(model_types, attention: str = "eager", max_memory_gb=None) -> tuple[str, list[Review]]:
+    """Every row it can: an argument that is not an architecture gets a row with its error (and exit 3)."""
+    reviews = []
+    for m in model_types:
+        try:
+            reviews.append(review_architecture(m, attention=attention, max_memory_gb=max_memory_gb))
+        except (ConfigError, FileNotFoundError) as err:
+            bad = Review(subject=str(m), mode="hf-config", role=None)
+            bad.add("arguments", "cannot", f"error: {err}", None)
+            bad.facts["usage_error"] = str(err)
+            reviews.append(bad)
     checklist = ["**2026 default**", "**sequential**", "**pre**", "**rmsnorm**", "**GQA**", "—", "**rope**",
-                 "**swiglu** (>= 2x)", "decoder: yes", "", "pass"]
+                 "**swiglu** (>= 2x)", "decoder: yes", "", "", "pass"]
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS), "| " + " | ".join(checklist) + " |"]
     lines += ["| " + " | ".join(row) + " |" for r in reviews for row in table_rows(r)]
     return "\n".join(lines), reviews
@@ -170,13 +192,14 @@ def table(model_types, attention: str = "eager") -> tuple[str, list[Review]]:
 def _main(args) -> int:
     try:
         if getattr(args, "table", None):
-            text, reviews = table(args.table, getattr(args, "attention", "eager"))
+            text, reviews = table(args.table, getattr(args, "attention", "eager"),
+                                  getattr(args, "max_memory_gb", None))
             print(f"`blocklab review --table {' '.join(args.table)}` ({dt.date.today().isoformat()}; bold: the "
                   "2026 default)\n")
             print(text)
             if args.json:
                 write_json(stamp(reviews=[r.to_dict() for r in reviews]), args.json)
-            return max(r.exit_status for r in reviews)
+            return max(EXIT_USAGE if "usage_error" in r.facts else r.exit_status for r in reviews)
         review = run_review(args)
     except (ConfigError, FileNotFoundError) as err:
         print(f"blocklab review: error: {err}", file=sys.stderr)

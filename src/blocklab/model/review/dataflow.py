@@ -55,6 +55,20 @@ class one_thread(contextlib.ContextDecorator):
         torch.set_num_threads(self.threads)
 
 
+_CAP = [MEMORY_CAP]
+
+
+@contextlib.contextmanager
+def memory_cap(cap: int | None):
+    """Within the block, every Tracer refuses runs over ``cap`` bytes (None: keep the current cap)."""
+    previous = _CAP[0]
+    _CAP[0] = cap or previous
+    try:
+        yield _CAP[0]
+    finally:
+        _CAP[0] = previous
+
+
 class MemoryCapExceeded(RuntimeError):
     """A batched run (or a tiny build) would need more memory than the cap allows: refused before allocating."""
 
@@ -142,7 +156,7 @@ class Tracer:
         experts = [n for n, m in self.layer.named_modules() if experts_weights(m)]
         self.leaves = [(n, m) for n, m in self.layer.named_modules()
                        if (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
-        self.cap = cap or MEMORY_CAP
+        self.cap = cap or _CAP[0]
         self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
 
     def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:

@@ -74,16 +74,49 @@ def load_config(source):
         except ConfigError as err:
             raise ConfigError(f"--hf-config: {err}; or give a model_type transformers knows, e.g. llama, gpt2, "
                               "t5") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--hf-config {source}: a config.json holds a JSON object, got {type(raw).__name__}")
         model_type = raw.get("model_type")
         if model_type not in mapping:
             raise ConfigError(f"--hf-config {source}: model_type={model_type!r} is not one transformers knows; "
                               f"allowed: {_allowed_hint(model_type)}")
-        return mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+        try:
+            config = mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+        except Exception as err:  # noqa: BLE001 - the config class's own validation: an invalid value, exit 3
+            raise ConfigError(f"--hf-config {source}: transformers rejects the config: {type(err).__name__}: "
+                              + " ".join(str(err).split())) from None
+        return validate(config, str(source))
     if str(source) in mapping:
-        return mapping[str(source)]()
+        return validate(mapping[str(source)](), str(source))
     raise ConfigError(f"--hf-config {source!r} is neither a config.json file, a shipped config "
                       f"({sorted(hf_config.SHIPPED)}) nor a model_type transformers knows; allowed model_types: "
                       f"{_allowed_hint(str(source))}")
+
+
+SIZE_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", *FFN_KEYS, *HEAD_DIM_KEYS,
+             *KV_KEYS)
+
+
+def validate(config, source: str):
+    """Values no architecture can have: a size that is not a positive integer, query heads that do not divide the
+    width (when no head_dim says otherwise), K/V heads that do not divide the query heads."""
+    for key in SIZE_KEYS:
+        value = getattr(config, key, None)
+        if value is None or isinstance(value, (list, tuple)):  # absent, or one value per layer (OpenELM)
+            continue
+        least = 1 if key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size") else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"--hf-config {source}: {key} must be an integer >= {least}, got {value!r}")
+    d, heads = _int_attr(config, "hidden_size"), _int_attr(config, "num_attention_heads")
+    explicit = any(_int_attr(config, k) for k in HEAD_DIM_KEYS)
+    if d and heads and not explicit and d % heads:
+        raise ConfigError(f"--hf-config {source}: num_attention_heads={heads} does not divide hidden_size={d} "
+                          "(and the config gives no head_dim)")
+    kv = next((_int_attr(config, k) for k in KV_KEYS if _int_attr(config, k)), None)
+    if heads and kv and heads % kv:
+        raise ConfigError(f"--hf-config {source}: num_key_value_heads={kv} does not divide "
+                          f"num_attention_heads={heads}")
+    return config
 
 
 def _allowed_hint(name) -> str:
@@ -173,8 +206,19 @@ def model_class(config, prefer_head: bool):
     raise ConfigError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build_tiny(config, seed: int = 0) -> nn.Module:
+def build_tiny(config, seed: int = 0, cap: int | None = None) -> nn.Module:
+    """The tiny model in float64; refused (MemoryCapExceeded) before allocating when its weights alone would take
+    more than the cap (counted on the meta device)."""
     cls, _ = model_class(config, prefer_head=False)
+    if cap is not None:
+        with torch.device("meta"):
+            numel = sum(p.numel() for p in cls(config).parameters())
+        if 8 * numel > cap:
+            from .dataflow import MemoryCapExceeded
+
+            raise MemoryCapExceeded(f"the tiny {cls.__name__} would hold {numel:,} float64 weights "
+                                    f"({8 * numel / 2**30:.1f} GiB), over the cap of {cap / 2**30:.1f} GiB "
+                                    "(--max-memory-gb): some width of this config is not shrunk")
     torch.manual_seed(seed)
     try:
         model = cls(config)

@@ -48,20 +48,20 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
 def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
     """A stack whose layers differ: named as mixed, and each other pattern judged; only what it says differently
     from the stack's main pattern (judged by judge_structure) is added, under the pattern's layer indices."""
-    from .architecture import _ranges  # the layer ranges are written the same way everywhere
+    from .architecture import layer_ranges  # the layer ranges are written the same way everywhere
 
     patterns = s.get("layers") or []
     if len(patterns) < 2 or not s.get("reviewable"):
         return
     total = sum(len(p["indices"]) for p in patterns)
-    described = "; ".join(f"{_ranges(p['indices'])}: {_pattern_text(p)}" for p in patterns)
+    described = "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in patterns)
     review.add("layers", "info", f"{prefix}mixed stack, {len(patterns)} layer patterns over {total} layers "
                f"({described})", len(patterns))
     main = _Findings()
     judge_structure(main, s, depth=depth, warmup_steps=warmup_steps)
     said = {(f.check, f.severity, f.message) for f in main.findings}
     for other in s["evidence"].get("layer_patterns", []):
-        where = f"{prefix}layers {_ranges(other['indices'])}: "
+        where = f"{prefix}layers {layer_ranges(other['indices'])}: "
         o = other["structure"]
         if not o.get("reviewable"):
             review.add("layers", "cannot", f"{where}cannot review: {o.get('reason')}", None)
@@ -74,7 +74,7 @@ def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, wa
                 review.add(f.check, f.severity, where + f.message, f.value)
 
 
-def _pattern_text(p: dict) -> str:
+def pattern_text(p: dict) -> str:
     if p.get("reviewable") is False:
         return "not reviewed"
     parts = [p["mixer"] if p["mixer"] != "attention" else
