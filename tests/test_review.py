@@ -512,3 +512,51 @@ def test_cli_table_lays_architectures_side_by_side(capsys):
 
 def test_table_has_one_row_per_stack():
     assert [row[0] for row in table_rows(hf_review("t5"))] == ["t5 (encoder)", "t5 (decoder)"]
+
+
+def test_relu_squared_is_labelled_relu2():
+    # nemotron cfg: hidden_act "relu2"; mod NemotronMLP down(act(up(x))), no gate; ACT2FN["relu2"] is relu(x)**2.
+    # The default config leaves num_key_value_heads None, which its own attention cannot build with: 8 given
+    review = review_architecture({"model_type": "nemotron", "num_key_value_heads": 8})
+    s = review.facts["structure"]
+    assert (s["ffn"], s["evidence"]["ffn"]["activation"]) == ("relu2", "relu2")
+
+
+@pytest.mark.parametrize("model_type", ["llama4_text", "esm", "mobilebert"])
+def test_architectures_transformers_cannot_drive_tiny_exit_cleanly(model_type, capsys):
+    # the issue's tracebacks: each now ends in a verdict (4: cannot review, with transformers' reason) or a review
+    status = cli.main(["review", "--hf-config", model_type])
+    out = capsys.readouterr()
+    assert status in (EXIT_PASS, EXIT_FLAG, EXIT_CANNOT) and "Traceback" not in out.out + out.err
+    if status == EXIT_CANNOT:
+        assert "cannot review:" in out.out
+
+
+@pytest.mark.parametrize("content, key", [
+    ('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 7}', "attention heads (7)"),
+    ("[1, 2]", "JSON object"),
+    ('{"model_type": "llama", "num_hidden_layers": 0}', "num_hidden_layers"),
+])
+def test_invalid_config_values_exit_3_with_one_line(content, key, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    assert cli.main(["review", "--hf-config", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0]
+
+
+def test_table_prints_every_row_it_can(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1]")
+    status = cli.main(["review", "--table", "gpt2", str(bad), "mobilebert"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[2:]] == ["| gpt2", f"| {bad}", "| mobilebert"]
+    assert "error (exit 3)" in rows[3] and status >= EXIT_USAGE  # the worst row: 3, or 4 for a cannot-review
+
+
+def test_memory_cap_refuses_before_allocating():
+    # 0.001 GiB is below the tiny llama's float64 weights: refused, with the reason, before the build
+    review = review_architecture("llama", max_memory_gb=0.001)
+    assert review.exit_status == EXIT_CANNOT
+    (finding,) = review.findings
+    assert "over the cap" in finding.message and "--max-memory-gb" in finding.message

@@ -60,6 +60,9 @@ def test_correct_blocks_pass_with_the_structure_their_forward_computes(name):
     role, expected = CORRECT[name]
     r = review(name, role)
     assert values(r.facts["structure"]) == expected
+    # one block: one layer pattern, a softmax attention without a window, no experts
+    (layer,) = r.facts["structure"]["layers"]
+    assert (layer["indices"], layer["mixer"], layer["sliding_window"], layer["moe"]) == ([0], "attention", None, None)
     assert flags(r) == [] and r.exit_status == EXIT_PASS
     assert all(s["residual_kept_when_silenced"] for s in r.facts["structure"]["evidence"]["sublayers"])
 

@@ -154,8 +154,15 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     in_total = sum(out_width(get(n)) for n in attn["inputs"])
     head_dim = o_in // heads
     kv = (in_total // head_dim - heads) // 2
+    derived = "projection widths"
+    if not (1 <= kv <= heads and heads % kv == 0):
+        # the in-projections are not Q, K and V of head_dim each (multi-head latent attention projects to a shared
+        # latent first): the full size keeps the tiny build's head layout, as the shrink does
+        kv = {"MQA": 1, "MHA": heads}.get(structure["attention"],
+                                          max(1, heads * (structure["kv_heads"] or 1) // (structure["query_heads"] or 1)))
+        derived = f"the tiny build's layout ({structure['attention']})"
     full = {"query_heads": heads, "kv_heads": kv, "attention": heads_kind(heads, kv), "head_dim": head_dim,
-            "ffn_ratio": ffn_ratio, "moe": moe, "hidden_size": d}
+            "ffn_ratio": ffn_ratio, "moe": moe, "hidden_size": d, "kv_heads_from": derived}
     # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
     full["agrees_with_tiny"] = full["attention"] == structure["attention"]
     return {**structure, **{k: full[k] for k in ("query_heads", "kv_heads", "attention", "ffn_ratio", "moe")},

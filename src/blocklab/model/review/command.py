@@ -21,15 +21,17 @@ EXIT_HELP = """exit status:
   1  flags or warnings (e.g. FFN expansion below 2x, hard-coded widths, causal mask left to the caller,
      a head count that differs from the config's, a sub-layer without a residual)
   2  reject (post-norm deeper than 12 blocks without warm-up; a decoder whose future leaks into its past)
-  3  bad arguments only: unknown model_type, unreadable or invalid config file, unimportable module, a block that
-     cannot be built or called, an unwritable --json path (unknown options are caught by the top-level parser,
-     which exits 2)
-  4  cannot review: no attention or no feed-forward network recognised in the block's data flow (never a pass)
+  3  bad arguments only: unknown model_type, unreadable or invalid config file (or value), unimportable module, a
+     block that cannot be built or called, an unwritable --json path (unknown options are caught by the top-level
+     parser, which exits 2)
+  4  cannot review: no layer with attention and a feed-forward network in the data flow, an architecture
+     transformers cannot build or run tiny, or past --max-memory-gb; the reason is printed (never a pass)
 
 --hf-config SOURCE: a config.json, a shipped name (llama3-8b, qwen3-vl-4b-text) or any model_type transformers
   knows (llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...). The architecture's own config
-  class is shrunk (width 32, 4 query heads, 2 layers, vocabulary 128), built in float64 and driven whole; the last
-  layer of each stack is probed with hooks. Parameters are counted at the config's full size on the meta device.
+  class is shrunk (width 32, 4 query heads, vocabulary 128, every other width with them) at the config's depth,
+  built in float64 and driven whole; every layer is probed, and each distinct layer pattern read in full.
+  Parameters are counted at the config's full size on the meta device.
 
 supported --module targets:
   a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its
@@ -37,16 +39,19 @@ supported --module targets:
       of an encoder-decoder)
   torch.nn:TransformerEncoderLayer / TransformerDecoderLayer  built as cls(d_model, nhead=4,
       dim_feedforward=4*d_model, dropout=0, batch_first=True, **kwargs)
-  a class taking a ModelConfig (first argument named cfg/config), e.g. blocklab.model.blocks:EncoderBlock
-      built as cls(ModelConfig(d_model=..., n_heads=4, **kwargs))
+  a class taking a config object (first argument named cfg/config/args/params), e.g. nanoGPT's Block or
+      blocklab.model.blocks:EncoderBlock: built as cls(ConfigClass(<width>=..., <heads>=4, <dropout>=0,
+      **kwargs)), the config class being the argument's annotation, else the one config dataclass with a width
+      field in the block's module, else blocklab's ModelConfig
   a class taking d_model (or dim / embed_dim / hidden_size) and optionally nhead / n_heads / num_heads
   a factory function, called with d_model=... when it accepts it, else with no arguments
 Calls: encoder and decoder roles call block(x); cross calls block(x, memory). x is (batch, time, d_model).
 A caller-supplied causal mask is tried through tgt_mask / src_mask (torch's additive float mask) or is_causal.
 
---json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, attention, query_heads,
-  kv_heads, qk_norm, position, ffn, ffn_ratio, causal, cross_attention} (one entry per stack, keyed 'encoder' and
-  'decoder', for an encoder-decoder), parameters (the whole model at full size), facts, findings."""
+--json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, mixer, attention,
+  query_heads, kv_heads, sliding_window, qk_norm, position, ffn, ffn_ratio, moe, causal, cross_attention, layers}
+  (one entry per stack, keyed 'encoder' and 'decoder', for an encoder-decoder; layers: one entry per distinct
+  layer pattern with its full-size indices), parameters (the whole model at full size), facts, findings."""
 
 
 def _usage_error(parser, message):

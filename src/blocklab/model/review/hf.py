@@ -3,7 +3,8 @@
     config      a config.json path, a shipped name (llama3-8b) or a model_type transformers knows (gpt2, t5, ...):
                 the architecture's own config class, at its full size
     tiny        the same config shrunk consistently (width 32, 4 query heads of 8, K/V heads 4, 2 or 1 as in the full
-                config, FFN ratio kept, 2 layers, vocabulary 128), float64, eager attention unless asked otherwise
+                config, FFN ratio kept, the full depth, vocabulary 128; linear-attention, latent and state widths,
+                windows, experts too), float64, eager attention unless asked otherwise
     driver      runs the whole tiny model on token ids, replaces one layer's input by the probe's x and stops at that
                 layer's output: RoPE tables, position ids, causal and sliding-window masks, relative biases come from
                 the model itself
@@ -26,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from ...config import ConfigError
 from .. import hf_config
 
-WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 8, 2, 128
+WIDTH, HEADS, HEAD_DIM, VOCAB = 32, 4, 8, 128
 SEQ, MEMORY_SEQ = 6, 9
 MAX_LAYERS = 128  # the tiny model keeps the full depth (every layer reviewed) up to this many layers
 WINDOW = 4  # sliding windows, local and chunked attention shrink to 4 positions: visible within SEQ
