@@ -12,7 +12,7 @@ from . import hf
 from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
                        one_thread, out_width)
 from .report import Review
-from .rules import judge_layers, judge_structure
+from .rules import judge_layers, judge_structure, layer_ranges
 from .structure import heads_kind, norm_kind
 
 STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query_heads", "kv_heads", "qk_norm",
@@ -245,18 +245,6 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     reach = tuple(t for t in range(driver.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
     aware = ((y[2, -1] - y[0, -1]).abs().max() / scale).item() > TOL
     return shapes, reach, aware
-
-
-def layer_ranges(indices: list[int]) -> str:
-    """[3, 7, 11, 15] -> '3, 7, ..., 15' (a constant step); [0, 1, 2, 5] -> '0-2, 5'."""
-    if len(indices) > 3 and len({b - a for a, b in zip(indices, indices[1:])}) == 1 and indices[1] - indices[0] > 1:
-        return f"{indices[0]}, {indices[1]}, ..., {indices[-1]}"
-    parts, start = [], indices[0]
-    for a, b in zip(indices, [*indices[1:], None]):
-        if b != a + 1:
-            parts.append(f"{start}" if start == a else f"{start}-{a}")
-            start = b
-    return ", ".join(parts)
 
 
 def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=None, full_config=None) -> dict:

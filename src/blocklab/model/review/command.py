@@ -10,11 +10,11 @@ from ...config import ConfigError
 from ...io import write_json
 from ...provenance import stamp
 from . import hf
-from .architecture import hf_layer_class, layer_ranges, model_type_of, review_architecture
+from .architecture import hf_layer_class, model_type_of, review_architecture
 from .build import DEFAULT_WIDTH, resolve
 from .judge import ROLES, review_module
 from .report import EXIT_USAGE, Review
-from .rules import DEFAULTS, pattern_text
+from .rules import DEFAULTS, layer_ranges, pattern_text
 
 EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)

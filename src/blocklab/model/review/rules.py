@@ -48,8 +48,6 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
 def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
     """A stack whose layers differ: named as mixed, and each other pattern judged; only what it says differently
     from the stack's main pattern (judged by judge_structure) is added, under the pattern's layer indices."""
-    from .architecture import layer_ranges  # the layer ranges are written the same way everywhere
-
     patterns = s.get("layers") or []
     if len(patterns) < 2 or not s.get("reviewable"):
         return
@@ -72,6 +70,18 @@ def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, wa
         for f in scratch.findings:
             if (f.check, f.severity, f.message) not in said:
                 review.add(f.check, f.severity, where + f.message, f.value)
+
+
+def layer_ranges(indices: list[int]) -> str:
+    """[3, 7, 11, 15] -> '3, 7, ..., 15' (a constant step); [0, 1, 2, 5] -> '0-2, 5'."""
+    if len(indices) > 3 and len({b - a for a, b in zip(indices, indices[1:])}) == 1 and indices[1] - indices[0] > 1:
+        return f"{indices[0]}, {indices[1]}, ..., {indices[-1]}"
+    parts, start = [], indices[0]
+    for a, b in zip(indices, [*indices[1:], None]):
+        if b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(parts)
 
 
 def pattern_text(p: dict) -> str:
