@@ -2,6 +2,7 @@
 config's full size, counted on the meta device and judged against the 2026 defaults (rules.py)."""
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -140,7 +141,8 @@ def layer_entry(structure: dict, indices: list[int]) -> dict:
     return {"indices": indices, **{k: structure.get(k) for k in LAYER_KEYS}}
 
 
-def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int) -> dict:
+def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int,
+                  config_kv: int | None = None) -> dict:
     """Head counts and FFN ratio at the config's full size: the same modules, built on the meta device."""
     ev = structure["evidence"]
     attn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(True)]
@@ -158,9 +160,12 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     if not (1 <= kv <= heads and heads % kv == 0):
         # the in-projections are not Q, K and V of head_dim each (multi-head latent attention projects to a shared
         # latent first): the full size keeps the tiny build's head layout, as the shrink does
-        kv = {"MQA": 1, "MHA": heads}.get(structure["attention"],
-                                          max(1, heads * (structure["kv_heads"] or 1) // (structure["query_heads"] or 1)))
-        derived = f"the tiny build's layout ({structure['attention']})"
+        # latent attention, or a gate inside the query projection (Qwen3-Next): the full size keeps the tiny
+        # build's layout, with the config's K/V heads for GQA (the shrink maps any GQA to 2 of 4)
+        gqa = config_kv if config_kv and heads % config_kv == 0 and 1 < config_kv < heads else None
+        kv = {"MQA": 1, "MHA": heads}.get(structure["attention"], gqa) or max(
+            1, heads * (structure["kv_heads"] or 1) // (structure["query_heads"] or 1))
+        derived = f"the tiny build's layout ({structure['attention']})" + (", the config's K/V heads" if gqa else "")
     full = {"query_heads": heads, "kv_heads": kv, "attention": heads_kind(heads, kv), "head_dim": head_dim,
             "ffn_ratio": ffn_ratio, "moe": moe, "hidden_size": d, "kv_heads_from": derived}
     # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
@@ -201,8 +206,10 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
     for name, layers in found.items():
         decoder_side = name.startswith("decoder")
         base = _base_prefix(full["model"], model) if full is not None else ""
+        config_kv = next((getattr(full_config, k) for k in hf.KV_KEYS
+                          if isinstance(getattr(full_config, k, None), int)), None) if full is not None else None
         scale = None if full is None else lambda s, i, name=name, side=decoder_side: scale_to_full(
-            s, f"{base}{name}.{i}", full["model"], _heads_of(full_config, side), full_config.hidden_size)
+            s, f"{base}{name}.{i}", full["model"], _heads_of(full_config, side), full_config.hidden_size, config_kv)
         try:
             structure = read_stack(model, layers, tiny_config, decoder_side, seed, scale, full_config)
         except Exception as err:  # transformers' own forward on a valid architecture: reported, never exit 3
@@ -247,6 +254,19 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     return shapes, reach, aware
 
 
+def _merge_alike(patterns: list) -> list:
+    """Groups whose fingerprints differ but whose reviewed layer keys are the same are one pattern (a decaying
+    recurrence can reach the last position in one layer and fall below round-off in another)."""
+    merged: dict = {}
+    for indices, s in patterns:
+        key = json.dumps(layer_entry(s, []), sort_keys=True, default=str)
+        if key in merged:
+            merged[key] = (sorted(merged[key][0] + indices), merged[key][1])
+        else:
+            merged[key] = (indices, s)
+    return sorted(merged.values(), key=lambda p: p[0][0])
+
+
 def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=None, full_config=None) -> dict:
     """Every layer of the stack, grouped by what sets them apart (_fingerprint); each group's structure read from
     its first layer past layer 0 (the cheapest to drive; layer 0 can be special: ModernBERT's has no attention norm
@@ -276,6 +296,7 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
                                                "full_config": full_window}
             s["sliding_window"] = full_window or s["sliding_window"]
         patterns.append((indices, s))
+    patterns = _merge_alike(patterns)
     attention = [(idx, s) for idx, s in patterns if s.get("reviewable") and s["mixer"] == "attention"]
     if not attention:
         reasons = "; ".join(f"layers {layer_ranges(idx)}: " + (s["mixer"] if s.get("reviewable") else s["reason"])
