@@ -35,16 +35,20 @@ def structure_values(structure):
 # --- our blocks ----------------------------------------------------------------------------------
 
 
+def residual_kept(structure):
+    return {s["writer"]: s["residual_kept_when_silenced"] for s in structure["evidence"]["sublayers"]}
+
+
 def test_our_prenorm_encoder_passes():
     review = review_module("blocklab.model.blocks:EncoderBlock", "encoder")
     assert review.verdict == "pass" and review.exit_status == EXIT_PASS
-    assert review.facts["norm_position"]["position"] == "pre"
-    assert set(review.facts["norm_modules"].values()) == {"layernorm"}  # ModelConfig's default norm
-    assert review.facts["ffn"]["ratio"] == ModelConfig().ffn_ratio
-    assert review.facts["ffn"]["activation"] == ModelConfig().ffn_kind == "gelu"
-    assert severities(review, "masking") == ["pass"]  # bidirectional
-    assert review.facts["position"]["position_aware"] is False  # learned positions live in the embedding
-    assert all(review.facts["residual_when_silenced"].values())
+    s = review.facts["structure"]
+    assert (s["norm_placement"], s["norm_kind"]) == ("pre", "layernorm")  # ModelConfig's default norm
+    assert s["ffn_ratio"] == ModelConfig().ffn_ratio
+    assert s["evidence"]["ffn"]["activation"] == ModelConfig().ffn_kind == "gelu"
+    assert severities(review, "masking") == ["pass"] and s["causal"] is False  # bidirectional
+    assert s["position"] == "none"  # learned positions live in the embedding
+    assert all(residual_kept(s).values())
 
 
 def test_our_causal_decoder_only_block_passes():
@@ -61,19 +65,18 @@ def test_modern_decoder_detected_as_gqa_rmsnorm_swiglu_rope():
         residual="sequential", norm_placement=cfg.norm_position, norm_kind="rmsnorm", attention="GQA",
         query_heads=cfg.n_heads, kv_heads=2, qk_norm=False, position="rope", ffn="swiglu", ffn_ratio=cfg.ffn_ratio,
         causal=True, cross_attention=False)
-    (attention,) = review.facts["attention"].values()
-    assert (attention["kind"], attention["heads"], attention["kv_heads"]) == ("GQA", ModelConfig().n_heads, 2)
-    assert set(review.facts["norm_modules"].values()) == {"rmsnorm"}
-    assert review.facts["ffn"]["kind"] == "swiglu" and review.facts["ffn"]["matrices"] == 3
-    assert review.facts["position"]["position_aware"] is True  # RoPE breaks prefix-permutation invariance
+    assert review.facts["structure"]["evidence"]["ffn"]["matrices"] == 3
+    assert review.facts["structure"]["evidence"]["rotary_fraction"] == 1.0  # layers.py rotates every pair
     assert review.verdict == "pass"
 
 
 def test_our_encoder_decoder_block_cross_attention():
     review = review_module("blocklab.model.blocks:DecoderBlock", "cross")
-    cross = review.facts["cross_attention"]
-    assert cross["memory_changes_output"] and cross["keeps_target_shape"]
-    assert cross["cross_attention_modules"] == ["cross.sublayer"]  # DecoderBlock.cross is the cross-attention
+    assert review.facts["cross_attention"]["memory_changes_output"]
+    s = review.facts["structure"]
+    assert s["cross_attention"] is True and s["causal"] is True
+    # DecoderBlock.cross is the cross-attention: its sub-layer reads the memory
+    assert [sub["writer"].split(".")[0] for sub in s["evidence"]["sublayers"] if sub["cross"]] == ["cross"]
     assert review.verdict == "pass"
 
 
@@ -90,24 +93,28 @@ def test_norm_kind_probe_matches_torch_norms():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_torch_encoder_layer_norm_position(norm_first):
     review = review_module(nn.TransformerEncoderLayer, "encoder", kwargs={"norm_first": norm_first})
-    assert review.facts["norm_position"]["position"] == ("pre" if norm_first else "post")
-    assert review.facts["ffn"]["activation"] == "relu"  # torch's default activation
-    assert review.facts["attention"]["self_attn"]["kind"] == "MHA"
+    s = review.facts["structure"]
+    assert s["norm_placement"] == ("pre" if norm_first else "post")
+    assert s["evidence"]["ffn"]["activation"] == "relu"  # torch's default activation
+    assert (s["attention"], s["query_heads"], s["kv_heads"]) == ("MHA", 4, 4)  # built with nhead=4
+    assert review.facts["traced_multihead_attention"] == ["self_attn"]
+    assert review.exit_status == EXIT_PASS
 
 
 def test_torch_encoder_layer_gelu_activation_is_read_off_the_hidden_values():
     review = review_module(nn.TransformerEncoderLayer, "encoder", kwargs={"activation": "gelu"})
-    assert review.facts["ffn"]["activation"] == "gelu"
+    assert review.facts["structure"]["evidence"]["ffn"]["activation"] == "gelu"
 
 
 def test_torch_decoder_layer_masks_only_when_the_caller_asks():
     review = review_module("torch.nn:TransformerDecoderLayer", "cross")
     assert review.facts["causal"]["without_caller_mask"]["leaks"] is True
     assert review.facts["causal"]["with_caller_mask"]["leaks"] is False
-    assert severities(review, "causal mask") == ["warn"]
-    roles = {name: a["role"] for name, a in review.facts["attention"].items()}
-    assert roles == {"self_attn": "self", "multihead_attn": "cross"}  # torch's names for the two attentions
-    assert review.facts["norm_position"]["position"] == "post"  # norm_first defaults to False
+    assert severities(review, "causal mask") == ["warn", "pass"]  # left to the caller; with it, causal
+    subs = {sub["writer"]: sub["cross"] for sub in review.facts["structure"]["evidence"]["sublayers"]}
+    # torch's names for the two attentions, and the FFN's second linear
+    assert subs == {"self_attn.out_proj": False, "multihead_attn.out_proj": True, "linear2": False}
+    assert review.facts["structure"]["norm_placement"] == "post"  # norm_first defaults to False
     assert review.verdict == "flag" and review.exit_status == EXIT_FLAG
 
 
@@ -130,13 +137,13 @@ def test_deep_post_norm_without_warmup_is_rejected(depth, warmup, rejected):
 
 def test_ffn_ratio_one_is_flagged():
     review = review_module("blocklab.model.blocks:EncoderBlock", "encoder", kwargs={"ffn_ratio": 1.0})
-    assert review.facts["ffn"]["ratio"] == 1.0
+    assert review.facts["structure"]["ffn_ratio"] == 1.0
     assert severities(review, "ffn ratio") == ["flag"] and review.verdict == "flag"
 
 
 def test_missing_ffn_residual_is_flagged():
     review = review_module(broken_blocks.NoFFNResidual, "encoder")
-    assert review.facts["residual_when_silenced"] == {"attn.sublayer": True, "ffn": False}
+    assert residual_kept(review.facts["structure"]) == {"attn.sublayer.o": True, "ffn.sublayer.down": False}
     assert review.verdict == "flag"
 
 
@@ -157,7 +164,7 @@ def test_factory_without_width_is_probed_at_its_own_width():
     review = review_module(broken_blocks.fixed_modern_decoder, "decoder")
     assert review.facts["d_model"]["probed"] == 48
     assert review.facts["widths"] == {"tested": False}
-    assert next(iter(review.facts["attention"].values()))["kind"] == "GQA"
+    assert review.facts["structure"]["attention"] == "GQA"
 
 
 # --- Hugging Face architectures, built tiny from their own config class ---------------------------
@@ -364,13 +371,67 @@ def test_block_with_fewer_heads_than_declared_is_flagged():
     assert review.facts["structure"]["query_heads"] == 2 and review.severity_of("head count") == "flag"
 
 
-def test_routed_experts_cannot_be_reviewed():
-    # mixtral: mod 57-89 the experts are 3-D parameters (65-66) applied with nn.functional.linear (87, 89), no layer
-    # to hook: the data flow shows attention and no FFN; a valid architecture, so exit 4, not 3
-    review = review_architecture("mixtral")
-    assert review.exit_status == EXIT_CANNOT
-    (cannot,) = [f.message for f in review.findings if f.severity == "cannot"]
-    assert "no feed-forward network" in cannot and "mlp.experts" in cannot
+# --- every layer of a stack, and routed experts ----------------------------------------------------
+# Layer indices are the full-size ones: the tiny model keeps the config's depth.
+
+
+def patterns(review):
+    return {tuple(layer["indices"]): {k: v for k, v in layer.items() if k != "indices"}
+            for layer in review.facts["structure"]["layers"]}
+
+
+def test_uniform_stack_has_one_layer_pattern():
+    (indices,) = patterns(hf_review("llama"))  # cfg 66: 32 layers, all alike
+    assert indices == tuple(range(32))
+
+
+def test_smollm3_nope_layers_are_their_own_pattern():
+    # smollm3 cfg 88-89 + 101: no_rope_layers[i] = int((i + 1) % 4 != 0), and mod 215 applies RoPE only where it is
+    # 1: layers 3, 7, ..., 35 have no position signal; the rest RoPE; 16 query / 4 K/V heads throughout
+    found = patterns(hf_review("smollm3"))
+    nope = tuple(range(3, 36, 4))
+    assert set(found) == {nope, tuple(i for i in range(36) if i not in nope)}
+    assert found[nope]["position"] == "none"
+    assert {p["position"] for k, p in found.items() if k != nope} == {"rope"}
+    assert {(p["mixer"], p["attention"], p["query_heads"], p["kv_heads"]) for p in found.values()} == {
+        ("attention", "GQA", 16, 4)}
+    assert hf_review("smollm3").facts["structure"]["position"] == "rope"  # the top level: the main pattern
+
+
+def test_lfm2_convolution_layers_are_a_conv_pattern():
+    # tests/hf_configs/lfm2-1.2b.json layer_types; lfm2 mod 389-394: a "conv" layer holds Lfm2ShortConv (a depthwise
+    # Conv1d of conv_L_cache 3 over the sequence, mod 329) in place of attention; every layer has the same MLP
+    review = review_architecture("tests/hf_configs/lfm2-1.2b.json")
+    found = patterns(review)
+    conv = (0, 1, 3, 4, 6, 7, 9, 11, 13, 15)
+    assert set(found) == {conv, (2, 5, 8, 10, 12, 14)}
+    assert found[conv]["mixer"] == "conv" and found[conv]["attention"] is None
+    assert found[(2, 5, 8, 10, 12, 14)]["mixer"] == "attention"
+    assert (found[(2, 5, 8, 10, 12, 14)]["query_heads"], found[(2, 5, 8, 10, 12, 14)]["kv_heads"]) == (32, 8)
+    assert review.severity_of("layers") == "info" and review.exit_status == EXIT_PASS
+
+
+def test_gemma2_sliding_window_layers():
+    # gemma2 cfg 87-95: sliding_window 4096 on the even layers ("sliding_attention"), full attention on the odd
+    found = patterns(hf_review("gemma2"))
+    assert {k: p["sliding_window"] for k, p in found.items()} == {tuple(range(0, 26, 2)): 4096,
+                                                                   tuple(range(1, 26, 2)): None}
+
+
+def test_mixtral_routed_experts_are_reviewed():
+    # mixtral cfg 68, 84-85: 8 experts of 14336, 2 per token; mod 57-93 experts as 3-D weights, no layer each
+    review = hf_review("mixtral")
+    s = review.facts["structure"]
+    assert s["moe"] == {"experts": 8, "per_token": 2, "shared": 0}
+    assert s["ffn"] == "swiglu" and s["ffn_ratio"] == 2 * 14336 / 4096  # active width per token
+    assert review.exit_status == EXIT_PASS
+
+
+def test_qwen2_moe_shared_expert_counts_in_the_active_width():
+    # qwen2_moe cfg 96-99: 60 experts of 1408, 4 per token; mod 337-343 a shared expert MLP of 5632 on every token
+    s = hf_review("qwen2_moe").facts["structure"]
+    assert s["moe"] == {"experts": 60, "per_token": 4, "shared": 1}
+    assert s["ffn_ratio"] == (4 * 1408 + 5632) / 2048
 
 
 def test_block_without_attention_cannot_be_reviewed():
@@ -451,3 +512,51 @@ def test_cli_table_lays_architectures_side_by_side(capsys):
 
 def test_table_has_one_row_per_stack():
     assert [row[0] for row in table_rows(hf_review("t5"))] == ["t5 (encoder)", "t5 (decoder)"]
+
+
+def test_relu_squared_is_labelled_relu2():
+    # nemotron cfg: hidden_act "relu2"; mod NemotronMLP down(act(up(x))), no gate; ACT2FN["relu2"] is relu(x)**2.
+    # The default config leaves num_key_value_heads None, which its own attention cannot build with: 8 given
+    review = review_architecture({"model_type": "nemotron", "num_key_value_heads": 8})
+    s = review.facts["structure"]
+    assert (s["ffn"], s["evidence"]["ffn"]["activation"]) == ("relu2", "relu2")
+
+
+@pytest.mark.parametrize("model_type", ["llama4_text", "esm", "mobilebert"])
+def test_architectures_transformers_cannot_drive_tiny_exit_cleanly(model_type, capsys):
+    # the issue's tracebacks: each now ends in a verdict (4: cannot review, with transformers' reason) or a review
+    status = cli.main(["review", "--hf-config", model_type])
+    out = capsys.readouterr()
+    assert status in (EXIT_PASS, EXIT_FLAG, EXIT_CANNOT) and "Traceback" not in out.out + out.err
+    if status == EXIT_CANNOT:
+        assert "cannot review:" in out.out
+
+
+@pytest.mark.parametrize("content, key", [
+    ('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 7}', "attention heads (7)"),
+    ("[1, 2]", "JSON object"),
+    ('{"model_type": "llama", "num_hidden_layers": 0}', "num_hidden_layers"),
+])
+def test_invalid_config_values_exit_3_with_one_line(content, key, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    assert cli.main(["review", "--hf-config", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0]
+
+
+def test_table_prints_every_row_it_can(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1]")
+    status = cli.main(["review", "--table", "gpt2", str(bad), "mobilebert"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[2:]] == ["| gpt2", f"| {bad}", "| mobilebert"]
+    assert "error (exit 3)" in rows[3] and status >= EXIT_USAGE  # the worst row: 3, or 4 for a cannot-review
+
+
+def test_memory_cap_refuses_before_allocating():
+    # 0.001 GiB is below the tiny llama's float64 weights: refused, with the reason, before the build
+    review = review_architecture("llama", max_memory_gb=0.001)
+    assert review.exit_status == EXIT_CANNOT
+    (finding,) = review.findings
+    assert "over the cap" in finding.message and "--max-memory-gb" in finding.message

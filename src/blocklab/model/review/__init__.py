@@ -4,20 +4,21 @@ It checks a transformer block against the 2026 defaults the document names (pre-
 FFN expansion) and against its rules. Nothing is read from names: every fact comes from calling the block, or the
 whole model around it, on chosen inputs.
 
-    hf.py            a Hugging Face architecture from its own config class: shrunk, float64, driven whole; the
-                     full-size count on the meta device
+    hf.py            a Hugging Face architecture from its own config class: shrunk, float64, at full depth, driven
+                     whole; the full-size count on the meta device
     dataflow.py      one layer's structure from its live data flow (hooks, batched perturbations)
-    architecture.py  the structure of each stack, scaled back to full size, and the review of a model
+    architecture.py  every layer of each stack grouped into patterns, each read from the data flow and scaled back
+                     to full size, and the review of a model
     rules.py         the 2026 checklist and the rules applied to a structure
-    build.py, probe.py, structure.py, judge.py   a user's own block (`--module`): built at a chosen width, probed
-                     (norm position at 1000x scale, residuals, causal mask, cross-attention, widths) and judged
+    build.py, probe.py, structure.py, judge.py   a user's own block (`--module`): built at a chosen width, read by
+                     the same data-flow reader and rules, plus what only a block needs (caller mask, memory, widths)
     report.py        findings, verdict, exit status;  command.py  the command line
 
 Rules: REJECT post-norm deeper than 12 blocks without warm-up; REJECT a decoder whose future leaks into its past;
 FLAG FFN expansion below 2x, a missing residual, no normalization, a head count the config contradicts,
 cross-attention that ignores the memory; WARN hard-coded widths and masks that only the caller applies;
-CANNOT REVIEW (exit 4) a block without a recognisable attention or feed-forward network. Deviations from the 2026
-defaults are INFO.
+CANNOT REVIEW (exit 4) a block without a recognisable token mixer or feed-forward network, an architecture
+transformers cannot build or run tiny, or one past the memory cap. Deviations from the 2026 defaults are INFO.
 """
 from .architecture import review_architecture, review_model
 from .command import register, run_review

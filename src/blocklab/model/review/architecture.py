@@ -2,6 +2,7 @@
 config's full size, counted on the meta device and judged against the 2026 defaults (rules.py)."""
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -9,35 +10,66 @@ import torch
 from ...config import ConfigError
 from .. import hf_config
 from . import hf
-from .dataflow import LayerAnalysis, in_width, out_width
+from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
+                       one_thread, out_width)
 from .report import Review
-from .rules import judge_structure
+from .rules import judge_layers, judge_structure, layer_ranges
 from .structure import heads_kind, norm_kind
 
 STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query_heads", "kv_heads", "qk_norm",
                   "position", "ffn", "ffn_ratio", "causal", "cross_attention")
 
 
+LAYER_KEYS = ("mixer", "position", "attention", "query_heads", "kv_heads", "sliding_window", "qk_norm", "ffn",
+              "ffn_ratio", "moe")
+MIXERS = ("attention", "linear-attention", "conv", "ssm", "recurrent")
+
+
+def read_mixer(a: LayerAnalysis, g) -> dict:
+    """What kind of token mixing a sub-layer does, from its data flow: query/key heads and a softmax (with queries
+    and keys silenced the values are still averaged) make attention; heads without the softmax, linear attention;
+    no heads: a short convolution when a change at position 0 reaches only the next few positions, else a
+    recurrence (a state-space scan or an RNN: the data flow does not tell them apart)."""
+    heads = a.heads(g)
+    bias = a.position_bias(g, heads) if heads.get("measured") else {"measured": False}
+    reach = a.reach()
+    if heads.get("measured") and heads.get("roles") and any("q" in r for r in heads["roles"].values()):
+        kind = "attention" if bias.get("softmax", True) else "linear-attention"
+    else:
+        kind = "conv" if len(reach) < a.seq else "recurrent"
+    window = len(reach) if kind == "attention" and len(reach) < a.seq else None
+    return {"kind": kind, "heads": heads, "bias": bias, "reach": reach, "window": window}
+
+
 def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     """The structure of one layer at the size it was built, with the evidence for each value under 'evidence'."""
     selfs = [g for g in a.attentions if not g.cross]
     # weights of 3 or more dimensions are used without a layer to hook (fused experts): their work is not seen
-    bulk = sorted({n.rsplit(".", 1)[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3})
+    # (a convolution's kernel is applied by its own layer, which the hooks see)
+    modules = dict(a.driver.layer.named_modules())
+    bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
+                   and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
     if not selfs or not a.ffns:
-        missing = " and ".join(n for n, found in (("attention", selfs), ("feed-forward network", a.ffns)) if not found)
+        missing = " and ".join(n for n, found in (("token mixer (attention or other)", selfs),
+                                                  ("feed-forward network", a.ffns)) if not found)
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
         hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
-    attn, ffn, cross = selfs[0], a.ffns[0], [g for g in a.attentions if g.cross]
-    heads = a.heads(attn)
-    bias = a.position_bias(attn, heads)
+    attn, cross = selfs[0], [g for g in a.attentions if g.cross]
+    routed = [g for g in a.ffns if g.experts]
+    ffn = routed[0] if routed else a.ffns[0]
+    mixer = read_mixer(a, attn)
+    is_attention = mixer["kind"] == "attention"
+    heads, bias = (mixer["heads"], mixer["bias"]) if is_attention else ({}, {"measured": False})
     causal = a.causal()
     aware = a.position_aware(causal["causal"])
-    rotary = a.rotary_fraction(attn, heads) if aware and bias.get("kind") == "none" else None
+    # position from the data flow only: rotated queries and keys (RoPE) or a bias on the logits; a layer that is
+    # position-aware for another reason (a mask off by one, a sliding window) has neither
+    rotary = a.rotary_fraction(attn, heads) if is_attention and bias.get("kind") == "none" else None
     if bias.get("kind") in ("alibi", "relative-bias"):
         position = bias["kind"]
-    elif aware:
+    elif rotary:
         position = "rope"
     else:
         position = (absolute or {}).get("kind") or "none"
@@ -46,51 +78,113 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
              if any(c.name in p["norms"] for p in placements.values())}
     kinds = sorted({norm_kind(m, a.width, a.generator) for m in norms.values()})
     parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins)
-    ffn_facts = a.ffn(ffn)
+    ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
+    bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
     residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
     return {
         "reviewable": True,
+        "mixer": mixer["kind"],
         "residual": "parallel" if parallel else "sequential",
         "norm_placement": placements["attention"]["placement"],
         "norm_kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else None),
         "attention": heads_kind(heads.get("heads"), heads.get("kv_heads")),
         "query_heads": heads.get("heads"),
         "kv_heads": heads.get("kv_heads"),
-        "qk_norm": bool(a.qk_norm(attn)),
+        "sliding_window": mixer["window"],
+        "qk_norm": bool(a.qk_norm(attn)) if is_attention else False,
         "position": position,
         "ffn": ffn_facts["kind"],
         "ffn_ratio": ffn_facts["hidden"] / a.width,
+        "moe": moe,
         "causal": causal["causal"],
         "cross_attention": bool(cross),
         "evidence": {
             "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
                            "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
                           for g in a.sublayers],
+            "mixer": {"kind": mixer["kind"], "reach_of_position_0": mixer["reach"],
+                      "heads_measured": bool(mixer["heads"].get("measured")),
+                      "softmax": mixer["bias"].get("softmax")},
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
-            "norm_placement": placements, "qk_norms": a.qk_norm(attn), "max_future_leak": causal["max_leak"],
-            "position_aware_in_layer": aware, "attention_bias": bias, "rotary_fraction": rotary,
-            "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
+            "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
+            "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
+            "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
         },
     }
 
 
-def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int) -> dict:
+def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:
+    """The FFN's facts; for routed experts, the active width per token: per_token x expert width + the width of
+    the dense FFNs that run beside them on every token (shared experts)."""
+    if not routed:
+        return a.ffn(ffn), None
+    experts = a.experts(ffn)
+    shared = [a.ffn(g) for g in a.ffns if not g.experts]
+    kind, activation = experts["kind"], experts["activation"]
+    if kind == "unknown" and shared:  # the experts' own calling convention not reproduced: the shared one's
+        kind, activation = shared[0]["kind"], shared[0]["activation"]
+    active = (experts["per_token"] or 0) * (experts["hidden"] or 0) + sum(f["hidden"] for f in shared)
+    facts = {"kind": kind, "activation": activation, "hidden": active, "matrices": 3 if kind in GATED_KINDS else 2,
+             "writer": experts["module"], "inputs": [], "experts": experts, "shared": shared}
+    moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": len(shared)}
+    return facts, moe
+
+
+GATED_KINDS = ("swiglu", "geglu", "reglu", "reglu2")
+
+
+def layer_entry(structure: dict, indices: list[int]) -> dict:
+    """One entry of structure.layers: a layer pattern and the (full-size) indices of the layers that have it."""
+    if not structure.get("reviewable"):
+        return {"indices": indices, **{k: None for k in LAYER_KEYS}, "reviewable": False,
+                "reason": structure.get("reason")}
+    return {"indices": indices, **{k: structure.get(k) for k in LAYER_KEYS}}
+
+
+def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int,
+                  config_kv: int | None = None) -> dict:
     """Head counts and FFN ratio at the config's full size: the same modules, built on the meta device."""
     ev = structure["evidence"]
     attn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(True)]
     ffn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(False)]
     get = lambda name: full_model.get_submodule(f"{layer_path}.{name}")  # noqa: E731
+    ffn_ratio, moe = _full_ffn(structure, get, d)
+    if structure.get("mixer") != "attention":  # no heads to scale: the FFN's width only
+        return {**structure, "ffn_ratio": ffn_ratio, "moe": moe,
+                "evidence": {**ev, "tiny": {"ffn_ratio": structure["ffn_ratio"], "moe": structure["moe"]}}}
     o_in = in_width(get(attn["writer"]))
     in_total = sum(out_width(get(n)) for n in attn["inputs"])
     head_dim = o_in // heads
     kv = (in_total // head_dim - heads) // 2
+    derived = "projection widths"
+    if not (1 <= kv <= heads and heads % kv == 0):
+        # the in-projections are not Q, K and V of head_dim each (multi-head latent attention projects to a shared
+        # latent first): the full size keeps the tiny build's head layout, as the shrink does
+        # latent attention, or a gate inside the query projection (Qwen3-Next): the full size keeps the tiny
+        # build's layout, with the config's K/V heads for GQA (the shrink maps any GQA to 2 of 4)
+        gqa = config_kv if config_kv and heads % config_kv == 0 and 1 < config_kv < heads else None
+        kv = {"MQA": 1, "MHA": heads}.get(structure["attention"], gqa) or max(
+            1, heads * (structure["kv_heads"] or 1) // (structure["query_heads"] or 1))
+        derived = f"the tiny build's layout ({structure['attention']})" + (", the config's K/V heads" if gqa else "")
     full = {"query_heads": heads, "kv_heads": kv, "attention": heads_kind(heads, kv), "head_dim": head_dim,
-            "ffn_ratio": in_width(get(ffn["writer"])) / d, "hidden_size": d}
+            "ffn_ratio": ffn_ratio, "moe": moe, "hidden_size": d, "kv_heads_from": derived}
     # the tiny build keeps the head structure (shrink): MHA stays MHA, GQA GQA, MQA MQA
     full["agrees_with_tiny"] = full["attention"] == structure["attention"]
-    return {**structure, **{k: full[k] for k in ("query_heads", "kv_heads", "attention", "ffn_ratio")},
+    return {**structure, **{k: full[k] for k in ("query_heads", "kv_heads", "attention", "ffn_ratio", "moe")},
             "evidence": {**ev, "full_size": full, "tiny": {k: structure[k] for k in
-                                                           ("query_heads", "kv_heads", "ffn_ratio")}}}
+                                                           ("query_heads", "kv_heads", "ffn_ratio", "moe")}}}
+
+
+def _full_ffn(structure: dict, get, d: int) -> tuple[float, dict | None]:
+    """The FFN ratio (active width per token for routed experts) and the experts, from the full-size modules."""
+    ffn = structure["evidence"]["ffn"]
+    if not structure.get("moe"):
+        return in_width(get(ffn["writer"])) / d, None
+    weights = experts_weights(get(ffn["writer"]))
+    w_out = next((w for w in weights if w.shape[1] == d and w.shape[-1] != d), weights[-1])
+    per_token = structure["moe"]["per_token"] or 0
+    shared = sum(in_width(get(f["writer"])) for f in ffn["shared"])
+    return (per_token * w_out.shape[-1] + shared) / d, {**structure["moe"], "experts": weights[0].shape[0]}
 
 
 def _stack_label(name: str, names) -> str:
@@ -98,6 +192,7 @@ def _stack_label(name: str, names) -> str:
     return first if sum(n.split(".")[0] == first for n in names) == 1 else name
 
 
+@one_thread()
 def review_model(model, tiny_config, full_config=None, subject: str = "model", only_stack: str | None = None,
                  depth: int | None = None, warmup_steps: int = 0, seed: int = 0) -> Review:
     """Review a built (tiny, float64) transformers model; full_config scales counts back to the full size."""
@@ -110,19 +205,20 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
     structures = {}
     for name, layers in found.items():
         decoder_side = name.startswith("decoder")
+        base = _base_prefix(full["model"], model) if full is not None else ""
+        config_kv = next((getattr(full_config, k) for k in hf.KV_KEYS
+                          if isinstance(getattr(full_config, k, None), int)), None) if full is not None else None
+        scale = None if full is None else lambda s, i, name=name, side=decoder_side: scale_to_full(
+            s, f"{base}{name}.{i}", full["model"], _heads_of(full_config, side), full_config.hidden_size, config_kv)
         try:
-            structure = _read_stack(model, layers, tiny_config, decoder_side, seed)
+            structure = read_stack(model, layers, tiny_config, decoder_side, seed, scale, full_config)
         except Exception as err:  # transformers' own forward on a valid architecture: reported, never exit 3
             structure = {"reviewable": False, "reason": f"driving {type(model).__name__} with hooks failed: "
                                                           f"{type(err).__name__}: {err}"}
-        if structure["reviewable"] and full is not None:
-            base = _base_prefix(full["model"], model)
-            structure = scale_to_full(structure, f"{base}{name}.{len(layers) - 1}", full["model"],
-                                      _heads_of(full_config, decoder_side), full_config.hidden_size)
         structure["expected_causal"] = _expect_causal(structure, head_class)
         structure["measured_heads_vs_config"] = {"config": _heads_of(tiny_config, decoder_side),
                                                  "measured": structure.get("query_heads") if full is None else
-                                                 structure["evidence"]["tiny"]["query_heads"]
+                                                 structure["evidence"]["tiny"].get("query_heads")
                                                  if structure["reviewable"] else None}
         structures[_stack_label(name, found)] = structure
     if not structures:
@@ -130,8 +226,9 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
         return review
     layers = getattr(full_config or tiny_config, "num_hidden_layers", None)
     for label, structure in structures.items():
-        judge_structure(review, structure, prefix=f"{label}: " if len(structures) > 1 else "",
-                        depth=depth or layers, warmup_steps=warmup_steps)
+        prefix = f"{label}: " if len(structures) > 1 else ""
+        judge_structure(review, structure, prefix=prefix, depth=depth or layers, warmup_steps=warmup_steps)
+        judge_layers(review, structure, prefix=prefix, depth=depth or layers, warmup_steps=warmup_steps)
     review.facts["structure"] = next(iter(structures.values())) if len(structures) == 1 else structures
     if full is not None:
         review.facts["parameters"] = full["parameters"]
@@ -139,12 +236,79 @@ def review_model(model, tiny_config, full_config=None, subject: str = "model", o
     return review
 
 
-def _read_stack(model, layers, tiny_config, decoder_side: bool, seed: int) -> dict:
-    """The last layer of the stack (the first can be special: ModernBERT's has no attention norm); the absolute
-    position signal at the first layer's input."""
+def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tuple:
+    """What sets one layer apart from another, in one batched run: the shapes of its hooked calls in order (which
+    modules it has: a convolution or an attention, a router), which positions a change at position 0 reaches (a
+    sliding window), and whether the last token depends on the order of the ones before it (RoPE or NoPE). Only
+    for grouping: each group's structure is then read in full from one of its layers."""
+    driver = hf.ModelDriver(model, layer, tiny_config, seed=seed, decoder_side=decoder_side)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, driver.seq, driver.width, dtype=torch.float64, generator=generator).expand(3, -1, -1).clone()
+    x[1, 0] += torch.randn(driver.width, dtype=torch.float64, generator=generator)
+    x[2, :-1] = x[2, :-1].roll(1, dims=0)  # the prefix rotated by one place, the last token kept
+    calls, y = Tracer(driver).run(x)
+    shapes = tuple((type(c.module).__name__, tuple(c.inp.shape[2:]), tuple(c.out.shape[2:])) for c in calls)
+    scale = y[0].abs().max().clamp_min(1e-30)
+    reach = tuple(t for t in range(driver.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
+    aware = ((y[2, -1] - y[0, -1]).abs().max() / scale).item() > TOL
+    return shapes, reach, aware
+
+
+def _merge_alike(patterns: list) -> list:
+    """Groups whose fingerprints differ but whose reviewed layer keys are the same are one pattern (a decaying
+    recurrence can reach the last position in one layer and fall below round-off in another)."""
+    merged: dict = {}
+    for indices, s in patterns:
+        key = json.dumps(layer_entry(s, []), sort_keys=True, default=str)
+        if key in merged:
+            merged[key] = (sorted(merged[key][0] + indices), merged[key][1])
+        else:
+            merged[key] = (indices, s)
+    return sorted(merged.values(), key=lambda p: p[0][0])
+
+
+def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=None, full_config=None) -> dict:
+    """Every layer of the stack, grouped by what sets them apart (_fingerprint); each group's structure read from
+    its first layer past layer 0 (the cheapest to drive; layer 0 can be special: ModernBERT's has no attention norm
+    of its own, and gets a group of its own), scaled to full size.
+    The stack's top-level keys are those of its most common attention pattern; 'layers' lists every pattern."""
     first = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=decoder_side)
-    last = hf.ModelDriver(model, layers[-1], tiny_config, seed=seed, decoder_side=decoder_side)
-    return read_layer(LayerAnalysis(last, seed), hf.absolute_position(first))
+    absolute = hf.absolute_position(first)
+    groups: dict = {}
+    for i, layer in enumerate(layers):
+        groups.setdefault(_fingerprint(model, layer, tiny_config, decoder_side, seed), []).append(i)
+    patterns = []
+    for indices in sorted(groups.values()):
+        rep = next((i for i in indices if i > 0), indices[0])  # the first layer can be special (ModernBERT's)
+        driver = hf.ModelDriver(model, layers[rep], tiny_config, seed=seed, decoder_side=decoder_side)
+        try:
+            s = read_layer(LayerAnalysis(driver, seed), absolute)
+        except MemoryCapExceeded:
+            raise
+        except Exception as err:  # noqa: BLE001 - one pattern that cannot be driven: said, the rest reviewed
+            s = {"reviewable": False, "reason": f"driving layer {rep} with hooks failed: {type(err).__name__}: {err}"}
+        if s.get("reviewable") and scale is not None:
+            s = scale(s, rep)
+        if s.get("reviewable") and s["sliding_window"] is not None and full_config is not None:
+            full_window = next((getattr(full_config, k) for k in hf.WINDOW_KEYS
+                                if isinstance(getattr(full_config, k, None), int)), None)
+            s["evidence"]["sliding_window"] = {"tiny_reach": s["sliding_window"], "tiny_config": hf.WINDOW,
+                                               "full_config": full_window}
+            s["sliding_window"] = full_window or s["sliding_window"]
+        patterns.append((indices, s))
+    patterns = _merge_alike(patterns)
+    attention = [(idx, s) for idx, s in patterns if s.get("reviewable") and s["mixer"] == "attention"]
+    if not attention:
+        reasons = "; ".join(f"layers {layer_ranges(idx)}: " + (s["mixer"] if s.get("reviewable") else s["reason"])
+                            for idx, s in patterns)
+        return {"reviewable": False, "reason": f"no layer with attention and a feed-forward network ({reasons})",
+                "layers": [layer_entry(s, idx) for idx, s in patterns]}
+    main_indices, main = max(attention, key=lambda p: (len(p[0]), p[0][-1]))
+    out = dict(main)
+    out["layers"] = [layer_entry(s, idx) for idx, s in patterns]
+    out["evidence"] = {**main["evidence"], "representative_layer": main_indices[-1],
+                       "layer_patterns": [{"indices": idx, "structure": s} for idx, s in patterns if s is not main]}
+    return out
 
 
 def _heads_of(config, decoder_side: bool) -> int | None:
@@ -171,12 +335,28 @@ def _expect_causal(structure: dict, head_class: str) -> bool | None:
 
 def review_architecture(source, attention: str = "eager", depth: int | None = None, warmup_steps: int = 0,
                         seed: int = 0, only_layer_class=None, stack_role: str | None = None,
-                        subject: str | None = None) -> Review:
+                        subject: str | None = None, max_memory_gb: float | None = None) -> Review:
     """`--hf-config`: a config.json, a shipped name or a model_type, reviewed at the tiny size, counted at full size.
 
     Bad arguments (an unknown model_type, an unreadable file, an unknown backend) raise ConfigError; a valid
     architecture that cannot be shrunk, built or driven gets a review that says so (verdict 'cannot review').
     """
+    if max_memory_gb is not None and not max_memory_gb > 0:
+        raise ConfigError(f"--max-memory-gb must be > 0, got {max_memory_gb}")
+    with one_thread(), memory_cap(int(max_memory_gb * 2**30) if max_memory_gb else None) as cap:
+        try:
+            return _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class,
+                                        stack_role, subject, cap)
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - transformers on a valid config: exit 4 with the reason
+            cannot = Review(subject=subject or str(source), mode="hf-config", role=None)
+            cannot.add("structure", "cannot", f"cannot review: {type(err).__name__}: {str(err)[:300]}", None)
+            return cannot
+
+
+def _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class, stack_role,
+                         subject, cap) -> Review:
     if attention not in hf.ATTENTION_BACKENDS:
         raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
@@ -186,13 +366,13 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
     try:
         try:
             tiny_config = hf.shrink(full_config, attention)
-            model = hf.build_tiny(tiny_config, seed)
+            model = hf.build_tiny(tiny_config, seed, cap)
         except ConfigError as err:
             if attention == "eager":
                 raise
             fallback = f"{attention} is not available for this architecture ({str(err).split(': ', 2)[-1][:80]}...)"
             tiny_config = hf.shrink(full_config, "eager")
-            model = hf.build_tiny(tiny_config, seed)
+            model = hf.build_tiny(tiny_config, seed, cap)
     except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
         cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {err}", None)
         return cannot

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import inspect
+import sys
+import typing
 
 from torch import nn
 
@@ -12,7 +15,8 @@ from ...config import ConfigError, ModelConfig
 DEFAULT_WIDTH, SECOND_WIDTH_STEP, DEFAULT_HEADS = 64, 32, 4
 WIDTH_NAMES = ("d_model", "dim", "embed_dim", "hidden_size", "n_embd")
 HEAD_NAMES = ("nhead", "n_heads", "num_heads", "num_attention_heads", "n_head")
-CONFIG_NAMES = ("cfg", "config", "model_config")
+CONFIG_NAMES = ("cfg", "config", "model_config", "args", "params")
+DROPOUT_WORDS = ("dropout", "pdrop", "drop_rate")
 TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
@@ -43,6 +47,34 @@ def _first(names, params) -> str | None:
     return next((n for n in names if n in params), None)
 
 
+def _fields(config_class) -> dict:
+    """Field name -> default of a config class: a dataclass's fields, else its constructor's keyword arguments."""
+    if dataclasses.is_dataclass(config_class):
+        return {f.name: (f.default if f.default is not dataclasses.MISSING else None)
+                for f in dataclasses.fields(config_class) if f.init}
+    return {n: (p.default if p.default is not inspect.Parameter.empty else None)
+            for n, p in _parameters(config_class).items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def config_class_of(cls) -> type | None:
+    """The config class a block's constructor takes: its first argument's annotation, else the one config class
+    (a dataclass with a width field) defined in the block's own module, else blocklab's ModelConfig."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the module's classes
+        hints = {}
+    first = next(iter(_parameters(cls)), None)
+    hinted = hints.get(first)
+    if inspect.isclass(hinted) and _first(WIDTH_NAMES, _fields(hinted)):
+        return hinted
+    module = sys.modules.get(cls.__module__)
+    found = [v for v in vars(module).values() if inspect.isclass(v) and dataclasses.is_dataclass(v)
+             and v.__module__ == cls.__module__ and _first(WIDTH_NAMES, _fields(v))] if module else []
+    if len(found) == 1:
+        return found[0]
+    return ModelConfig
+
+
 class Builder:
     """Builds the block at a chosen width when its constructor lets us, and says how it did so."""
 
@@ -50,6 +82,7 @@ class Builder:
         if not (isinstance(obj, nn.Module) or callable(obj)):
             raise ConfigError(f"{obj!r} is neither an nn.Module, a class nor a factory")
         self.obj, self.kwargs = obj, dict(kwargs or {})
+        self.config_fields = {}  # the fields of a config class the reviewer set (the rest keep their defaults)
         params = _parameters(obj)
         first = next(iter(params), None)
         if isinstance(obj, nn.Module):
@@ -58,7 +91,17 @@ class Builder:
             self.width_arg = "d_model"
             self.how = "cls(d_model, nhead=4, dim_feedforward=4*d_model, dropout=0, batch_first=True)"
         elif inspect.isclass(obj) and first in CONFIG_NAMES:
-            self.how, self.width_arg = "cls(ModelConfig(d_model=..., n_heads=4, **kwargs))", "cfg"
+            self.config_class, self.width_arg = config_class_of(obj), "cfg"
+            fields = _fields(self.config_class)
+            self.config_width = _first(WIDTH_NAMES, fields)
+            self.config_heads = _first(HEAD_NAMES, fields)
+            unknown = sorted(set(self.kwargs) - set(fields))
+            if unknown:
+                raise ConfigError(f"--kwargs {unknown} are not fields of {self.config_class.__name__}; allowed: "
+                                  f"{sorted(fields)}")
+            self.config_fields = self._config_fields(DEFAULT_WIDTH, fields)
+            shown = ", ".join(f"{k}={v!r}" for k, v in self.config_fields.items())
+            self.how = f"{obj.__name__}({self.config_class.__name__}({shown}))"
         elif _first(WIDTH_NAMES, params):
             self.width_arg = _first(WIDTH_NAMES, params)
             self.how = f"{getattr(obj, '__name__', obj)}({self.width_arg}=..., heads=4 where accepted)"
@@ -77,7 +120,7 @@ class Builder:
         if inspect.isclass(self.obj) and issubclass(self.obj, TORCH_LAYERS):
             return self.kwargs.get("nhead", DEFAULT_HEADS)
         if self.width_arg == "cfg":
-            return self.kwargs.get("n_heads", DEFAULT_HEADS)
+            return self.config_fields.get(self.config_heads) if self.config_heads else None
         heads = _first(HEAD_NAMES, _parameters(self.obj)) if self.width_arg else None
         return self.kwargs.get(heads, DEFAULT_HEADS) if heads else None
 
@@ -96,6 +139,19 @@ class Builder:
             raise ConfigError(f"the factory returned {type(module).__name__}, not an nn.Module")
         return module
 
+    def _config_fields(self, d: int, fields: dict) -> dict:
+        """The width, the head count (4), every dropout field at 0, and --kwargs; everything else its default."""
+        if not self.config_width:
+            raise ConfigError(f"{self.config_class.__name__} has none of the width fields {list(WIDTH_NAMES)}: cannot "
+                              f"build {getattr(self.obj, '__name__', self.obj)} at a chosen width")
+        chosen = {self.config_width: d}
+        if self.config_heads:
+            chosen[self.config_heads] = DEFAULT_HEADS
+        for name, default in fields.items():
+            if any(w in name for w in DROPOUT_WORDS) and isinstance(default, float) and default:
+                chosen[name] = 0.0
+        return {**chosen, **self.kwargs, self.config_width: d}
+
     def _build(self, d: int) -> nn.Module:
         obj, kw = self.obj, self.kwargs
         if isinstance(obj, nn.Module):
@@ -104,7 +160,8 @@ class Builder:
             base = {"d_model": d, "nhead": DEFAULT_HEADS, "dim_feedforward": 4 * d, "dropout": 0.0, "batch_first": True}
             return obj(**{**base, **kw})
         if self.width_arg == "cfg":
-            return obj(ModelConfig(**{"n_heads": DEFAULT_HEADS, **kw, "d_model": d}))
+            self.config_fields = self._config_fields(d, _fields(self.config_class))
+            return obj(self.config_class(**self.config_fields))
         if self.width_arg:
             heads = _first(HEAD_NAMES, _parameters(obj))
             extra = {heads: DEFAULT_HEADS} if heads else {}

@@ -14,22 +14,24 @@ from .architecture import hf_layer_class, model_type_of, review_architecture
 from .build import DEFAULT_WIDTH, resolve
 from .judge import ROLES, review_module
 from .report import EXIT_USAGE, Review
-from .rules import DEFAULTS
+from .rules import DEFAULTS, layer_ranges, pattern_text
 
 EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)
   1  flags or warnings (e.g. FFN expansion below 2x, hard-coded widths, causal mask left to the caller,
      a head count that differs from the config's, a sub-layer without a residual)
   2  reject (post-norm deeper than 12 blocks without warm-up; a decoder whose future leaks into its past)
-  3  bad arguments only: unknown model_type, unreadable or invalid config file, unimportable module, a block that
-     cannot be built or called, an unwritable --json path (unknown options are caught by the top-level parser,
-     which exits 2)
-  4  cannot review: no attention or no feed-forward network recognised in the block's data flow (never a pass)
+  3  bad arguments only: unknown model_type, unreadable or invalid config file (or value), unimportable module, a
+     block that cannot be built or called, an unwritable --json path (unknown options are caught by the top-level
+     parser, which exits 2)
+  4  cannot review: no layer with attention and a feed-forward network in the data flow, an architecture
+     transformers cannot build or run tiny, or past --max-memory-gb; the reason is printed (never a pass)
 
 --hf-config SOURCE: a config.json, a shipped name (llama3-8b, qwen3-vl-4b-text) or any model_type transformers
   knows (llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...). The architecture's own config
-  class is shrunk (width 32, 4 query heads, 2 layers, vocabulary 128), built in float64 and driven whole; the last
-  layer of each stack is probed with hooks. Parameters are counted at the config's full size on the meta device.
+  class is shrunk (width 32, 4 query heads, vocabulary 128, every other width with them) at the config's depth,
+  built in float64 and driven whole; every layer is probed, and each distinct layer pattern read in full.
+  Parameters are counted at the config's full size on the meta device.
 
 supported --module targets:
   a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its
@@ -37,16 +39,19 @@ supported --module targets:
       of an encoder-decoder)
   torch.nn:TransformerEncoderLayer / TransformerDecoderLayer  built as cls(d_model, nhead=4,
       dim_feedforward=4*d_model, dropout=0, batch_first=True, **kwargs)
-  a class taking a ModelConfig (first argument named cfg/config), e.g. blocklab.model.blocks:EncoderBlock
-      built as cls(ModelConfig(d_model=..., n_heads=4, **kwargs))
+  a class taking a config object (first argument named cfg/config/args/params), e.g. nanoGPT's Block or
+      blocklab.model.blocks:EncoderBlock: built as cls(ConfigClass(<width>=..., <heads>=4, <dropout>=0,
+      **kwargs)), the config class being the argument's annotation, else the one config dataclass with a width
+      field in the block's module, else blocklab's ModelConfig
   a class taking d_model (or dim / embed_dim / hidden_size) and optionally nhead / n_heads / num_heads
   a factory function, called with d_model=... when it accepts it, else with no arguments
 Calls: encoder and decoder roles call block(x); cross calls block(x, memory). x is (batch, time, d_model).
 A caller-supplied causal mask is tried through tgt_mask / src_mask (torch's additive float mask) or is_causal.
 
---json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, attention, query_heads,
-  kv_heads, qk_norm, position, ffn, ffn_ratio, causal, cross_attention} (one entry per stack, keyed 'encoder' and
-  'decoder', for an encoder-decoder), parameters (the whole model at full size), facts, findings."""
+--json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, mixer, attention,
+  query_heads, kv_heads, sliding_window, qk_norm, position, ffn, ffn_ratio, moe, causal, cross_attention, layers}
+  (one entry per stack, keyed 'encoder' and 'decoder', for an encoder-decoder; layers: one entry per distinct
+  layer pattern with its full-size indices), parameters (the whole model at full size), facts, findings."""
 
 
 def _usage_error(parser, message):
@@ -77,6 +82,9 @@ def register(subparsers) -> None:
                                                                "(default 0: none)")
     p.add_argument("--kwargs", help="JSON object of constructor arguments (ModelConfig fields for a cfg class)")
     p.add_argument("--json", help="write the review as JSON here")
+    p.add_argument("--max-memory-gb", type=float, default=None,
+                   help="refuse (exit 4, with the reason) a tiny build or a batched probe that would need more than "
+                        "this (default 4)")
     # this command's own exit 2 means 'reject', so its argument errors exit 3
     p.error = lambda message: _usage_error(p, message)
     p.set_defaults(func=_main)
@@ -103,15 +111,16 @@ def run_review(args) -> Review:
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     attention = getattr(args, "attention", "eager")
+    cap = getattr(args, "max_memory_gb", None)
     if args.hf_config:
         return review_architecture(args.hf_config, attention=attention, depth=args.depth,
-                                   warmup_steps=args.warmup_steps)
+                                   warmup_steps=args.warmup_steps, max_memory_gb=cap)
     target = resolve(args.module)
     if hf_layer_class(target):
         model_type = model_type_of(target)
         return review_architecture(model_type, attention=attention, depth=args.depth, warmup_steps=args.warmup_steps,
                                    only_layer_class=target, stack_role=args.role,
-                                   subject=f"{args.module} (inside its {model_type} model)")
+                                   subject=f"{args.module} (inside its {model_type} model)", max_memory_gb=cap)
     if not args.role:
         raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
     return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
@@ -122,7 +131,7 @@ def run_review(args) -> Review:
 
 COLUMNS = ("residual", "norm_placement", "norm_kind", "attention", "qk_norm", "position", "ffn", "ffn_ratio", "causal")
 HEADERS = ("architecture", "residual", "norm", "norm kind", "attention (Q/KV heads)", "QK-norm", "position",
-           "FFN (ratio)", "causal", "parameters", "verdict")
+           "FFN (ratio)", "causal", "layers", "parameters", "verdict")
 
 
 def _cell(s: dict, key: str) -> str:
@@ -144,24 +153,42 @@ def _cell(s: dict, key: str) -> str:
     return f"**{text}**" if default is not None and value == default else text
 
 
+def _layers_cell(s: dict) -> str:
+    """'uniform', or each layer pattern of a mixed stack with its layer indices."""
+    layers = s.get("layers") or []
+    if len(layers) <= 1:
+        return "uniform" if layers else "—"
+    return "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in layers)
+
+
 def table_rows(review: Review) -> list[list[str]]:
     structure = review.facts.get("structure") or {}
-    stacks = {"": structure} if "reviewable" in structure else structure
+    stacks = {"": structure} if "reviewable" in structure or not structure else structure
     rows = []
     for label, s in stacks.items():
         name = review.subject + (f" ({label})" if label else "")
         if not s.get("reviewable"):
-            rows.append([name, *["—"] * 8, f"{review.facts.get('parameters', 0):,}", review.verdict])
+            verdict = "error (exit 3)" if "usage_error" in review.facts else review.verdict
+            rows.append([name, *["—"] * 8, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", verdict])
             continue
         cells = [_cell(s, k) for k in COLUMNS if k != "ffn_ratio"]
-        rows.append([name, *cells, f"{review.facts.get('parameters', 0):,}", review.verdict])
+        rows.append([name, *cells, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", review.verdict])
     return rows
 
 
-def table(model_types, attention: str = "eager") -> tuple[str, list[Review]]:
-    reviews = [review_architecture(m, attention=attention) for m in model_types]
+def table(model_types, attention: str = "eager", max_memory_gb=None) -> tuple[str, list[Review]]:
+    """Every row it can: an argument that is not an architecture gets a row with its error (and exit 3)."""
+    reviews = []
+    for m in model_types:
+        try:
+            reviews.append(review_architecture(m, attention=attention, max_memory_gb=max_memory_gb))
+        except (ConfigError, FileNotFoundError) as err:
+            bad = Review(subject=str(m), mode="hf-config", role=None)
+            bad.add("arguments", "cannot", f"error: {err}", None)
+            bad.facts["usage_error"] = str(err)
+            reviews.append(bad)
     checklist = ["**2026 default**", "**sequential**", "**pre**", "**rmsnorm**", "**GQA**", "—", "**rope**",
-                 "**swiglu** (>= 2x)", "decoder: yes", "", "pass"]
+                 "**swiglu** (>= 2x)", "decoder: yes", "", "", "pass"]
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS), "| " + " | ".join(checklist) + " |"]
     lines += ["| " + " | ".join(row) + " |" for r in reviews for row in table_rows(r)]
     return "\n".join(lines), reviews
@@ -170,13 +197,14 @@ def table(model_types, attention: str = "eager") -> tuple[str, list[Review]]:
 def _main(args) -> int:
     try:
         if getattr(args, "table", None):
-            text, reviews = table(args.table, getattr(args, "attention", "eager"))
+            text, reviews = table(args.table, getattr(args, "attention", "eager"),
+                                  getattr(args, "max_memory_gb", None))
             print(f"`blocklab review --table {' '.join(args.table)}` ({dt.date.today().isoformat()}; bold: the "
                   "2026 default)\n")
             print(text)
             if args.json:
                 write_json(stamp(reviews=[r.to_dict() for r in reviews]), args.json)
-            return max(r.exit_status for r in reviews)
+            return max(EXIT_USAGE if "usage_error" in r.facts else r.exit_status for r in reviews)
         review = run_review(args)
     except (ConfigError, FileNotFoundError) as err:
         print(f"blocklab review: error: {err}", file=sys.stderr)

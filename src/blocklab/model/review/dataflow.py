@@ -23,6 +23,7 @@ with one edit, so one forward pass answers many questions at once. In call order
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,38 @@ VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or 
 ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
 # head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
 ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
+GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value everywhere: sigmoid, SiLU > 0 there
+MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
+
+
+class one_thread(contextlib.ContextDecorator):
+    """Every probe runs tensors of a few hundred numbers: torch's intra-op threads only contend (on a busy 2-core
+    machine one tiny forward took 2.1 s of CPU with 2 threads, 0.05 s with 1). Restores the setting on exit."""
+
+    def __enter__(self):
+        self.threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.threads)
+
+
+_CAP = [MEMORY_CAP]
+
+
+@contextlib.contextmanager
+def memory_cap(cap: int | None):
+    """Within the block, every Tracer refuses runs over ``cap`` bytes (None: keep the current cap)."""
+    previous = _CAP[0]
+    _CAP[0] = cap or previous
+    try:
+        yield _CAP[0]
+    finally:
+        _CAP[0] = previous
+
+
+class MemoryCapExceeded(RuntimeError):
+    """A batched run (or a tiny build) would need more memory than the cap allows: refused before allocating."""
 
 
 @dataclass
@@ -48,6 +81,7 @@ class Call:
     inp: torch.Tensor
     out: torch.Tensor
     key: tuple = ()  # (name, how many times this module was called before): the same call in every run
+    args: tuple = ()  # the call's positional arguments (the routing an experts module is handed)
 
 
 @dataclass
@@ -56,6 +90,7 @@ class SubLayer:
     out: Call
     mixes: bool = False
     cross: bool = False
+    experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
 
 
 def _rel(a, b) -> float:
@@ -89,6 +124,16 @@ def _is_projection(module: nn.Module, inp) -> bool:
             and torch.is_tensor(inp) and inp.is_floating_point() and inp.shape[-1] in weight.shape)
 
 
+def experts_weights(module: nn.Module) -> list[torch.Tensor]:
+    """A module's own weights of 3 dimensions (experts, out, in): routed experts applied without a layer each."""
+    return [p for p in module.parameters(recurse=False) if p.dim() == 3]
+
+
+def _is_experts(module: nn.Module, inp, out, width: int) -> bool:
+    return (bool(experts_weights(module)) and torch.is_tensor(inp) and inp.is_floating_point()
+            and inp.shape[-1] == width and out.shape[-1] == width)
+
+
 def out_width(module: nn.Module) -> int:
     """Output features of a projection: Linear's out_features, GPT-2 Conv1D's nf, else a Linear-like (out, in)."""
     return next((getattr(module, a) for a in ("out_features", "nf") if isinstance(getattr(module, a, None), int)),
@@ -104,12 +149,23 @@ class Tracer:
     """Runs the driver with hooks on every leaf module of the layer; ``edit(call_key, output)`` may change a copy of
     an output, seen as (batch, time, ...), and return it."""
 
-    def __init__(self, driver):
+    def __init__(self, driver, cap: int | None = None):
         self.driver, self.layer = driver, driver.layer
-        self.leaves = [(n, m) for n, m in self.layer.named_modules() if not list(m.children())]
+        # leaf modules, and modules with 3-D weights (routed experts) as a whole: what runs inside them sees a
+        # routing-dependent subset of the tokens, differently in every batch
+        experts = [n for n, m in self.layer.named_modules() if experts_weights(m)]
+        self.leaves = [(n, m) for n, m in self.layer.named_modules()
+                       if (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
+        self.cap = cap or _CAP[0]
+        self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
 
     def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
         calls, seen, handles, batch = [], {}, [], x.shape[0]
+        # the calls keep every hooked input and output; the model's own intermediates take about as much again
+        if self.per_element is not None and 2 * batch * self.per_element > self.cap:
+            raise MemoryCapExceeded(f"a batched run of {batch} inputs would hold about "
+                                    f"{2 * batch * self.per_element / 2**30:.1f} GiB of activations, over the cap "
+                                    f"of {self.cap / 2**30:.1f} GiB (--max-memory-gb)")
         lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
 
         def hook(module, args, output, name):
@@ -122,7 +178,7 @@ class Tracer:
                 changed = edit(key, copy.contiguous())
                 output = output if changed is None else back(changed).reshape(output.shape)
             calls.append(Call(len(calls), name, module, _tokens(args[0], batch, lengths)[0].detach(),
-                              _tokens(output, batch, lengths)[0].detach(), key))
+                              _tokens(output, batch, lengths)[0].detach(), key, tuple(args)))
             return output
 
         for name, module in self.leaves:
@@ -132,6 +188,8 @@ class Tracer:
         finally:
             for h in handles:
                 h.remove()
+        if self.per_element is None:
+            self.per_element = sum(c.inp.numel() + c.out.numel() for c in calls) * 8 // max(batch, 1)
         return calls, y
 
     def inputs_of(self, x, edit=None) -> tuple[dict, torch.Tensor]:
@@ -142,18 +200,29 @@ class Tracer:
 class LayerAnalysis:
     """Everything the data flow says about one layer (see the module docstring)."""
 
-    def __init__(self, driver, seed: int = 0):
-        self.driver, self.width, self.seq = driver, driver.width, driver.seq
-        self.generator = torch.Generator().manual_seed(seed)
-        self.tracer = Tracer(driver)
-        self.x = self.randn(1, self.seq, self.width)
-        self.calls, self.y = self.tracer.run(self.x)
-        self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)]
+    def __init__(self, driver, seed: int = 0, cap: int | None = None):
+        self._start(driver, seed, cap)
+        self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)
+                            or _is_experts(c.module, c.inp, c.out, self.width)]
         self.norm_calls = [c for c in self.calls if c not in self.projections and c.out.shape == c.inp.shape
                            and c.inp.shape[-1] > 1 and self._is_norm(c)]
         self.depends = self._dependencies()
         self.sublayers = self._sublayers()
         self._mixing()
+
+    def _start(self, driver, seed: int, cap: int | None) -> None:
+        self.driver, self.width, self.seq = driver, driver.width, driver.seq
+        self.generator = torch.Generator().manual_seed(seed)
+        self.tracer = Tracer(driver, cap)
+        self.x = self.randn(1, self.seq, self.width)
+        self.calls, self.y = self.tracer.run(self.x)
+
+    @classmethod
+    def light(cls, driver, seed: int = 0, cap: int | None = None) -> LayerAnalysis:
+        """One traced run and nothing else: for the cheap probes (reach, position_aware) on every layer."""
+        a = cls.__new__(cls)
+        a._start(driver, seed, cap)
+        return a
 
     def randn(self, *shape) -> torch.Tensor:
         return torch.randn(*shape, dtype=torch.float64, generator=self.generator)
@@ -193,6 +262,9 @@ class LayerAnalysis:
     def _sublayers(self) -> list[SubLayer]:
         groups, current = [], []
         for call in self.projections:
+            if _is_experts(call.module, call.inp, call.out, self.width):  # the whole sub-layer in one call
+                groups.append(SubLayer(ins=[call], out=call, experts=True))
+                continue
             feeds = [c for c in current if self.depends.get((c.key, call.key))]
             if feeds and call.out.shape[-1] == self.width:
                 groups.append(SubLayer(ins=current, out=call))
@@ -268,8 +340,10 @@ class LayerAnalysis:
             normed = any(_rel(traced[c.key].inp[b], traced[c.key].inp[0]) > TOL for c in feeds.get(key, []))
             idx = row.nonzero().flatten().tolist()
             contiguous = len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1))
-            roles.append("normed" if normed else ("k" if later[b - 1] else "q") if contiguous else "v" if idx
-                         else "none")
+            # a value feature at position 0 reaches later rows; a feature that moves only its own row's column is
+            # a per-token gate on the attention output (Qwen3-Next's, Gemma 3n's)
+            roles.append("normed" if normed else ("k" if later[b - 1] else "q") if contiguous else
+                         ("v" if later[b - 1] else "gate") if idx else "none")
             if contiguous and not normed:
                 blocks.append(len(idx))
         o_width = o_in.shape[-1]
@@ -304,11 +378,16 @@ class LayerAnalysis:
                     flat[..., f] = 0.0
                 elif role == "v":
                     flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                elif role == "gate":
+                    flat[..., f] = GATE_VALUE
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(1), edit)
         o_in, hd, length = traced[g.out.key].inp[0], heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
         patterns = torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
+        # softmax attention with queries and keys silenced averages the visible values: some weight is visible;
+        # linear attention reads its state through the (silenced) queries: nothing
+        softmax = bool((patterns.abs() > VISIBLE).any())
         uniform = True
         for row in patterns.flatten(0, 1):
             seen = row[row > VISIBLE]
@@ -316,7 +395,7 @@ class LayerAnalysis:
                 uniform = False
         linear = not uniform and not g.cross and self._per_head_linear(patterns)
         kind = "none" if uniform else "alibi" if linear else "relative-bias"
-        return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear}
+        return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear, "softmax": softmax}
 
     def rotary_fraction(self, g: SubLayer, heads: dict) -> float | None:
         """Which offsets of a head are rotated by position. Per offset a: queries ROTARY_PROBE at a and 0 elsewhere,
@@ -340,6 +419,8 @@ class LayerAnalysis:
                     flat[1 + f % hd, :, f] = 0.0
                 elif role == "v":
                     flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                elif role == "gate":
+                    flat[..., f] = GATE_VALUE
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
@@ -371,6 +452,15 @@ class LayerAnalysis:
         perm = torch.arange(self.seq).roll(1)
         return _rel(self.driver(self.x[:, perm]), self.y[:, perm]) > TOL
 
+    def reach(self) -> list[int]:
+        """The positions whose output moves when only position 0's input does: all of them for full attention
+        (or a recurrence), the first few for a sliding window or a short convolution."""
+        x = self.batch(2)
+        x[1, 0] += self.randn(self.width)
+        y = self.driver(x)
+        scale = y[0].abs().max().clamp_min(1e-30)
+        return [t for t in range(self.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL]
+
     def causal(self) -> dict:
         cuts = (self.seq - 1, self.seq // 2, 1)
         x = self.batch(len(cuts) + 1)
@@ -393,14 +483,31 @@ class LayerAnalysis:
         _, y = self.tracer.run(x, lambda k, out: torch.zeros_like(out) if k == key else None)
         return y
 
+    def _sum_norms(self, g: SubLayer) -> list[Call]:
+        """Norms (outside the sub-layer) of the sub-layer's input plus its output: norm(h + F(h))."""
+        stream_in = self.stream_input(g)
+        return [n for n in self.norm_calls if n.index > g.out.index and n.inp.shape == g.out.out.shape
+                and _same(n.inp, stream_in.inp + g.out.out)]
+
+    def stream_input(self, g: SubLayer) -> Call:
+        return next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+
     def norm_placement(self, g: SubLayer) -> dict:
-        stream_in = next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+        stream_in = self.stream_input(g)
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
         stream = [n for n in self.norm_calls if n not in inner]
         before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)]
-        after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)]
-        post = [n.name for n in stream if n.index > g.out.index and n.inp.shape == g.out.out.shape
-                and _same(n.inp, stream_in.inp + g.out.out)]
+        # a norm of the writer's output is an output norm, unless it is the next sub-layer's input norm: a block
+        # whose sub-layer output replaces the stream (no residual) feeds it straight into the next pre-norm
+        later_inputs = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
+        after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)
+                 and not any(_same(n.out, i) for i in later_inputs)]
+        post = [n.name for n in self._sum_norms(g)]
+        if g is not self.sublayers[-1] and not self._sum_norms(self.sublayers[-1]):
+            # the stack ends without a norm on its residual sum: a norm of an earlier sum that feeds the next
+            # sub-layer is that sub-layer's input norm (the stream goes on un-normalized), not a post-norm
+            post = [n for n in post if not any(_same(m.out, i) for m in self.norm_calls if m.name == n
+                                               for i in later_inputs)]
         # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
         placement = ("post" if post and not after else "sandwich" if before and after else "pre" if before
                      else "output" if after else "none")
@@ -411,6 +518,41 @@ class LayerAnalysis:
         keys = [c.key for c in g.ins]
         return [n.name for n in self.norm_calls if g.ins[0].index < n.index < g.out.index
                 and any(self.depends.get((k, n.key)) for k in keys)]
+
+    def experts(self, g: SubLayer) -> dict:
+        """Routed experts, from the experts module as a whole: how many (its 3-D weights' first dimension), how many
+        each token is routed to (the routing it is handed: the last dimension of its integer argument), and what
+        one expert computes: the module called again on its own input with every token routed to expert 0 at
+        weight 1, against W_out act(W_in x) and W_out (act(gate) * up) for each activation."""
+        call = g.out
+        weights = experts_weights(call.module)
+        index = next((a for a in call.args[1:] if torch.is_tensor(a) and not a.is_floating_point()), None)
+        per_token = int(index.shape[-1]) if index is not None and index.dim() >= 1 else None
+        w_in = next((w for w in weights if w.shape[-1] == self.width), None)
+        w_out = next((w for w in weights if w is not w_in and w.shape[1] == self.width), None)
+        hidden = w_out.shape[-1] if w_out is not None else None
+        kind, activation = "unknown", "unknown"
+        if index is not None and w_in is not None and w_out is not None:
+            x = call.args[0].detach()
+            flat = x.reshape(-1, x.shape[-1])
+            args = [flat, torch.zeros(flat.shape[0], 1, dtype=index.dtype), torch.ones(flat.shape[0], 1,
+                                                                                        dtype=flat.dtype)]
+            try:
+                with torch.no_grad():
+                    y = call.module(*args[:len(call.args)])
+                h = flat @ w_in[0].T
+                for name, act in ACTIVATIONS.items():
+                    candidates = ([act(h)] if h.shape[-1] == hidden else
+                                  [act(a) * b for a, b in (h.split(hidden, -1), h.split(hidden, -1)[::-1])]
+                                  if h.shape[-1] == 2 * hidden else [])
+                    if any(_rel(c @ w_out[0].T, y) < ACT_TOL for c in candidates):
+                        kind = (PLAIN if h.shape[-1] == hidden else GATED)[name]
+                        activation = name
+                        break
+            except Exception:  # noqa: BLE001 - an experts module with another calling convention: kind unknown
+                pass
+        return {"experts": weights[0].shape[0], "per_token": per_token, "hidden": hidden, "kind": kind,
+                "activation": activation, "module": call.name}
 
     def ffn(self, g: SubLayer) -> dict:
         """Which activation turns the in-projections' outputs into the writer's input."""

@@ -3,7 +3,8 @@
     config      a config.json path, a shipped name (llama3-8b) or a model_type transformers knows (gpt2, t5, ...):
                 the architecture's own config class, at its full size
     tiny        the same config shrunk consistently (width 32, 4 query heads of 8, K/V heads 4, 2 or 1 as in the full
-                config, FFN ratio kept, 2 layers, vocabulary 128), float64, eager attention unless asked otherwise
+                config, FFN ratio kept, the full depth, vocabulary 128; linear-attention, latent and state widths,
+                windows, experts too), float64, eager attention unless asked otherwise
     driver      runs the whole tiny model on token ids, replaces one layer's input by the probe's x and stops at that
                 layer's output: RoPE tables, position ids, causal and sliding-window masks, relative biases come from
                 the model itself
@@ -26,12 +27,25 @@ from torch.overrides import TorchFunctionMode
 from ...config import ConfigError
 from .. import hf_config
 
-WIDTH, HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 8, 2, 128
+WIDTH, HEADS, HEAD_DIM, VOCAB = 32, 4, 8, 128
 SEQ, MEMORY_SEQ = 6, 9
+MAX_LAYERS = 128  # the tiny model keeps the full depth (every layer reviewed) up to this many layers
+WINDOW = 4  # sliding windows, local and chunked attention shrink to 4 positions: visible within SEQ
+MAX_EXPERTS = 8  # routed experts: at most this many at the tiny size (and more than the experts per token)
 ATTENTION_BACKENDS = ("eager", "sdpa")
 FFN_KEYS = ("intermediate_size", "n_inner", "d_ff", "dff", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim",
-            "decoder_ffn_dim")
+            "decoder_ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size", "intermediate_size_mlp",
+            "block_ff_dim")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
+# widths that are not the model width's multiples: head widths of linear attention and multi-head latent attention,
+# SSM states; each set to the tiny head width (MLA's query-key width is its two parts together)
+OTHER_HEAD_DIMS = ("linear_key_head_dim", "linear_value_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
+                   "v_head_dim", "mamba_d_head", "mamba_d_state", "state_size", "ssm_state_size", "d_state")
+RANK_KEYS = ("kv_lora_rank", "q_lora_rank")  # MLA's low-rank bottlenecks: scaled with the width, at least 4
+HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
+WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_attention", "attention_chunk_size")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 HEAD_KEYS = ("encoder_attention_heads", "decoder_attention_heads")  # besides num_attention_heads (BART)
 LAYER_KEYS = ("num_hidden_layers", "num_decoder_layers", "decoder_layers", "encoder_layers")
@@ -61,16 +75,49 @@ def load_config(source):
         except ConfigError as err:
             raise ConfigError(f"--hf-config: {err}; or give a model_type transformers knows, e.g. llama, gpt2, "
                               "t5") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--hf-config {source}: a config.json holds a JSON object, got {type(raw).__name__}")
         model_type = raw.get("model_type")
         if model_type not in mapping:
             raise ConfigError(f"--hf-config {source}: model_type={model_type!r} is not one transformers knows; "
                               f"allowed: {_allowed_hint(model_type)}")
-        return mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+        try:
+            config = mapping[model_type].from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+        except Exception as err:  # noqa: BLE001 - the config class's own validation: an invalid value, exit 3
+            raise ConfigError(f"--hf-config {source}: transformers rejects the config: {type(err).__name__}: "
+                              + " ".join(str(err).split())) from None
+        return validate(config, str(source))
     if str(source) in mapping:
-        return mapping[str(source)]()
+        return validate(mapping[str(source)](), str(source))
     raise ConfigError(f"--hf-config {source!r} is neither a config.json file, a shipped config "
                       f"({sorted(hf_config.SHIPPED)}) nor a model_type transformers knows; allowed model_types: "
                       f"{_allowed_hint(str(source))}")
+
+
+SIZE_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", *FFN_KEYS, *HEAD_DIM_KEYS,
+             *KV_KEYS)
+
+
+def validate(config, source: str):
+    """Values no architecture can have: a size that is not a positive integer, query heads that do not divide the
+    width (when no head_dim says otherwise), K/V heads that do not divide the query heads."""
+    for key in SIZE_KEYS:
+        value = getattr(config, key, None)
+        if value is None or isinstance(value, (list, tuple)):  # absent, or one value per layer (OpenELM)
+            continue
+        least = 1 if key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size") else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"--hf-config {source}: {key} must be an integer >= {least}, got {value!r}")
+    d, heads = _int_attr(config, "hidden_size"), _int_attr(config, "num_attention_heads")
+    explicit = any(_int_attr(config, k) for k in HEAD_DIM_KEYS)
+    if d and heads and not explicit and d % heads:
+        raise ConfigError(f"--hf-config {source}: num_attention_heads={heads} does not divide hidden_size={d} "
+                          "(and the config gives no head_dim)")
+    kv = next((_int_attr(config, k) for k in KV_KEYS if _int_attr(config, k)), None)
+    if heads and kv and heads % kv:
+        raise ConfigError(f"--hf-config {source}: num_key_value_heads={kv} does not divide "
+                          f"num_attention_heads={heads}")
+    return config
 
 
 def _allowed_hint(name) -> str:
@@ -109,11 +156,33 @@ def shrink(config, attention: str = "eager"):
     for key in HEAD_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, HEADS)
+    for key in OTHER_HEAD_DIMS:
+        if _int_attr(config, key):
+            setattr(tiny, key, HEAD_DIM)
+    if _int_attr(config, "qk_head_dim") and _int_attr(config, "qk_rope_head_dim"):
+        tiny.qk_head_dim = tiny.qk_rope_head_dim + (getattr(tiny, "qk_nope_head_dim", 0) or 0)
+    for key in RANK_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, max(4, round(getattr(config, key) * WIDTH / d)))
+    for key in HEAD_COUNT_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, max(1, round(getattr(config, key) * HEADS / heads)))
+    for key in WINDOW_KEYS:
+        if (_int_attr(config, key) or 0) > WINDOW:
+            setattr(tiny, key, WINDOW)
+    for key in ("n_group", "topk_group"):  # DeepSeek's grouped routing: one group of the few tiny experts
+        if _int_attr(config, key):
+            setattr(tiny, key, 1)
+    top_k = max([_int_attr(config, k) or 0 for k in TOP_K_KEYS])
+    for key in EXPERT_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, min(getattr(config, key), max(MAX_EXPERTS, top_k + 1)))
+    depth = next((_int_attr(config, k) for k in LAYER_KEYS if _int_attr(config, k)), None)
     for key in LAYER_KEYS:
         if _int_attr(config, key):
-            setattr(tiny, key, LAYERS)
-    if isinstance(getattr(config, "layer_types", None), list):
-        tiny.layer_types = list(config.layer_types[:LAYERS])
+            setattr(tiny, key, min(getattr(config, key), MAX_LAYERS))
+    if depth and depth > MAX_LAYERS and isinstance(getattr(config, "layer_types", None), list):
+        tiny.layer_types = list(config.layer_types[:MAX_LAYERS])
     for key in TOKEN_KEYS:
         if (_int_attr(config, key) or 0) >= VOCAB:
             setattr(tiny, key, 0)
@@ -138,8 +207,19 @@ def model_class(config, prefer_head: bool):
     raise ConfigError(f"transformers has no model class for {type(config).__name__}")
 
 
-def build_tiny(config, seed: int = 0) -> nn.Module:
+def build_tiny(config, seed: int = 0, cap: int | None = None) -> nn.Module:
+    """The tiny model in float64; refused (MemoryCapExceeded) before allocating when its weights alone would take
+    more than the cap (counted on the meta device)."""
     cls, _ = model_class(config, prefer_head=False)
+    if cap is not None:
+        with torch.device("meta"):
+            numel = sum(p.numel() for p in cls(config).parameters())
+        if 8 * numel > cap:
+            from .dataflow import MemoryCapExceeded
+
+            raise MemoryCapExceeded(f"the tiny {cls.__name__} would hold {numel:,} float64 weights "
+                                    f"({8 * numel / 2**30:.1f} GiB), over the cap of {cap / 2**30:.1f} GiB "
+                                    "(--max-memory-gb): some width of this config is not shrunk")
     torch.manual_seed(seed)
     try:
         model = cls(config)

@@ -1,18 +1,21 @@
-"""Calling a user's block and measuring it: every fact comes from calling the block (or one of its sub-modules) on
-chosen inputs, in float64 with dropout off."""
+"""Calling a user's block: the call itself (block(x), block(x, memory), a caller-side causal mask), the few facts
+measured on the whole block (does the future leak, does the memory matter, which parameters follow d_model), and the
+driver dataflow.LayerAnalysis reads the block's structure through. In float64 with dropout off."""
 from __future__ import annotations
 
+import math
+import types
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ...config import ConfigError
 from .build import SECOND_WIDTH_STEP, Builder, _parameters
-from .structure import _changed, _rms, find_attention, find_norms, infer_width, norm_kind
+from .structure import _changed, infer_width
 
-SCALE = 1000.0
 TOL = 1e-9  # relative, in float64: a mask is exact, so anything above round-off is a real dependence
 SEQ, MEMORY_SEQ, BATCH = 6, 9, 2
-
 
 
 def causal_float_mask(length: int) -> torch.Tensor:
@@ -43,74 +46,95 @@ class Caller:
         return out.detach()
 
 
-# --- hooks ---------------------------------------------------------------------------------------
+# --- nn.MultiheadAttention, made observable ------------------------------------------------------
 
 
-def _zero_output(module, args, output):
-    if isinstance(output, tuple):
-        return (torch.zeros_like(output[0]), *output[1:])
-    return torch.zeros_like(output)
+class _InProjection(nn.Module):
+    """Rows [start, stop) of one of nn.MultiheadAttention's input weights, applied as a layer a hook can see."""
+
+    def __init__(self, owner: nn.MultiheadAttention, weight: str, bias_offset: int, start: int, stop: int):
+        super().__init__()
+        self._owner = [owner]  # a list: not registered as a child (no cycle in named_modules)
+        self.weight_name, self.bias_offset, self.start, self.stop = weight, bias_offset, start, stop
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return getattr(self._owner[0], self.weight_name)[self.start:self.stop]
+
+    def forward(self, x):
+        bias = self._owner[0].in_proj_bias
+        b = None if bias is None else bias[self.bias_offset + self.start:self.bias_offset + self.stop]
+        return F.linear(x, self.weight, b)
 
 
-class Silenced:
-    """Within the block, the given sub-modules return zeros."""
-
-    def __init__(self, modules):
-        self.modules, self.handles = list(modules), []
-
-    def __enter__(self):
-        self.handles = [m.register_forward_hook(_zero_output) for m in self.modules]
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-
-
-def record_linears(module: nn.Module, skip_prefixes, run) -> list[tuple[str, nn.Linear, torch.Tensor, torch.Tensor]]:
-    """(name, layer, input, output) of every Linear outside attention, in the order the forward pass calls them."""
-    calls, handles = [], []
-    for name, sub in module.named_modules():
-        if isinstance(sub, nn.Linear) and not any(name == p or name.startswith(p + ".") for p in skip_prefixes):
-            handles.append(sub.register_forward_hook(
-                lambda m, args, out, name=name: calls.append((name, m, args[0].detach(), out.detach()))))
-    try:
-        run()
-    finally:
-        for h in handles:
-            h.remove()
-    return calls
-
-
-def attention_roles(module: nn.Module, attentions: dict, run, memory_len: int) -> dict[str, str]:
-    """'cross' for an attention module that receives a tensor with the memory's length, else 'self'."""
-    seen, handles = {}, []
-    for name, attn in attentions.items():
-        def hook(m, args, kwargs, name=name):
-            lengths = {a.shape[-2] for a in [*args, *kwargs.values()] if torch.is_tensor(a) and a.dim() >= 2}
-            seen[name] = "cross" if memory_len in lengths else seen.get(name, "self")
-        handles.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
-    try:
-        run()
-    finally:
-        for h in handles:
-            h.remove()
-    return {name: seen.get(name, "unused") for name in attentions}
+def _mha_forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                 average_attn_weights=True, is_causal=False):
+    """nn.MultiheadAttention's math (F.multi_head_attention_forward, no bias_k/add_zero_attn), through hookable
+    layers: the fused in-projection when query, key and value are one tensor, else one per input."""
+    if not self.batch_first:
+        query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+    E, H = self.embed_dim, self.num_heads
+    if query is key is value:
+        q, k, v = self.in_proj_fused(query).split(E, dim=-1)
+    elif key is value:
+        q, (k, v) = self.in_proj_q(query), self.in_proj_kv(key).split(E, dim=-1)
+    else:
+        q, k, v = self.in_proj_q(query), self.in_proj_k(key), self.in_proj_v(value)
+    B, T, S, hd = q.shape[0], q.shape[1], k.shape[1], E // H
+    q, k, v = (t.reshape(B, -1, H, hd).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
+    if is_causal and attn_mask is None:
+        attn_mask = causal_float_mask(T).to(scores.dtype)
+    if attn_mask is not None:
+        mask = attn_mask.reshape(-1, H, T, S) if attn_mask.dim() == 3 else attn_mask
+        scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, None, :]
+        scores = scores.masked_fill(pad, float("-inf")) if pad.dtype == torch.bool else scores + pad
+    weights = F.dropout(scores.softmax(-1), self.dropout, self.training)
+    out = self.out_proj((weights @ v).transpose(1, 2).reshape(B, T, E))
+    if not self.batch_first:
+        out = out.transpose(0, 1)
+    if not need_weights:
+        return out, None
+    return out, weights.mean(1) if average_attn_weights else weights
 
 
-# --- the probes ----------------------------------------------------------------------------------
+def make_traceable(module: nn.Module) -> list[str]:
+    """nn.MultiheadAttention applies its Q/K/V and output weights inside one function, where no hook sees them:
+    each instance gets the same math through layers (the same parameters, nothing copied). Returns their names."""
+    done = []
+    for name, mha in list(module.named_modules()):
+        if not isinstance(mha, nn.MultiheadAttention) or mha.bias_k is not None or mha.add_zero_attn:
+            continue
+        E = mha.embed_dim
+        if mha._qkv_same_embed_dim:
+            parts = {"in_proj_fused": ("in_proj_weight", 0, 0, 3 * E), "in_proj_q": ("in_proj_weight", 0, 0, E),
+                     "in_proj_kv": ("in_proj_weight", 0, E, 3 * E)}
+        else:
+            parts = {"in_proj_q": ("q_proj_weight", 0, 0, E), "in_proj_k": ("k_proj_weight", E, 0, E),
+                     "in_proj_v": ("v_proj_weight", 2 * E, 0, E)}
+        for part, args in parts.items():
+            mha.add_module(part, _InProjection(mha, *args))
+        mha.forward = types.MethodType(_mha_forward, mha)
+        done.append(name)
+    return done
+
+
+# --- the probe -----------------------------------------------------------------------------------
 
 
 class Probe:
-    """Everything measured on one built block, in float64 with dropout off."""
+    """One built block, in float64 with dropout off, and the input it is called with."""
 
     def __init__(self, module: nn.Module, role: str, width: int, seed: int = 0):
         self.module = module.double().eval()
+        self.traced_mha = make_traceable(self.module)
         self.role, self.width = role, width
         self.generator = torch.Generator().manual_seed(seed)
         self.call = Caller(self.module, role)
         self.x = self.randn(BATCH, SEQ, width)
         self.memory = self.randn(BATCH, MEMORY_SEQ, width) if role == "cross" else None
-        self.attentions = find_attention(self.module)
         self.masked = False  # see use_caller_mask
         try:
             self.y = self.run(self.x)
@@ -118,6 +142,10 @@ class Probe:
             how = "block(x, memory)" if role == "cross" else "block(x)"
             raise ConfigError(f"calling the block as {how} with x of shape {tuple(self.x.shape)} failed: "
                               f"{type(err).__name__}: {err}") from None
+        if not torch.is_tensor(self.y) or tuple(self.y.shape) != tuple(self.x.shape):
+            shape = tuple(self.y.shape) if torch.is_tensor(self.y) else type(self.y).__name__
+            raise ConfigError(f"the block maps x of shape {tuple(self.x.shape)} to {shape}: a transformer block "
+                              "keeps (batch, time, d_model)")
         self.scale = self.y.abs().max().item()
 
     def use_caller_mask(self) -> None:
@@ -133,68 +161,18 @@ class Probe:
         # grad stays enabled: torch's fused inference fast path would bypass the sub-module hooks
         return self.call(x, self.memory if memory is None else memory, masked=self.masked)
 
-    def depends_on_input(self) -> bool:
-        return _changed(self.run(self.x), self.run(self.x + self.randn(*self.x.shape)), self.scale) > TOL
-
-    # each returns plain facts; the rules turn them into findings
-
-    def norm_position(self) -> dict:
-        big = SCALE * self.x
-        out = self.run(big)
-        residual_fraction, scale_ratio = _rms(out - big) / _rms(big), _rms(out) / _rms(big)
-        position = "pre" if residual_fraction < 0.02 else "post" if scale_ratio < 0.02 else "none"
-        return {"position": position, "residual_fraction_at_1000x": residual_fraction,
-                "output_scale_ratio_at_1000x": scale_ratio, "output_row_rms_at_1000x": _rms(out)}
-
-    def norm_kinds(self) -> dict:
-        norms = find_norms(self.module, self.width)
-        return {name: norm_kind(norm, self.width, self.generator) for name, norm in norms.items()}
-
     def causal(self) -> dict:
-        leaks, sees = [], []
+        leaks = []
         for cut in (SEQ - 1, SEQ // 2, 1):
             future = self.x.clone()
             future[:, cut:] += self.randn(BATCH, SEQ - cut, self.width)
-            y, y2 = self.run(self.x), self.run(future)
-            leaks.append(_changed(y[:, :cut], y2[:, :cut], self.scale))
-            sees.append(_changed(y[:, cut:], y2[:, cut:], self.scale))
-        return {"max_leak": max(leaks), "leaks": max(leaks) > TOL, "future_positions_respond": max(sees) > TOL}
-
-    def residuals(self, ffn: dict | None) -> dict:
-        """For each sub-layer: does the block output still depend on its input when that sub-layer is silenced?"""
-        targets = dict(self.attentions)
-        if ffn:
-            targets["ffn"] = dict(self.module.named_modules())[ffn["down"]]
-        out = {}
-        for name, sub in targets.items():
-            with Silenced([sub]):
-                out[name] = self.depends_on_input()
-        return out
+            leaks.append(_changed(self.run(self.x)[:, :cut], self.run(future)[:, :cut], self.scale))
+        return {"max_leak": max(leaks), "leaks": max(leaks) > TOL}
 
     def cross(self) -> dict:
         other = self.memory + self.randn(*self.memory.shape)
         changed = _changed(self.run(self.x), self.run(self.x, other), self.scale)
-        return {"memory_length": MEMORY_SEQ, "target_length": SEQ, "output_shape": list(self.y.shape),
-                "keeps_target_shape": tuple(self.y.shape) == tuple(self.x.shape),
-                "memory_changes_output": changed > TOL}
-
-    def position_signal(self, causal: bool) -> dict:
-        if not causal:  # bidirectional: permuting the tokens should permute the output, nothing more
-            perm = torch.randperm(SEQ, generator=self.generator)
-            moved = _changed(self.run(self.x[:, perm]), self.y[:, perm], self.scale)
-            return {"test": "permutation equivariance", "deviation": moved, "position_aware": moved > TOL}
-        # causal: the last token attends to a set of earlier tokens; without positions their order cannot matter
-        perm = torch.cat([torch.randperm(SEQ - 1, generator=self.generator), torch.tensor([SEQ - 1])])
-        moved = _changed(self.run(self.x[:, perm])[:, -1], self.y[:, -1], self.scale)
-        return {"test": "last token under permuted prefix", "deviation": moved, "position_aware": moved > TOL}
-
-    def linears(self):
-        return record_linears(self.module, self.attentions, lambda: self.run(self.x))
-
-    def attention_roles(self) -> dict:
-        if self.role != "cross":
-            return {name: "self" for name in self.attentions}
-        return attention_roles(self.module, self.attentions, lambda: self.run(self.x), MEMORY_SEQ)
+        return {"memory_length": MEMORY_SEQ, "target_length": SEQ, "memory_changes_output": changed > TOL}
 
 
 def width_check(builder: Builder, width: int, first: nn.Module) -> dict:
@@ -210,7 +188,6 @@ def width_check(builder: Builder, width: int, first: nn.Module) -> dict:
     fixed = sorted(n for n in a.keys() & b.keys() if a[n].shape == b[n].shape and any(s > 1 for s in a[n].shape))
     return {"tested": True, "second_width": second_width, "fixed": fixed, "parameters": len(a),
             "built_width": infer_width(first), "second_built_width": infer_width(second)}
-
 
 
 class BlockDriver:

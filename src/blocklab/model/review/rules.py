@@ -45,9 +45,76 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
         add("cross-attention", "info", "cross-attention: keys and values from the encoder output", True)
 
 
+def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
+    """A stack whose layers differ: named as mixed, and each other pattern judged; only what it says differently
+    from the stack's main pattern (judged by judge_structure) is added, under the pattern's layer indices."""
+    patterns = s.get("layers") or []
+    if len(patterns) < 2 or not s.get("reviewable"):
+        return
+    total = sum(len(p["indices"]) for p in patterns)
+    described = "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in patterns)
+    review.add("layers", "info", f"{prefix}mixed stack, {len(patterns)} layer patterns over {total} layers "
+               f"({described})", len(patterns))
+    main = _Findings()
+    judge_structure(main, s, depth=depth, warmup_steps=warmup_steps)
+    said = {(f.check, f.severity, f.message) for f in main.findings}
+    for other in s["evidence"].get("layer_patterns", []):
+        where = f"{prefix}layers {layer_ranges(other['indices'])}: "
+        o = other["structure"]
+        if not o.get("reviewable"):
+            review.add("layers", "cannot", f"{where}cannot review: {o.get('reason')}", None)
+            continue
+        scratch = _Findings()
+        judge_structure(scratch, {**o, "expected_causal": s.get("expected_causal"),
+                                  "measured_heads_vs_config": {}}, depth=depth, warmup_steps=warmup_steps)
+        for f in scratch.findings:
+            if (f.check, f.severity, f.message) not in said:
+                review.add(f.check, f.severity, where + f.message, f.value)
+
+
+def layer_ranges(indices: list[int]) -> str:
+    """[3, 7, 11, 15] -> '3, 7, ..., 15' (a constant step); [0, 1, 2, 5] -> '0-2, 5'."""
+    if len(indices) > 3 and len({b - a for a, b in zip(indices, indices[1:])}) == 1 and indices[1] - indices[0] > 1:
+        return f"{indices[0]}, {indices[1]}, ..., {indices[-1]}"
+    parts, start = [], indices[0]
+    for a, b in zip(indices, [*indices[1:], None]):
+        if b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(parts)
+
+
+def pattern_text(p: dict) -> str:
+    if p.get("reviewable") is False:
+        return "not reviewed"
+    parts = [p["mixer"] if p["mixer"] != "attention" else
+             f"{p['attention']} {p['query_heads']}/{p['kv_heads']}"]
+    if p["mixer"] in ("attention", "linear-attention"):
+        parts.append({"none": "no position (NoPE)"}.get(p["position"], p["position"]))
+    if p["sliding_window"]:
+        parts.append(f"window {p['sliding_window']}")
+    parts.append(f"{p['ffn']} {p['ffn_ratio']:.2f}x" if not p["moe"] else
+                 f"MoE {p['moe']['per_token']}/{p['moe']['experts']}" + (f" + {p['moe']['shared']} shared"
+                                                                       if p["moe"].get("shared") else "")
+                 + f" ({p['ffn_ratio']:.2f}x active)")
+    return ", ".join(parts)
+
+
+class _Findings:
+    """Collects findings like report.Review, for a pattern judged only to compare with the main one."""
+
+    def __init__(self):
+        self.findings = []
+
+    def add(self, check, severity, message, value=None):
+        from .report import Finding
+
+        self.findings.append(Finding(check, severity, message, value))
+
+
 def _placement(add, s, depth, warmup_steps) -> None:
     where, ffn_where = s["norm_placement"], s["evidence"]["norm_placement"]["ffn"]["placement"]
-    if ffn_where != where:
+    if ffn_where != where and "none" not in (where, ffn_where):
         add("norm position", "info", f"the FFN's norm placement ({ffn_where}) differs from the attention's "
             f"({where}, reported)", ffn_where)
     messages = {"pre": "pre-norm: h + F(norm(h))",
@@ -55,10 +122,11 @@ def _placement(add, s, depth, warmup_steps) -> None:
                 "output": f"output norm: h + norm(F(h)), the sub-layer input is not normalized; 2026 default: "
                           f"pre-norm ({WHY['norm_placement']})",
                 "post": f"post-norm: norm(h + F(h)); 2026 default: pre-norm ({WHY['norm_placement']})"}
-    if where == "none":
-        add("norm position", "flag", "no normalization found on the sub-layers' inputs, outputs or residual sums",
-            where)
-        return
+    if where == "none" or ffn_where == "none":
+        which = "the sub-layers'" if where == ffn_where else "the attention's" if where == "none" else "the FFN's"
+        add("norm position", "flag", f"no normalization found on {which} inputs, outputs or residual sums", "none")
+        if where == "none":
+            return
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
         if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
@@ -74,7 +142,15 @@ def _defaults(add, s) -> None:
     add("norm kind", "pass" if kind == "rmsnorm" else "info",
         {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(kind, str(kind))
         + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
-    _attention(add, s)
+    mixer = s.get("mixer", "attention")
+    if mixer == "attention":
+        _attention(add, s)
+    else:
+        add("mixer", "info", f"token mixing by {mixer} (no softmax attention): "
+            + {"linear-attention": "queries read a running state of keys and values",
+               "conv": "a short convolution over the last few positions",
+               "recurrent": "a recurrence over all earlier positions (state-space scan or RNN)"}.get(mixer, mixer),
+            mixer)
     if s["qk_norm"]:
         add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
     position, rotary = s["position"], s["evidence"].get("rotary_fraction")
@@ -83,9 +159,15 @@ def _defaults(add, s) -> None:
             "sinusoidal": "sinusoidal absolute positions added to the embedding",
             "relative-bias": "learned relative-position bias on the attention logits",
             "alibi": "ALiBi: a fixed bias linear in distance on the attention logits",
-            "none": "no position signal found (neither in the embedding nor in the layer)"}[position]
-    add("position", "pass" if position == "rope" else "info",
-        text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
+            "none": "no position signal found (neither in the embedding nor in the layer)"
+            if s["evidence"].get("absolute_position") is not None else
+            "no position signal inside the block: positions must come from the embedding"}[position]
+    if mixer == "attention":
+        add("position", "pass" if position == "rope" else "info",
+            text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
+    if s.get("sliding_window"):
+        add("sliding window", "info", f"attention over the last {s['sliding_window']} positions only (a sliding "
+            "window: the data flow's reach of position 0 ends before the sequence does)", s["sliding_window"])
     ffn, act = s["ffn"], s["evidence"]["ffn"]["activation"]
     if s["evidence"].get("unhooked_weights"):
         add("ffn", "warn", f"weights of 3 or more dimensions in {s['evidence']['unhooked_weights']} work without a "
@@ -97,6 +179,12 @@ def _defaults(add, s) -> None:
         add("ffn kind", "pass" if ffn == "swiglu" else "info", f"{ffn} (activation {act}, "
             f"{s['evidence']['ffn']['matrices']} matrices)" + ("" if ffn == "swiglu" else
                                                              f"; 2026 default: SwiGLU ({WHY['ffn']})"), ffn)
+    moe = s.get("moe")
+    if moe:
+        shared = f" plus {moe['shared']} shared FFN{'s' if moe['shared'] > 1 else ''} on every token" \
+            if moe["shared"] else ""
+        add("moe", "info", f"routed experts: {moe['per_token']} of {moe['experts']} per token{shared}; the FFN "
+            f"ratio below is the active width per token", moe)
     add("residual", "pass" if s["residual"] == "sequential" else "info",
         "sequential: the FFN reads the attention's output" if s["residual"] == "sequential" else
         f"parallel: attention and FFN read the same input, h + attn(.) + ffn(.); {WHY['residual']}", s["residual"])
@@ -131,8 +219,7 @@ def _causal(add, s) -> None:
     elif expected is False and causal:
         add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
     elif causal:
-        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged, with the mask "
-            "the model builds itself", True)
+        add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged", True)
     else:
         add("masking", "pass", "bidirectional: every position sees every other", False)
 
