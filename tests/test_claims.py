@@ -301,7 +301,7 @@ def test_the_fitted_numbers_are_judged_on_the_held_out_seeds_when_the_data_has_t
     sweep_data(tmp_path, {("pre", 0, s): fit_seed_curve for s in range(3)})
     data = claims.Data(tmp_path, document_params)
     measured, parts = claims.loss_at_step(data, "pre", 0, 100, held_out=True)
-    assert "no held-out run" in measured and parts[0]["measure"]["samples"] == [3.0, 3.0, 3.0]
+    assert "fit seeds: no held-out run" in measured and parts[0]["measure"]["samples"] == [3.0, 3.0, 3.0]
     held = pd.DataFrame({"setting": "x", "run": [f"pre-w0-s{s}" for s in (3, 4, 5)], "norm": "pre", "warmup": 0,
                          "seed": [5, 3, 4], "step": 100, "loss": [0.5, 0.3, 0.4]})
     write(tmp_path, "inference/holdout.csv", held)

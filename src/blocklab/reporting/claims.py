@@ -188,7 +188,7 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
     held = data.table("inference/holdout.csv") if data.exists("inference/holdout.csv") else None
     held = None if held is None else held[(held["norm"] == norm) & (held["warmup"] == warmup) & (held["step"] == step)]
     if held is None or held.empty:
-        return f"per seed {fmt(at)} (the fit's own seeds: no held-out run here)", [part("samples", samples=at)]
+        return f"per seed {fmt(at)} (fit seeds: no held-out run)", [part("samples", samples=at)]
     held = held.sort_values("seed")
     values = [float(v) for v in held["loss"]]
     seeds = " ".join(str(int(s)) for s in held["seed"])
