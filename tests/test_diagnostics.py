@@ -611,6 +611,9 @@ def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_p
     runs = pd.read_csv(snap / "runs.csv")
     lost = runs[~runs["run_dir"].str.startswith("data/sweep/")].iloc[0]
     runs[runs["run"] != lost["run"]].to_csv(snap / "runs.csv", index=False)  # as if the seed were just added
+    from blocklab.integrity import record_snapshot
+
+    record_snapshot(snap)  # the edit is deliberate: recorded, else every reader refuses the snapshot as damaged
     params = copy.deepcopy(TINY)
     params["dynamics"]["from_snapshots"] = [str(snap)]
     path = tmp_path / "params.yaml"
