@@ -42,6 +42,7 @@ COMMANDS = {
     "inference-score": "blocklab.reporting.inference",
     "aggregate-inference": "blocklab.reporting.inference",
     "train-inference": "blocklab.experiments.inference",
+    "aggregate-holdout": "blocklab.experiments.inference",
     "inference-plan": "blocklab.experiments.inference",
     "inference-snapshot": "blocklab.experiments.inference",
     "inference-status": "blocklab.experiments.inference",
