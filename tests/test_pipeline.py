@@ -19,7 +19,7 @@ from blocklab.smoke import make_scratch_project
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
-VERDICTS = {"reproduced", "partly", "not reproduced", "not checkable here"}
+VERDICTS = {"reproduced", "partly", "not reproduced", "not checkable here", "inconclusive"}
 
 
 def run(cmd, cwd, check=True):

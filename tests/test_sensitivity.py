@@ -356,6 +356,9 @@ def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_pr
     shared = pd.read_csv(project / "snap/depth_lr/runs.csv")  # the default cell's runs: recorded once
     shared[~shared["run_dir"].isin(pd.read_csv(project / "snap/choices/runs.csv")["run_dir"])].to_csv(
         project / "snap/depth_lr/runs.csv", index=False)
+    from blocklab.integrity import record_snapshot
+
+    record_snapshot(project / "snap/depth_lr")  # a deliberate edit, recorded (else refused as damaged)
     tiny["sensitivity"]["from_snapshots"] = [str(project / "snap" / f) for f in ("choices", "depth_lr")]
     path = project / "params.yaml"
     path.write_text(yaml.safe_dump(tiny, allow_unicode=True), encoding="utf-8")
@@ -502,6 +505,9 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
         sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"])
     shared = pd.read_csv(tmp_path / "depth_lr" / "runs.csv")
     shared[~shared["run_dir"].str.startswith("data/sweep/")].to_csv(tmp_path / "depth_lr" / "runs.csv", index=False)
+    from blocklab.integrity import record_snapshot
+
+    record_snapshot(tmp_path / "depth_lr")  # a deliberate edit, recorded (else refused as damaged)
 
     root = tmp_path / "study"
     (root / sens.ROOT).mkdir(parents=True)
@@ -514,6 +520,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     # a snapshot that lacks a planned run is refused, naming it
     short = pd.read_csv(tmp_path / "choices" / "runs.csv")
     short.iloc[1:].to_csv(tmp_path / "choices" / "runs.csv", index=False)
+    record_snapshot(tmp_path / "choices")
     with pytest.raises(sens.ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
         sens.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
 
