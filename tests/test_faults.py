@@ -411,3 +411,19 @@ def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(referenc
     assert blocklab(args, tmp_path).returncode == 0, "the same command again"
     assert finals(tmp_path / "snap") == clean
     verify_snapshot(tmp_path / "snap")
+
+
+def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_only(tmp_path):
+    """A run spans sessions: an edit to the reporting code keeps its checkpoints, an edit to the model does not."""
+    import shutil
+
+    from blocklab import provenance
+
+    package = tmp_path / "blocklab"
+    shutil.copytree(Path(provenance.__file__).parent, package)
+    before = provenance.numbers_code_version(package)
+    (package / "reporting" / "claims.py").write_text("# edited\n", encoding="utf-8")
+    assert provenance.numbers_code_version(package) == before
+    layers = package / "model" / "layers.py"
+    layers.write_text(layers.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    assert provenance.numbers_code_version(package) != before

@@ -33,6 +33,24 @@ def code_version() -> dict:
     return version
 
 
+# The source files that decide a copy-task run's numbers (model, its initialization and fast path, the data, the
+# training loop and precision): a checkpoint written by other code of these is not resumed (training.train); an edit
+# anywhere else (reporting, figures, the reviewer, docs) leaves a multi-session run's checkpoints valid.
+NUMBERS_CODE = ("config.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
+                "model/fastpath.py", "training/train.py", "training/tasks.py", "training/precision.py",
+                "training/sweep.py")
+
+
+def numbers_code_version(package: Path | None = None) -> str:
+    """A hash of the ``NUMBERS_CODE`` files of the package (16 hex digits)."""
+    package = Path(package) if package is not None else Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in NUMBERS_CODE:
+        digest.update(name.encode())
+        digest.update((package / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cpu_name() -> str | None:
     """The processor as /proc/cpuinfo names it, with its family and model (results differ between processors)."""
     try:

@@ -78,7 +78,7 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
     recorder = diagnostics_recorder(params, model, dense_steps)
     checkpoint = out_dir / "checkpoint.pt"
     identity = {"run": run_name(norm, warmup, seed), "model_config": cfg.to_dict(), "copy_task": dict(task),
-                "lr": sweep["lr"], "code": provenance.code_version()["blocklab_source_sha256"]}
+                "lr": sweep["lr"], "code": provenance.numbers_code_version()}
     result = train(
         model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
         checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
