@@ -103,6 +103,22 @@ def test_a_detector_that_fires_everywhere_hits_every_event_and_alarms_in_every_w
     assert (grid["hits"], grid["missed"], grid["false_alarms"]) == (0, 2, 0)
 
 
+def test_runs_without_an_event_write_tables_every_reader_can_parse(tmp_path):
+    """Stable runs only (as in the tiny pipeline): no event row, yet every table is written with its header, so that a
+    reader (pd.read_csv, the pipeline tests' table comparison) gets an empty table, not 'No columns to parse'."""
+    runs, losses, diagnostics = make({"m": lambda n, s: np.ones(len(s))})
+    quiet = runs["run"].str.startswith("q")
+    runs = runs[quiet].reset_index(drop=True)
+    losses, diagnostics = losses[losses["key"].isin(runs["key"])], diagnostics[diagnostics["key"].isin(runs["key"])]
+    judged = det.judge_runs(runs, losses, RULE)
+    table, per_event = det.evaluate(judged, diagnostics, [D])
+    det.write_tables({"detectors": table, "detector_events": per_event, "detector_runs": judged}, tmp_path)
+    events = pd.read_csv(tmp_path / "detector_events.csv")
+    assert events.empty and list(events.columns) == det.EVENT_COLUMNS
+    table = pd.read_csv(tmp_path / "detectors.csv").set_index(["detector", "resolution"])
+    assert table.loc[("m", "every step"), ["events", "hits", "windows"]].tolist() == [0, 0, 20]  # windows 101-150 ... 551-600, two runs
+
+
 def test_a_firing_at_or_after_the_onset_is_late_not_a_hit():
     at_onset = lambda n, s: np.where(n.startswith("e") & (s >= ONSET), 10.0, 1.0)  # noqa: E731
     _, table, per_event = run({"m": at_onset}, [D])

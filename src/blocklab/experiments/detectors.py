@@ -211,6 +211,12 @@ def judge_runs(runs: pd.DataFrame, losses: pd.DataFrame, rule: dict) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+# one row per event x detector x resolution (``evaluate``); the columns are fixed so that a set of runs with no event
+# writes a table with its header, which every reader can parse, not an empty file
+EVENT_COLUMNS = ["detector", "resolution", "key", "setting", "run", "machine", "event_step", "onset", "window_samples",
+                 "status", "first_fire", "lead", "peak_ratio"]
+
+
 def evaluate(judged: pd.DataFrame, diagnostics: pd.DataFrame,
              detectors: list[Detector] = DETECTORS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the detector table, one row per event x detector x resolution). Runs that never learned take no part."""
@@ -256,7 +262,7 @@ def evaluate(judged: pd.DataFrame, diagnostics: pd.DataFrame,
                     window = fired[(fired.index >= a) & (fired.index <= b)]
                     per_window.append({**base, "start": a, "evaluable": ok,
                                        "fires": bool(ok and window["fires"].any())})
-    events_ = pd.DataFrame(per_event)
+    events_ = pd.DataFrame(per_event, columns=EVENT_COLUMNS)
     windows = pd.DataFrame(per_window, columns=["detector", "resolution", "key", "start", "evaluable", "fires"])
     return summarize(events_, windows, detectors), events_
 
@@ -265,8 +271,7 @@ def summarize(events_: pd.DataFrame, windows: pd.DataFrame, detectors: list[Dete
     rows = []
     for detector in detectors:
         for resolution in RESOLUTIONS:
-            ev = events_[(events_["detector"] == detector.name) & (events_["resolution"] == resolution)] \
-                if len(events_) else pd.DataFrame(columns=["status", "lead", "window_samples"])
+            ev = events_[(events_["detector"] == detector.name) & (events_["resolution"] == resolution)]
             wi = windows[(windows["detector"] == detector.name) & (windows["resolution"] == resolution)
                          & windows["evaluable"]]
             judged = ev[ev["status"] != "not evaluable"]
