@@ -105,6 +105,29 @@ def test_gradnorm_trend_is_judged_on_the_seeds_ratios(tmp_path, document_params,
     assert (judged.seeds_to_decide is not None) == (judged.verdict == claims.INCONCLUSIVE)
 
 
+def test_the_training_gradient_trend_reads_the_step_itself_as_the_figure_does(tmp_path, document_params):
+    """grad_ffn_out recorded at every step: 1 everywhere except at the figure's steps, where the output end (blocks 21-24)
+    is x3 (step 200) or x5 (step 400). Read at the step itself the ratio is 3 and 5; the old +-5-step mean gave
+    (3 + 10) / 11 = 1.18 at step 200, so this fails on it. A step with no record (step 800 here: the run stops at 700)
+    falls back to the mean around it only where one is recorded, and says so."""
+    summary = pd.DataFrame([{"compare": True, "collapse": False, "setting": "learned-b64-L24-lr0.001-fp32",
+                             "run": "post-w400-s0", "norm": "post", "warmup": 400, "seed": 0}])
+    write(tmp_path, "dynamics/summary.csv", summary)
+    write(tmp_path, "dynamics/rates.csv", pd.DataFrame({"setting": ["x"]}))
+    steps, blocks = np.arange(1, 701), np.arange(1, 25)
+    step, block = np.repeat(steps, len(blocks)), np.tile(blocks, len(steps))
+    value = np.ones(len(step))
+    value[(step == 200) & (block > 20)] = 3.0
+    value[(step == 400) & (block > 20)] = 5.0
+    frame = pd.DataFrame({"setting": summary["setting"][0], "run": "post-w400-s0", "metric": "grad_ffn_out",
+                          "step": step, "block": block, "value": value})
+    (tmp_path / "dynamics").mkdir(exist_ok=True)
+    frame.to_parquet(tmp_path / "dynamics/diagnostics.parquet")
+    measured, measures = claims.gradnorm_trend_training(claims.Data(tmp_path, document_params), "post", 400)
+    ratios = {m["label"]: m["measure"]["ratios"] for m in measures}
+    assert ratios == {"step 1": [1.0], "step 200": [3.0], "step 400": [5.0]}, measured
+
+
 def test_exercise_2_reversed_is_not_reproduced_by_the_contrast_rule(tmp_path, document_params):
     """Post-norm LayerNorm'd to a constant norm, pre-norm growing: the reverse of "post explodes, pre bounded"."""
     rows = []

@@ -335,6 +335,7 @@ def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
     figure step of the compare runs (one ratio per compare seed and step; one part per step)."""
     from ..experiments.dynamics import WINDOW, figure_steps
+    from ..figures.dynamics import at_step  # the figure's own reading of a step, so verdict and figure agree
 
     _require_document_setup(data, warmup)
     summary, _ = _dynamics(data)
@@ -349,14 +350,16 @@ def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     for r in runs.itertuples():
         own = frame[(frame["run"] == r.run) & (frame["setting"] == r.setting)]
         for step in figure_steps(max(data.params["sweep"]["warmups"]), data.params["sweep"]["steps"]):
-            near = own[(own["step"] - step).abs() <= WINDOW].groupby("block")["value"].mean()
-            if len(near):
-                per_step.setdefault(step, []).append(_ends_ratio(near))
+            per_block, exact = at_step(own, step)  # at the step itself; the +-WINDOW mean only where it is not recorded
+            if len(per_block):
+                per_step.setdefault((step, exact), []).append(_ends_ratio(per_block))
     if not per_step:
         raise NotCheckable(f"{', '.join(runs['run'])} recorded no diagnostics")
-    measured = "; ".join(f"step {step}: output end / input end ×{', ×'.join(f'{v:.2f}' for v in ratios)}"
-                         for step, ratios in per_step.items())
-    return measured, [part("ratios", f"step {step}", ratios=ratios, what="output end / input end") for step, ratios in per_step.items()]
+    label = lambda step, exact: f"step {step}" if exact else f"steps {step}±{WINDOW} (mean)"  # noqa: E731
+    measured = "; ".join(f"{label(*key)}: output end / input end ×{', ×'.join(f'{v:.2f}' for v in ratios)}"
+                         for key, ratios in per_step.items())
+    return measured, [part("ratios", label(*key), ratios=ratios, what="output end / input end")
+                      for key, ratios in per_step.items()]
 
 
 # ---- problem 10 simulation -------------------------------------------------------------------------------------------
