@@ -530,8 +530,12 @@ def inference_validation(data: Path, root: Path) -> str:
         # step 4's rule, fixed before any validation run: validated when no check is "not reproduced" (an
         # "inconclusive" check is shown as such, and does not block it)
         open_ = [what for what, _, _, v in rows if v.startswith("pending") or v == "not checkable here"]
+        undecided = [what for what, _, _, v in rows if v == "inconclusive"]
         status = ("**not validated**: not reproduced: " + "; ".join(failed) if failed else
-                  f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else "**validated**")
+                  f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else
+                  "**validated**" + (f" by step 4's rule (no check not reproduced), with {len(undecided)} of "
+                                     f"{len(verdicts)} checks inconclusive, which its recorded seeds cannot decide: "
+                                     + "; ".join(undecided) if undecided else ""))
         lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): {status}.", "",
                   "| check (fixed before any validation run) | the document | measured | verdict |",
                   "| --- | --- | --- | --- |"]
