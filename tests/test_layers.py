@@ -5,7 +5,6 @@ Bottom to top: params and config; model; training; experiments; figures and repo
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
 dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
 """
-import ast
 import os
 import random
 import subprocess
@@ -13,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from blocklab.pipeline import imports_of, package_modules
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 
@@ -30,11 +31,7 @@ ORDER = list(LAYERS)
 
 
 def modules() -> dict[str, Path]:
-    found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
+    return package_modules(PACKAGE)
 
 
 def layer(module: str) -> int:
@@ -44,25 +41,7 @@ def layer(module: str) -> int:
     return max(matches)[1]
 
 
-def imported(module: str, path: Path, known: dict) -> list[tuple[str, int]]:
-    """(imported blocklab module, line) for every import statement of ``module``, at any depth of its code."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "blocklab"]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "blocklab":
-                continue
-            for alias in node.names:  # `from . import style` imports the module blocklab.figures.style
-                sub = f"{target}.{alias.name}"
-                found.append((sub if sub in known else target, node.lineno))
-    return found
+imported = imports_of  # the package's own resolver (blocklab.pipeline), which code_closure uses for rule inputs
 
 
 def test_every_module_is_in_a_layer_and_the_resolver_sees_relative_imports():

@@ -13,7 +13,7 @@ import pytest
 
 import blocklab
 from blocklab.cli import COMMANDS
-from blocklab.pipeline import MODEL_CODE, code_files
+from blocklab.pipeline import MODEL_CODE, code_closure, code_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "blocklab"
@@ -77,9 +77,22 @@ def test_every_source_path_the_dag_names_exists():
     named = set(code_files(*MODEL_CODE))
     for rules in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
         text = rules.read_text(encoding="utf-8")
-        for args in re.findall(r"code_files\(([^)]*)\)", text):
-            named.update(code_files(*re.findall(r'"([^"]+)"', args)))
+        for how, args in re.findall(r"(code_files|code_closure)\(([^)]*)\)", text):
+            named.update((code_files if how == "code_files" else code_closure)(*re.findall(r'"([^"]+)"', args)))
         named.update(re.findall(r'"(src/blocklab/[^"]+)"', text))
     assert len(named) > 20
     missing = sorted(path for path in named if not (ROOT / path).is_file())
     assert not missing
+
+
+def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
+    """The claims rule's code inputs are what its command imports, transitively: the verdict rules (verdicts.py) and the
+    figure's own reading of a step (figures/dynamics.py, imported inside a function) included, so an edit to either
+    re-judges the claims; a module that does not exist is refused, not silently dropped."""
+    closure = code_closure("reporting/claims")
+    for module in ("reporting/claims", "reporting/verdicts", "figures/dynamics", "experiments/dynamics", "params"):
+        assert f"src/blocklab/{module}.py" in closure, module
+    assert "src/blocklab/reporting/report.py" not in closure  # claims does not import the report
+    assert all((ROOT / path).is_file() for path in closure)
+    with pytest.raises(ValueError, match="reporting/nonesuch: no such module"):
+        code_closure("reporting/nonesuch")

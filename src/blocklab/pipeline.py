@@ -4,6 +4,7 @@ The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.y
 """
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import yaml
@@ -42,6 +43,58 @@ def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
             "instead of --config/--configfile overrides, so that DVC and every command see the same parameters"
         )
     return config
+
+
+def package_modules(root: str | Path = _SOURCE) -> dict[str, Path]:
+    """Every module of the package under ``root`` (dotted name, e.g. blocklab.figures.style -> its file)."""
+    root, found = Path(root), {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports_of(module: str, path: Path, known) -> list[tuple[str, int]]:
+    """(imported blocklab module, line) for every import statement of ``module``, at any depth of its code (an import
+    inside a function is a dependency too); ``from . import style`` names the module blocklab.<package>.style."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "blocklab"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "blocklab":
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((sub if sub in known else target, node.lineno))
+    return found
+
+
+def code_closure(*modules: str, root: str = "src/blocklab") -> list[str]:
+    """Like ``code_files``, plus every package module they import, transitively (the import statements read with
+    ast): the code inputs of a rule whose output a change anywhere in that code may change (claims, report), so no
+    module is left off by hand. Not for training rules: those retrain on MODEL_CODE only (an hour a run)."""
+    known = package_modules(Path(root))
+    name = lambda m: "blocklab." + m.replace("/", ".")  # noqa: E731
+    todo = [n for m in modules for n in ([k for k in known if k.startswith(name(m) + ".")] + [name(m)]) if n in known]
+    seen = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo += [t for t, _ in imports_of(module, known[module], known) if t in known]
+        todo += [p for p in (module.rpartition(".")[0],) if p in known]  # importing a.b runs a/__init__.py first
+    missing = [m for m in modules if name(m) not in known]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: no such module under {root}")
+    return sorted(known[m].as_posix() for m in seen)
 
 
 def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:

@@ -45,7 +45,7 @@ rule aggregate_dynamics:
     input:
         # every planned run's meta.json (they train first), or the snapshots of dynamics.from_snapshots (none train)
         dynamics_aggregate_inputs(config),
-        code=code_files("experiments/dynamics"),
+        code=code_closure("experiments/dynamics"),
     output:
         *DYNAMICS_TABLES.values(),
     params:
@@ -58,7 +58,7 @@ rule aggregate_dynamics:
 rule dynamics_detectors:
     input:
         DYNAMICS_TABLES["losses"], DYNAMICS_TABLES["diagnostics"], DYNAMICS_TABLES["summary"],
-        code=code_files("experiments/dynamics", "experiments/detectors"),
+        code=code_closure("experiments/dynamics", "experiments/detectors"),
     output:
         *DETECTOR_TABLES.values(),
     params:
@@ -70,7 +70,7 @@ rule dynamics_detectors:
 rule dynamics_figures:
     input:
         *DYNAMICS_TABLES.values(),
-        code=code_files("experiments/dynamics", "figures/dynamics", "figures/style"),
+        code=code_closure("experiments/dynamics", "figures/dynamics", "figures/style"),
     output:
         [report(f"figs/{name}.png", caption="../report/dynamics_figure.rst", category="dynamics (document 000)",
                 labels={"figure": name, "data": ", ".join(DYNAMICS_FIGURES[name])}) for name in DYNAMICS_FIGURES],

@@ -42,7 +42,7 @@ rule train_inference:
 rule aggregate_inference:
     input:
         inference_aggregate_inputs(config),
-        code=code_files("experiments/inference", "reporting/inference"),
+        code=code_closure("experiments/inference", "reporting/inference"),
         claims="src/blocklab/reporting/claims.yaml",
     output:
         INFERENCE_LOSSES,
@@ -66,7 +66,7 @@ HOLDOUT_OUTPUTS = [INFERENCE_HOLDOUT] if config["inference"].get("holdout_seeds"
 rule aggregate_holdout:
     input:
         inference_aggregate_inputs(config, inference_holdout_plan(config)),
-        code=code_files("experiments/inference"),
+        code=code_closure("experiments/inference"),
     output:
         INFERENCE_HOLDOUT,
     params:

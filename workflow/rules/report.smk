@@ -18,7 +18,7 @@ rule claims:
         [DYNAMICS_TABLES["summary"], DYNAMICS_TABLES["rates"], DYNAMICS_TABLES["diagnostics"]] if config["dynamics"]["in_report"] else [],
         HOLDOUT_OUTPUTS,  # the fitted claims' held-out seeds
         claims="src/blocklab/reporting/claims.yaml",
-        code=code_files("reporting/claims"),
+        code=code_closure("reporting/claims"),
     output:
         "data/claims/claims.csv",
     shell:
@@ -33,7 +33,7 @@ rule report:
         INFERENCE_OUTPUTS if config["inference"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
-        figure_code=code_files("reporting/report", "reporting/answers", "reporting/inference", "figures/style", "figures/doc000", "figures/doc004",
+        figure_code=code_closure("reporting/report", "reporting/answers", "reporting/inference", "figures/style", "figures/doc000", "figures/doc004",
                                "figures/params", "figures/probe"),
         answers="src/blocklab/reporting/answers.yaml",
     output:

@@ -59,7 +59,7 @@ rule aggregate_sensitivity:
         # every planned run's meta.json (they train first), or the snapshots of sensitivity.from_snapshots (none train)
         sensitivity_aggregate_inputs(config),
         SENSITIVITY_GRADNORM,
-        code=code_files("study", "experiments/sensitivity", "reporting/sensitivity", "reporting/claims"),
+        code=code_closure("study", "experiments/sensitivity", "reporting/sensitivity", "reporting/claims"),
         claims="src/blocklab/reporting/claims.yaml",
     output:
         *SENSITIVITY_TABLES.values(),
@@ -73,7 +73,7 @@ rule sensitivity_figures:
     input:
         *SENSITIVITY_TABLES.values(),
         SENSITIVITY_GRADNORM,
-        code=code_files("study", "reporting/sensitivity", "figures/sensitivity", "figures/style"),
+        code=code_closure("study", "reporting/sensitivity", "figures/sensitivity", "figures/style"),
     output:
         [report(f"figs/{name}.png", caption="../report/sensitivity_figure.rst", category="sensitivity (document 000)",
                 labels={"figure": name, "data": ", ".join(SENSITIVITY_FIGURES[name])}) for name in SENSITIVITY_FIGURES],
