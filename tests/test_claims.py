@@ -168,6 +168,21 @@ def test_a_count_that_the_test_cannot_decide_says_how_many_seeds_would():
         verdicts.count(1, 3, 0, 0, key="dynamics.collapse.settings[0]")
 
 
+@pytest.mark.parametrize("k, verdict", [(3, claims.REPRODUCED), (2, claims.PARTLY), (0, claims.NOT_REPRODUCED)])
+def test_a_claim_about_every_seed_is_judged_run_by_run_not_as_a_rate(k, verdict):
+    """"Stays near chance in all three seeds": 2 of 3 is partly and 0 of 3 not reproduced. As a rate (Fisher vs 3 of 3)
+    both would be inconclusive, and 2 of 3 stays so whatever the seeds (no number of seeds decides it)."""
+    assert verdicts.count(3, 3, k, 3, scope="every seed").verdict == verdict
+    assert verdicts.count(3, 3, 2, 3).verdict == claims.INCONCLUSIVE  # the rate rule, which these words are not
+    shipped = {c["id"]: c for c in claims.load_claims()}
+    for cid in ("d000-post-nowarm-stuck", "d000-pre-trains-without-warmup"):
+        assert shipped[cid]["scope"] == "every seed", cid
+    with pytest.raises(ConfigError, match="good.scope: every seed is for a claim about all runs"):
+        verdicts.validate_part("good", {"kind": "count", "count": 1, "of": 3, "scope": "every seed"})
+    with pytest.raises(ConfigError, match="good.scope: 'most'; allowed: rate, every seed"):
+        verdicts.validate_part("good", {"kind": "count", "count": 3, "of": 3, "scope": "most"})
+
+
 def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
     assert verdicts.rounding("4.0") == 0.05 and verdicts.rounding("0.0003") == pytest.approx(5e-5)
     assert verdicts.rounding("6") == 0.5 and verdicts.rounding("-1.225") == pytest.approx(5e-4)
@@ -335,3 +350,25 @@ def test_the_fitted_numbers_are_judged_on_the_held_out_seeds_when_the_data_has_t
     table = claims.evaluate_data(data, only=["loss_at_step"]).set_index("id")
     assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.REPRODUCED  # 0.3-0.5 inside 0.16-0.71
     assert bool(table.loc["d000-pre-nowarm-step100", "fitted"])
+    # a held-out run that diverged before step 100 has no row there: its seed is a NaN, not a run left out
+    write(tmp_path, "inference/holdout.csv", held[held["seed"] != 4])
+    data = claims.Data(tmp_path, document_params)
+    measured, parts = claims.loss_at_step(data, "pre", 0, 100, held_out=True)
+    assert measured.startswith("held-out seeds 3 4 5:") and np.isnan(parts[0]["measure"]["samples"][1])
+    table = claims.evaluate_data(data, only=["loss_at_step"]).set_index("id")
+    assert table.loc["d000-pre-nowarm-step100", "verdict"] == claims.PARTLY  # 2 of 3 seeds inside the range
+
+
+def test_a_run_without_a_value_never_leaves_a_claim_reproduced_by_the_others(tmp_path, document_params):
+    """Two of three seeds diverged: the third alone meeting "about 0.0003" is partly, not reproduced; the same for the
+    typical-run inequality; a run that diverged at step 600 has no final loss (its step-599 loss is not its final)."""
+    assert verdicts.value("0.0003", samples=[0.0003, 0.00031, 0.00029]).verdict == claims.REPRODUCED
+    assert verdicts.value("0.0003", samples=[0.0003, float("nan"), float("nan")]).verdict == claims.PARTLY
+    assert verdicts.value("0.0003", samples=[0.9, float("nan")]).verdict == claims.NOT_REPRODUCED
+    assert verdicts.inequality("0.5", "below", "typical", [0.1, 0.11, 0.12]).verdict == claims.REPRODUCED
+    assert verdicts.inequality("0.5", "below", "typical", [0.1, 0.11, 0.12, float("nan")]).verdict == claims.PARTLY
+    full, diverged = [0.001] * 1200, [0.001] * 599  # the sweep's 1,200 steps; one run stopped writing at 599
+    sweep_data(tmp_path, {("pre", 0, 0): full, ("pre", 0, 1): full, ("pre", 0, 2): diverged})
+    _, parts = claims.loss_at_step(claims.Data(tmp_path, document_params), "pre", 0, "last")
+    samples = parts[0]["measure"]["samples"]
+    assert samples[:2] == [0.001, 0.001] and np.isnan(samples[2])

@@ -180,18 +180,21 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
     at = []
     for run in runs["run"]:
         curve = losses[losses["run"] == run]
-        target = curve["step"].max() if step == "last" else step
+        # "last" is the sweep's last step, not the run's: a run that diverged stops early and has no final loss (NaN)
+        target = data.params["sweep"]["steps"] if step == "last" else step
         row = curve[curve["step"] == target]
         at.append(float(row["loss"].iloc[0]) if len(row) else float("nan"))
     if not held_out:
         return f"per seed {fmt(at)}", [part("samples", samples=at)]
     held = data.table("inference/holdout.csv") if data.exists("inference/holdout.csv") else None
-    held = None if held is None else held[(held["norm"] == norm) & (held["warmup"] == warmup) & (held["step"] == step)]
+    held = None if held is None else held[(held["norm"] == norm) & (held["warmup"] == warmup)]
     if held is None or held.empty:
         return f"per seed {fmt(at)} (fit seeds: no held-out run)", [part("samples", samples=at)]
-    held = held.sort_values("seed")
-    values = [float(v) for v in held["loss"]]
-    seeds = " ".join(str(int(s)) for s in held["seed"])
+    # every held-out seed of the params, at ``step``: one that diverged before it (no row) is a NaN, never left out
+    planned = data.params["inference"].get("holdout_seeds", [])
+    loss = held[held["step"] == step].set_index("seed")["loss"]
+    values = [float(loss.get(seed, float("nan"))) for seed in planned]
+    seeds = " ".join(str(int(s)) for s in planned)
     return (f"held-out seeds {seeds}: {fmt(values)}; the fit's seeds {' '.join(map(str, runs['seed']))}: {fmt(at)}",
             [part("samples", samples=values)])
 

@@ -134,8 +134,10 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
             how = f"t(0.975, {n - 1}) = {t:.3g} × sd {g(sd)} × √(1 + 1/{n}), {n} seeds{missing}"
     meets = x - r <= centre + half and x + r >= centre - half
     rule = ("value: the document's number ± its rounding must meet our 95 % "
-            + ("interval of the mean" if mean is not None else "prediction interval for one run"))
-    return Judged(REPRODUCED if meets else NOT_REPRODUCED, rule,
+            + ("interval of the mean" if mean is not None else "prediction interval for one run")
+            + ("; a run without a value (diverged, or never there) makes a meeting partly" if mean is None else ""))
+    verdict = (PARTLY if mean is None and n < n_all else REPRODUCED) if meets else NOT_REPRODUCED
+    return Judged(verdict, rule,
                   f"{doc} vs {g(centre)} ± {g(half)} ({how})")
 
 
@@ -169,11 +171,16 @@ def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds") 
         ok = [bool(v < edge if side == "below" else v > edge) for v in values]
         return Judged(_share(ok), f"inequality, every seed: each seed {side} the bound widened by its rounding",
                       f"{side} {g(edge)} = {bound} {'+' if side == 'below' else '−'} {g(r)}; {sum(ok)} of {len(ok)} {unit}")
-    values = _finite(values)
+    n_all, values = len(values), _finite(values)
     n, mean = len(values), float(values.mean()) if len(values) else float("nan")
     if n == 0:
         raise NotCheckable("no finite measurement to compare with the bound")
     rule = f"inequality, typical run: the mean's one-sided 95 % t-bounds against the bound ({side})"
+    if n < n_all:  # a diverged run is not a typical run left out: what the others show is at most partly the claim
+        judged = inequality(bound, side, scope, values, unit)
+        verdict = PARTLY if judged.verdict == REPRODUCED else judged.verdict
+        return Judged(verdict, rule + "; a run without a value makes a meeting partly",
+                      f"{judged.margin}; {n_all - n} of {n_all} runs without a finite value", judged.seeds_to_decide)
     if n == 1:
         ok = mean < edge if side == "below" else mean > edge
         return Judged(REPRODUCED if ok else NOT_REPRODUCED, rule,
@@ -208,13 +215,21 @@ def shape(k: int, n: int) -> str:
     return "none" if k == 0 else "all" if k == n else "some"
 
 
-def count(count_: int, of: int, k: int, n: int, key: str = "the count") -> Judged:
+def count(count_: int, of: int, k: int, n: int, key: str = "the count", scope: str = "rate") -> Judged:
     """k of n measured against the document's ``count_`` of ``of``; ``key`` names what was counted (for the error when
-    there is nothing to count)."""
+    there is nothing to count). ``scope``: ``rate`` (the document's count is a sample of a rate: Fisher's exact test,
+    then the shape) or ``every seed`` (the words say every run does it, "in all three seeds": each of our runs a part,
+    as the every-seed inequality)."""
     if n <= 0:
         raise NotCheckable(f"{key}: no runs to count (0 runs); a rate needs at least one")
     if not 0 <= k <= n:
         raise ValueError(f"{key}: {k} of {n} is not a count")
+    if scope == "every seed":
+        if count_ != of:
+            raise ValueError(f"{key}: scope every seed is for a claim about all runs ({count_} of {of} is not all)")
+        verdict = REPRODUCED if k == n else PARTLY if k else NOT_REPRODUCED
+        return Judged(verdict, "count, every seed: each of our runs must do it, as the document's words say of theirs",
+                      f"{k} of {n} runs (the document: {count_} of {of})")
     p = fisher_exact(k, n, count_, of)
     same = shape(k, n) == shape(count_, of)
     verdict = NOT_REPRODUCED if p < ALPHA else REPRODUCED if same else INCONCLUSIVE
@@ -383,13 +398,13 @@ KINDS = {
     "value": ({"value"}, {"rounding"}),  # rounding: the half-width when it is not the written precision's
     "range": ({"low", "high"}, set()),
     "inequality": ({"bound", "side", "scope"}, set()),
-    "count": ({"count", "of"}, set()),
+    "count": ({"count", "of"}, {"scope"}),  # scope: rate (default; Fisher) or every seed (the words say "all N")
     "contrast": ({"side"}, {"size", "margin", "scale"}),
     "trend": ({"direction"}, {"band", "scale"}),
     "exact": (set(), set()),
 }
 WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below")},
-         "scope": ("every seed", "typical"), "direction": ("grows", "shrinks", "flat"),
+         "scope": {"inequality": ("every seed", "typical"), "count": ("rate", "every seed")}, "direction": ("grows", "shrinks", "flat"),
          "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference")}}
 NUMBERS = ("value", "low", "high", "bound", "size", "margin", "rounding")  # numbers as the document writes them (strings)
 
@@ -434,6 +449,9 @@ def validate_part(where: str, part: dict) -> None:
                 raise ConfigError(f"{where}.{key}: {part[key]!r}; allowed: a whole number >= 0")
         if part["of"] == 0:
             raise ConfigError(f"{where}.of: 0 runs; allowed: at least 1")
+        if part.get("scope") == "every seed" and part["count"] != part["of"]:
+            raise ConfigError(f"{where}.scope: every seed is for a claim about all runs, and {part['count']} of "
+                              f"{part['of']} is not all; allowed: rate, or count equal to of")
         if part["count"] > part["of"]:
             raise ConfigError(f"{where}.count: {part['count']} is larger than its total of={part['of']}; "
                               f"allowed: 0..{part['of']}")
@@ -466,7 +484,7 @@ def judge_part(part: dict, measure: dict) -> Judged:
     if kind == "inequality":
         return inequality(words["bound"], words["side"], words["scope"], **measure)
     if kind == "count":
-        return count(words["count"], words["of"], **measure)
+        return count(words["count"], words["of"], scope=words.get("scope", "rate"), **measure)
     if kind == "contrast":
         return contrast(words["side"], size=words.get("size"), margin=words.get("margin"),
                         log=words.get("scale") == "log", **measure)
@@ -491,6 +509,8 @@ def describe(part: dict) -> tuple[str, str]:
         r = rounding(part["bound"])
         edge = float(part["bound"]) + (r if part["side"] == "below" else -r)
         return f"inequality, {part['scope']}: {part['side']} the bound widened by its rounding", f"{part['side']} {g(edge)}"
+    if kind == "count" and part.get("scope") == "every seed":
+        return "count, every seed: each of our runs must do it", f"{part['count']} of {part['of']}: every run"
     if kind == "count":
         return ("count: Fisher's exact test against the document's count, then the shape (none/some/all)",
                 f"{part['count']} of {part['of']}, p < 0.05 decides")
