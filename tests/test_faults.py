@@ -231,7 +231,10 @@ def test_snapshot_manifest_catches_damage_and_an_interrupted_write(tmp_path):
     write_table(pd.DataFrame({"setting": ["a"] * 3, "run": ["r"] * 3, "step": [1, 2, 3], "loss": [4.0, 3.0, 2.0]}),
                 snap / "losses.csv")
     write_table(pd.DataFrame({"setting": ["a"], "run": ["r"], "stopped_step": [3]}), snap / "runs.csv")
-    verify_snapshot(snap)  # no manifest: its content is consistent
+    # no manifest: refused, even when consistent, because a truncated or edited copy looks the same (losses.csv cut to
+    # two steps and runs.csv's stop step with it would pass any check of the losses against the runs)
+    with pytest.raises(DamagedArtifact, match="no MANIFEST.json.*blocklab verify --record"):
+        verify_snapshot(snap)
     record_snapshot(snap)
     verify_snapshot(snap)
     _edit_a_loss(snap / "losses.csv")

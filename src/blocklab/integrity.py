@@ -154,8 +154,9 @@ def snapshot_fix(directory: Path) -> str:
 
 
 def verify_snapshot(directory: str | Path) -> None:
-    """Check a recorded snapshot against its manifest (an older one without a manifest: its losses cover each of its
-    runs step by step, as far as its runs.csv says); ``DamagedArtifact`` otherwise."""
+    """Check a recorded snapshot against its manifest; ``DamagedArtifact`` otherwise, and for a snapshot without one:
+    its losses alone cannot tell an edited or truncated file from a complete one (runs.csv does not say how many steps
+    a run had), so it is refused until `blocklab verify --record` has checked what it can and recorded its checksums."""
     directory = Path(directory)
     manifest_file = directory / MANIFEST
     if manifest_file.is_file():
@@ -170,7 +171,9 @@ def verify_snapshot(directory: str | Path) -> None:
         extra = sorted(set(_snapshot_files(directory)) - set(manifest["files"]))
         problems += [f"{name} is not in {MANIFEST}" for name in extra]
     else:
-        problems = _snapshot_loss_problems(directory)
+        raise DamagedArtifact(f"{directory}: no {MANIFEST}: an unrecorded snapshot cannot be told from a damaged one; "
+                              f"`blocklab verify --record {directory}` checks its losses against its runs and records "
+                              f"its checksums, or restore it (`git checkout -- {directory}`)")
     if problems:
         raise DamagedArtifact(f"{directory}: damaged snapshot: {'; '.join(problems)}; {snapshot_fix(directory)}")
 
@@ -203,10 +206,10 @@ def _snapshot_loss_problems(directory: Path) -> list[str]:
 # ---- blocklab verify -------------------------------------------------------------------------------------------------
 
 
-def verify_tree(path: str | Path) -> tuple[int, list[str], list[Path]]:
+def verify_tree(path: str | Path) -> tuple[int, list[str]]:
     """Verify every finished run (a directory with meta.json and loss.csv) and snapshot (a directory with a manifest,
-    or the path itself when it holds neither) under ``path``: (how many were checked, the failures' messages, the
-    snapshots checked without a manifest)."""
+    or the path itself when it holds neither, which is then refused) under ``path``: (how many were checked, the
+    failures' messages)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -220,14 +223,14 @@ def verify_tree(path: str | Path) -> tuple[int, list[str], list[Path]]:
             except DamagedArtifact as err:
                 failures.append(str(err))
     if not checked and not snapshots and path.is_dir():
-        snapshots = {path}  # a snapshot recorded before manifests: its own consistency checks
+        snapshots = {path}  # a snapshot without a manifest: refused by verify_snapshot, naming --record
     for snapshot in sorted(snapshots):
         checked += 1
         try:
             verify_snapshot(snapshot)
         except DamagedArtifact as err:
             failures.append(str(err))
-    return checked, failures, sorted(s for s in snapshots if not (s / MANIFEST).is_file())
+    return checked, failures
 
 
 def register(subparsers) -> None:
@@ -252,12 +255,9 @@ def _verify_main(args) -> int:
         return 0
     total, failures = 0, []
     for path in args.paths:
-        checked, failed, unrecorded = verify_tree(path)
+        checked, failed = verify_tree(path)
         total += checked
         failures += failed
-        for snapshot in unrecorded:
-            print(f"{snapshot}: no {MANIFEST} (recorded before checksums): only its losses were checked against its "
-                  f"runs; `blocklab verify --record {snapshot}` records its checksums")
     for message in failures:
         print(message)
     print(f"verified {total - len(failures)} of {total} run(s) and snapshot(s)"
