@@ -241,6 +241,9 @@ def test_trend_rules():
     flat = lambda r, se: verdicts.trend("flat", ratio=r, se=se, band=("0.99", "1.01")).verdict  # noqa: E731
     assert flat(1.0, 0.001) == claims.REPRODUCED and flat(1.05, 0.001) == claims.NOT_REPRODUCED
     assert flat(1.009, 0.002) == claims.INCONCLUSIVE
+    # centred outside the band, its interval across the edge: more seeds would say "not reproduced", and how many
+    judged = verdicts.trend("flat", ratios=[1.02, 1.05, 0.99], band=("0.99", "1.01"))
+    assert judged.verdict == claims.INCONCLUSIVE and isinstance(judged.seeds_to_decide, int)
 
 
 @pytest.mark.parametrize("parts, verdict", [
@@ -276,6 +279,9 @@ GOOD = """- id: good
     ("kind: count\ncount: 4\nof: 3\n", "good.count: 4 is larger than its total of=3; allowed: 0..3"),
     ("kind: inequality\nbound: \"0.007\"\nside: under\nscope: every seed\n", "good.side: 'under'; allowed: below, above"),
     ("kind: trend\ndirection: flat\n", "good.band: a band is needed exactly for direction flat"),
+    ("kind: value\nvalue: \"nan\"\n", "good.value: 'nan' is not a number"),
+    ("kind: value\nvalue: \"inf\"\n", "good.value: 'inf' is not a number"),
+    ("kind: trend\ndirection: flat\nband: [\"a\", \"1.01\"]\n", "good.band: 'a' is not a finite number"),
     ("parts:\n  - {kind: value, value: \"1\"}\n  - {kind: count}\n", "good.parts\\[1\\]: kind count needs count, of"),
     ("kind: value\nvalue: \"4.0\"\nparts: []\n", "good: give kind \\(one part\\) or parts"),
     ("", "good: give kind \\(one part\\) or parts \\(a list\\), not neither"),

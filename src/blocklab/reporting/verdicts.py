@@ -82,10 +82,12 @@ def rounding(written: str) -> float:
     """The half-width of the rounding of a number as written: "4.0" -> 0.05, "0.0003" -> 0.00005, "6" -> 0.5,
     "8.5e5" -> 5e3 (half a unit of its last written digit)."""
     try:
-        exponent = Decimal(str(written).strip()).as_tuple().exponent
+        number = Decimal(str(written).strip())
     except InvalidOperation:
         raise ValueError(f"{written!r} is not a number") from None
-    return 0.5 * 10.0 ** exponent
+    if not number.is_finite():  # "nan", "inf": no written precision (their exponent is a letter)
+        raise ValueError(f"{written!r} is not a finite number")
+    return 0.5 * 10.0 ** number.as_tuple().exponent
 
 
 def _finite(samples) -> np.ndarray:
@@ -344,7 +346,7 @@ def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale:
         b_lo, b_hi = (math.log(float(x)) if scale == "ratio" else float(x) for x in band)
         verdict = (REPRODUCED if b_lo <= lo and hi <= b_hi else NOT_REPRODUCED if hi < b_lo or lo > b_hi
                    else INCONCLUSIVE)
-        gap = min(abs(centre - b_lo), abs(centre - b_hi)) if b_lo <= centre <= b_hi else 0.0
+        gap = min(abs(centre - b_lo), abs(centre - b_hi))  # to the nearer edge, from inside the band or outside it
         rule = f"trend, flat: the {word}'s 95 % interval within the band {band[0]} – {band[1]}"
         shown += f" vs band [{band[0]}, {band[1]}]"
     else:
@@ -468,6 +470,12 @@ def validate_part(where: str, part: dict) -> None:
             band = part["band"]
             if (not isinstance(band, list) or len(band) != 2 or not all(isinstance(x, str) for x in band)):
                 raise ConfigError(f"{where}.band: {band!r}; allowed: two numbers in quotes, [low, high]")
+            for x in band:
+                try:
+                    rounding(x)
+                except ValueError:
+                    raise ConfigError(f"{where}.band: {x!r} is not a finite number; allowed: two numbers in quotes, "
+                                      "[low, high]") from None
             if float(band[0]) > float(band[1]) or (part.get("scale", "ratio") == "ratio" and float(band[0]) <= 0):
                 raise ConfigError(f"{where}.band: {band} cannot be met; allowed: 0 < low <= high (a ratio's band)")
 
