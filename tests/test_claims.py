@@ -183,6 +183,17 @@ def test_a_claim_about_every_seed_is_judged_run_by_run_not_as_a_rate(k, verdict)
         verdicts.validate_part("good", {"kind": "count", "count": 3, "of": 3, "scope": "most"})
 
 
+def test_one_seed_has_no_interval_so_a_trend_or_contrast_from_it_is_inconclusive():
+    """A direction over seeds needs their spread: one seed's x0.98 or x5 decides nothing (the gallery's training
+    gradient trend has one compare seed); a contrast with an arm of one seed neither. With more seeds the rules judge."""
+    assert verdicts.trend("grows", ratios=[0.98]).verdict == claims.INCONCLUSIVE
+    assert verdicts.trend("grows", ratios=[5.0]).verdict == claims.INCONCLUSIVE
+    assert verdicts.trend("grows", ratios=[5.0, 4.0, 6.0]).verdict == claims.REPRODUCED
+    assert verdicts.contrast("above", [2.0], [1.0, 1.1, 0.9]).verdict == claims.INCONCLUSIVE
+    assert verdicts.contrast("above", [2.0], [1.0]).verdict == claims.INCONCLUSIVE
+    assert verdicts.contrast("above", [2.0, 2.1, 1.9], [1.0, 1.1, 0.9]).verdict == claims.REPRODUCED
+
+
 def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
     assert verdicts.rounding("4.0") == 0.05 and verdicts.rounding("0.0003") == pytest.approx(5e-5)
     assert verdicts.rounding("6") == 0.5 and verdicts.rounding("-1.225") == pytest.approx(5e-4)

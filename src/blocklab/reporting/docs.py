@@ -89,7 +89,7 @@ def claims_summary(data: Path, root: Path) -> str:
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
         lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
-                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'no practical number of'}"
+                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'an unknown number of (one seed: no spread to go by, or beyond 10,000)'}"
                                          for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])

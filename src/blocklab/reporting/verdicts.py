@@ -269,6 +269,7 @@ def contrast(side: str, a, b, size: str | None = None, margin: str | None = None
     if log:
         a, b = np.log(a), np.log(b)
     d, se, df, va, vb = _welch(a, b)
+    single = min(len(a), len(b)) == 1 and se > 0  # an arm of one seed: its own spread is unknown, not zero
     point = se == 0 or (len(a) == 1 and len(b) == 1)
     t = 0.0 if point else _t(1 - ALPHA / 2, df)
     lo, hi = d - t * se, d + t * se
@@ -299,6 +300,9 @@ def contrast(side: str, a, b, size: str | None = None, margin: str | None = None
             rule += f"; the claimed size {size} ± {g(r)} must meet it"
             interval += f"; claimed {'+' if side == 'above' else '−'}{size} ± {g(r)}"
         gap = abs(d)
+    if (single or (point and se == 0 and len(a) == len(b) == 1)) and verdict != INCONCLUSIVE:
+        # one seed per arm, or one arm of one seed: no interval; a computation without randomness is the exact kind
+        verdict, rule = INCONCLUSIVE, rule + "; an arm of one seed has no spread: inconclusive whatever its point"
     seeds = None
     if verdict == INCONCLUSIVE and gap > 0 and (va + vb) > 0:
         def decides(n: int) -> bool:
@@ -330,7 +334,7 @@ def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale:
             values = np.log(values)
         n, centre = len(values), float(values.mean())
         if n == 1:
-            sd, half, how = 0.0, 0.0, "one seed: no spread known, the point alone"
+            sd, half, how = 0.0, 0.0, "one seed: no spread known, so no interval"
         else:
             sd = float(values.std(ddof=1))
             t = _t(1 - ALPHA / 2, n - 1)
@@ -356,6 +360,8 @@ def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale:
         gap = abs(centre)
         rule = (f"trend, {direction}: the {word}'s 95 % interval {'above' if up else 'below'} "
                 f"{'1' if scale == 'ratio' else '0'}")
+    if n == 1:  # seeds scatter (at init, three seeds' output/input ratios were x0.97, x2.38, x0.82): one is no trend
+        verdict, rule = INCONCLUSIVE, rule + "; one seed has no interval: inconclusive whatever its point"
     seeds = None
     if verdict == INCONCLUSIVE and n is not None and sd and gap > 0:
         seeds = _least_n(lambda m: _t(1 - ALPHA / 2, m - 1) * sd / math.sqrt(m) < gap, n + 1)
