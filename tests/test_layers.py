@@ -1,7 +1,8 @@
 """The package's layers (STYLE.md, issue 25): a module imports only from its own layer or below, so each layer can be
 read and tested without the ones above it, and no two modules import each other, even lazily inside a function.
 
-Bottom to top: params and config; model; training; experiments; figures and reporting; the command line. The rule is
+Bottom to top: params and config; model; training; experiments; figures and reporting; the block reviewer
+(blocklab.review: a consumer of model/, which never imports it); the command line. The rule is
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
 dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
 """
@@ -24,6 +25,7 @@ LAYERS = {
     "training": ["blocklab.training"],
     "experiments": ["blocklab.experiments", "blocklab.bench"],
     "figures and reporting": ["blocklab.figures", "blocklab.reporting"],
+    "reviewer": ["blocklab.review"],
     "cli": ["blocklab.cli", "blocklab.smoke"],
 }
 ORDER = list(LAYERS)

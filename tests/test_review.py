@@ -15,11 +15,11 @@ from blocklab import cli
 from blocklab.config import ModelConfig
 from blocklab.model import hf_config
 from blocklab.model.layers import LayerNorm, RMSNorm
-from blocklab.model.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,
+from blocklab.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,
                                    review_architecture, review_hf_config, review_model, review_module)
-from blocklab.model.review import hf as hf_arch
-from blocklab.model.review.architecture import STRUCTURE_KEYS
-from blocklab.model.review.command import table_rows
+from blocklab.review import hf as hf_arch
+from blocklab.review.architecture import STRUCTURE_KEYS
+from blocklab.review.command import table_rows
 
 MODERN = {"n_kv_heads": 2, "ffn_kind": "swiglu", "norm_kind": "rmsnorm", "position": "rope", "bias": False}
 

@@ -6,9 +6,9 @@ import datetime as dt
 import json
 import sys
 
-from ...config import ConfigError
-from ...io import write_json
-from ...provenance import stamp
+from ..config import ConfigError
+from ..io import write_json
+from ..provenance import stamp
 from . import hf
 from .architecture import hf_layer_class, model_type_of, review_architecture
 from .build import DEFAULT_WIDTH, resolve

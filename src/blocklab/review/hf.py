@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ...config import ConfigError
-from .. import hf_config
+from ..config import ConfigError
+from ..model import hf_config
 
 WIDTH, HEADS, HEAD_DIM, VOCAB = 32, 4, 8, 128
 SEQ, MEMORY_SEQ = 6, 9

@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from ...config import ConfigError
-from .. import hf_config
+from ..config import ConfigError
+from ..model import hf_config
 from . import hf
 from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
                        one_thread, out_width)
