@@ -53,7 +53,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
     shutil.copytree(DATA, root / "docs" / "gallery" / "data", dirs_exist_ok=True)
-    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference/fit"):  # recorded runs
+    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference/fit", "docs/reviewer"):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0
@@ -74,6 +74,44 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
     assert f"are the documents'**: **" in summary and f"**{counts} not reproduced**" in summary
     assert f"`{claims.loc[first, 'id']}`" in summary
     assert main(["docs", "--root", str(root)]) == 0 and main(["docs", "--root", str(root), "--check"]) == 0
+
+
+def _layer(indices, mixer="attention", position="rope", window=None, moe=None):
+    return {"indices": indices, "mixer": mixer, "position": position, "attention": "GQA", "query_heads": 4,
+            "kv_heads": 2, "sliding_window": window, "qk_norm": False, "ffn": "swiglu", "ffn_ratio": 3.0, "moe": moe}
+
+
+def test_the_reviewers_table_is_rendered_from_its_recorded_file(tmp_path):
+    """docs/reviewer.md's tables: `blocklab docs` draws them from docs/reviewer/<name>.json (what `blocklab review
+    --table ... --json` records); a changed record changes the block, a file that is not such a record is named."""
+    import json
+
+    from blocklab.config import ConfigError
+
+    stack = {"reviewable": True, "residual": "sequential", "norm_placement": "pre", "norm_kind": "rmsnorm",
+             "attention": "GQA", "query_heads": 4, "kv_heads": 2, "qk_norm": False, "position": "rope",
+             "ffn": "swiglu", "ffn_ratio": 3.0, "causal": True, "rotary_fraction": 1.0,
+             "layers": [_layer([0, 1, 2, 4, 5, 6]), _layer([3, 7], position="none")]}
+    table = {"command": "blocklab review --table toy --json docs/reviewer/architectures.json",
+             "generated": "2026-12-03 18:00 UTC", "libraries": {"transformers": "5.24.0"},
+             "records": [{"subject": "toy", "verdict": "pass", "exit_status": 0, "usage_error": None,
+                          "parameters": 1234, "stacks": {"": stack}}]}
+    (tmp_path / "docs" / "reviewer").mkdir(parents=True)
+    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    page = "<!-- generated: reviewer-architectures -->\n<!-- /generated -->\n"
+    text = docs.render(page, DATA, tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| toy |"))
+    # the six RoPE layers and the two NoPE ones: what sets each pattern apart, its count, its indices
+    assert row == ("| toy | **sequential** | **pre** | **rmsnorm** | **GQA 4/2** | no | **rope** | **swiglu (3.00x)** | "
+                   "yes | attention x6 (0-2, 4-6), NoPE x2 (3, 7) | 1,234 | pass |")
+    assert table["command"] in text and "transformers 5.24.0" in text and "2026-12-03 18:00 UTC" in text
+    stack["layers"] = [_layer(list(range(8)), window=4096)]
+    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    assert "| uniform, window 4096 |" in docs.render(page, DATA, tmp_path)
+    del table["records"]
+    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    with pytest.raises(ConfigError, match="architectures.json: no 'records'"):
+        docs.render(page, DATA, tmp_path)
 
 
 def test_an_unknown_block_name_is_an_error():

@@ -1,7 +1,8 @@
 """The package's layers (STYLE.md, issue 25): a module imports only from its own layer or below, so each layer can be
 read and tested without the ones above it, and no two modules import each other, even lazily inside a function.
 
-Bottom to top: params and config; model; training; experiments; figures and reporting; the command line. The rule is
+Bottom to top: params and config; model; training; experiments; the block reviewer (blocklab.review: a consumer of
+model/, which never imports it; reporting renders its recorded tables); figures and reporting; the command line. The rule is
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
 dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
 """
@@ -24,6 +25,7 @@ LAYERS = {
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],
     "experiments": ["blocklab.experiments", "blocklab.bench"],
+    "reviewer": ["blocklab.review"],
     "figures and reporting": ["blocklab.figures", "blocklab.reporting"],
     "cli": ["blocklab.cli", "blocklab.smoke"],
 }
@@ -60,6 +62,17 @@ def test_no_module_imports_a_higher_layer():
              for module, path in known.items() for target, line in imported(module, path, known)
              if layer(target) > layer(module)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_model_never_imports_the_reviewer():
+    """The reviewer reads models; the model knows nothing of it (issue 34: it left model/ for its own package)."""
+    known = modules()
+    model = {m: p for m, p in known.items() if layer(m) == ORDER.index("model")}
+    assert "blocklab.model.layers" in model and not any(m.startswith("blocklab.review") for m in model)
+    wrong = [f"{m} imports {t}, line {line}" for m, p in model.items() for t, line in imported(m, p, known)
+             if t == "blocklab.review" or t.startswith("blocklab.review.")]
+    assert not wrong, "\n".join(wrong)
+    assert layer("blocklab.review.hf") > layer("blocklab.model.hf_config")
 
 
 def test_no_import_circles():

@@ -19,14 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "blocklab"
 # Top-level modules before model/, training/ and reporting/ existed: none may come back, not even as a shim.
 FORMER_TOP_LEVEL = ["layers", "blocks", "models", "init", "fastpath", "peer", "precision", "counting", "hf_config",
-                    "train", "sweep", "tasks", "batched", "claims", "answers", "report", "gallery", "browser", "probe",
-                    "review"]
+                    "train", "sweep", "tasks", "batched", "claims", "answers", "report", "gallery", "browser", "probe"]
+# Modules that moved out of a subpackage into their own (issue 34: the reviewer left model/): no shim at the old path.
+FORMER_SUBPACKAGE = {"blocklab.model.review": "blocklab.review"}
 
 
 def test_every_module_imports():
     names = [m.name for m in pkgutil.walk_packages(blocklab.__path__, "blocklab.")]
     assert {"blocklab.model.layers", "blocklab.training.train", "blocklab.reporting.report",
-            "blocklab.experiments.probe", "blocklab.model.review"} <= set(names)
+            "blocklab.experiments.probe", "blocklab.review"} <= set(names)
     for name in names:
         importlib.import_module(name)
 
@@ -35,6 +36,20 @@ def test_every_module_imports():
 def test_no_module_left_at_its_former_path(name):
     assert importlib.util.find_spec(f"blocklab.{name}") is None
     assert not (PACKAGE / f"{name}.py").exists()
+
+
+def test_the_top_level_review_module_is_now_the_reviewer_package():
+    """The first reviewer was a top-level module review.py; the name is the reviewer's package now, never a module."""
+    assert not (PACKAGE / "review.py").exists()
+    assert (PACKAGE / "review" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("old, new", sorted(FORMER_SUBPACKAGE.items()))
+def test_no_subpackage_left_at_its_former_path(old, new):
+    assert importlib.util.find_spec(old.rpartition(".")[0]) is not None  # the parent package still exists
+    assert importlib.util.find_spec(old) is None, f"{old} is back (a shim?): it moved to {new}"
+    assert not (PACKAGE.parent / old.replace(".", "/")).exists()
+    assert callable(importlib.import_module(new).register)
 
 
 def test_every_command_module_registers():

@@ -15,11 +15,11 @@ from blocklab import cli
 from blocklab.config import ModelConfig
 from blocklab.model import hf_config
 from blocklab.model.layers import LayerNorm, RMSNorm
-from blocklab.model.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,
+from blocklab.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,
                                    review_architecture, review_hf_config, review_model, review_module)
-from blocklab.model.review import hf as hf_arch
-from blocklab.model.review.architecture import STRUCTURE_KEYS
-from blocklab.model.review.command import table_rows
+from blocklab.review import hf as hf_arch
+from blocklab.review.architecture import STRUCTURE_KEYS
+from blocklab.review.table import table_rows
 
 MODERN = {"n_kv_heads": 2, "ffn_kind": "swiglu", "norm_kind": "rmsnorm", "position": "rope", "bias": False}
 
@@ -395,7 +395,9 @@ def test_smollm3_nope_layers_are_their_own_pattern():
     assert {p["position"] for k, p in found.items() if k != nope} == {"rope"}
     assert {(p["mixer"], p["attention"], p["query_heads"], p["kv_heads"]) for p in found.values()} == {
         ("attention", "GQA", 16, 4)}
-    assert hf_review("smollm3").facts["structure"]["position"] == "rope"  # the top level: the main pattern
+    review = hf_review("smollm3")
+    assert review.facts["structure"]["position"] == "rope"  # the top level: the main pattern
+    assert table_rows(review)[0][9] == "attention x27, NoPE x9 (3, 7, ..., 35)"  # the table's layers column
 
 
 def test_lfm2_convolution_layers_are_a_conv_pattern():
@@ -409,6 +411,16 @@ def test_lfm2_convolution_layers_are_a_conv_pattern():
     assert found[(2, 5, 8, 10, 12, 14)]["mixer"] == "attention"
     assert (found[(2, 5, 8, 10, 12, 14)]["query_heads"], found[(2, 5, 8, 10, 12, 14)]["kv_heads"]) == (32, 8)
     assert review.severity_of("layers") == "info" and review.exit_status == EXIT_PASS
+    assert table_rows(review)[0][9] == "conv x10, attention x6 (2, 5, 8, 10, 12, 14)"
+
+
+def test_a_uniform_stacks_window_shows_in_the_table():
+    # mistral cfg 79: sliding_window 4096 on every layer. It was measured all along (the JSON's layers and the text
+    # had it); the table's layers column said only "uniform", and no column showed the window
+    review = hf_review("mistral")
+    assert [p["sliding_window"] for p in review.facts["structure"]["layers"]] == [4096]
+    assert table_rows(review)[0][9] == "uniform, window 4096"
+    assert table_rows(hf_review("llama"))[0][9] == "uniform"  # llama cfg: no sliding_window
 
 
 def test_gemma2_sliding_window_layers():
@@ -416,6 +428,79 @@ def test_gemma2_sliding_window_layers():
     found = patterns(hf_review("gemma2"))
     assert {k: p["sliding_window"] for k, p in found.items()} == {tuple(range(0, 26, 2)): 4096,
                                                                    tuple(range(1, 26, 2)): None}
+
+
+def test_jamba_mamba_layers_are_ssm_and_its_attention_layers_are_found():
+    # jamba cfg 84-91 + 108-122: attention on layers i % 8 == 4, Mamba elsewhere (mamba_d_state 16: a state-space
+    # state size); 16 experts, 2 per token, on layers i % 2 == 1, a dense MLP (14336 / 4096) on the others. Its
+    # layers are of two classes in one ModuleList (they were "no stack of repeated layers" before), and a Mamba
+    # layer's scan, silenced, leaves only D x after its short convolution (mod 432: weights of either sign), not
+    # the distribution a softmax leaves: it is read as no attention
+    review = hf_review("jamba")
+    found = patterns(review)
+    attention = tuple(i for i in range(32) if i % 8 == 4)
+    routed = tuple(i for i in range(32) if i % 2 == 1)
+    dense_ssm = tuple(i for i in range(32) if i not in attention + routed)
+    assert set(found) == {attention, routed, dense_ssm}
+    assert {k: p["mixer"] for k, p in found.items()} == {attention: "attention", routed: "ssm", dense_ssm: "ssm"}
+    assert found[routed]["moe"] == {"experts": 16, "per_token": 2, "shared": 0}
+    assert found[routed]["ffn_ratio"] == 2 * 14336 / 4096 and found[dense_ssm]["ffn_ratio"] == 14336 / 4096
+    assert (found[attention]["query_heads"], found[attention]["kv_heads"]) == (32, 8)
+    assert review.facts["structure"]["mixer"] == "attention" and review.exit_status in (EXIT_PASS, EXIT_FLAG)
+    assert table_rows(review)[0][9] == "ssm + dense x12, ssm + MoE x16 (1, 3, ..., 31), attention + NoPE + dense x4 " \
+                                      "(4, 12, ..., 28)"
+
+
+@pytest.mark.parametrize("model_type", ["bamba", "falcon_h1"])
+def test_mamba2_heads_tile_the_tiny_inner_width(model_type):
+    # bamba cfg 103-110, falcon_h1 cfg 109 + 122-130: mamba_d_head x mamba_n_heads must equal the inner width,
+    # mamba_d_ssm or else mamba_expand x hidden_size (the heads once followed the attention heads: a reshape failed)
+    tiny = hf_arch.shrink(hf_arch.load_config(model_type))
+    inner = getattr(tiny, "mamba_d_ssm", None) or tiny.mamba_expand * tiny.hidden_size
+    assert tiny.mamba_d_head * tiny.mamba_n_heads == inner and tiny.hidden_size == hf_arch.WIDTH
+    tiny.validate_architecture()  # the config class's own check
+
+
+def test_falcon_h1_attention_is_reviewed_with_its_mamba_beside_it():
+    # falcon_h1 mod 875-877 + 918-937: every layer runs a Mamba-2 mixer and attention side by side on the same
+    # input and adds both; cfg 65-66, 81: 32 query / 8 K/V heads, mamba_d_state 256 (a state-space state size)
+    review = hf_review("falcon_h1")
+    s = review.facts["structure"]
+    assert [p["indices"] for p in s["layers"]] == [list(range(32))]
+    assert (s["mixer"], s["query_heads"], s["kv_heads"]) == ("attention", 32, 8)
+    beside = s["evidence"]["mixer"]["others_beside_it"]
+    assert [(o["writer"], o["kind"]) for o in beside] == [("mamba.out_proj", "ssm")]
+    assert any(f.check == "mixer" and "ssm" in f.message for f in review.findings)
+
+
+def test_llama4_text_chunked_layers_are_windows_and_its_text_model_is_counted():
+    # llama4 cfg 158, 187-189: layer_types "chunked_attention" (attention_chunk_size 8192) where no_rope_layers is 1
+    # (3 of every 4 layers), "full_attention" on the others; mod 574 + 582: Llama4ForCausalLM's base_model_prefix is
+    # "language_model" but it holds the text model as `model` (the full-size count once failed on that)
+    from transformers import Llama4TextConfig
+
+    config = Llama4TextConfig()
+    review = hf_review("llama4_text")
+    found = {k: p["sliding_window"] for k, p in patterns(review).items()}
+    chunked = tuple(i for i, t in enumerate(config.layer_types) if t == "chunked_attention")
+    assert found == {chunked: config.attention_chunk_size,
+                     tuple(i for i in range(config.num_hidden_layers) if i not in chunked): None}
+    assert review.facts["counted_as"] == "Llama4ForCausalLM" and review.exit_status in (EXIT_PASS, EXIT_FLAG)
+
+
+def test_a_softmax_is_told_from_other_mixers_by_its_rows():
+    # queries and keys silenced: softmax rows are distributions (the causal mask's uniform rows, a bias's uneven
+    # ones, or scaled by an output gate such as sigmoid(1)); linear attention leaves nothing; a scan's skip term
+    # weights of either sign
+    from blocklab.review.dataflow import _distributions
+
+    causal = torch.tril(torch.ones(4, 4)) / torch.arange(1, 5).unsqueeze(1)
+    biased = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    assert _distributions(causal[None]) and _distributions(biased[None])
+    assert _distributions(torch.sigmoid(torch.tensor(1.0)) * causal[None])
+    assert not _distributions(torch.zeros(1, 4, 4))
+    assert not _distributions(torch.tensor([[[1e-3, 0, 0], [-2e-3, 1e-3, 0], [5e-4, 1e-3, -1e-3]]]))
+    assert not _distributions(torch.tensor([[[0.5, 0, 0], [0.2, 0.2, 0], [0.3, 0.3, 0.3]]]))  # rows differ
 
 
 def test_mixtral_routed_experts_are_reviewed():

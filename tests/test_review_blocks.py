@@ -8,8 +8,8 @@ import pytest
 
 import user_blocks
 from blocklab import cli
-from blocklab.model.review import EXIT_FLAG, EXIT_PASS, EXIT_REJECT, review_module
-from blocklab.model.review.architecture import STRUCTURE_KEYS
+from blocklab.review import EXIT_FLAG, EXIT_PASS, EXIT_REJECT, review_module
+from blocklab.review.architecture import STRUCTURE_KEYS
 
 # the structure each correct block computes (user_blocks.py, its forward())
 NANOGPT = dict(  # Block.forward: x + attn(ln_1(x)), x + mlp(ln_2(x)); nn.LayerNorm; c_attn split into 4 heads

@@ -37,7 +37,7 @@ COMMANDS = {
     "aggregate-reverse": "blocklab.experiments.reverse_copy",
     "probe-residual": "blocklab.experiments.probe",
     "probe-copy": "blocklab.experiments.probe",
-    "review": "blocklab.model.review",
+    "review": "blocklab.review",
     "claims": "blocklab.reporting.claims",
     "inference-score": "blocklab.reporting.inference",
     "aggregate-inference": "blocklab.reporting.inference",

@@ -1,2 +1,2 @@
 """The model: layers, blocks, whole models, initialization, the fast path and the peer model, parameter counting,
-Hugging Face configs, and the block reviewer of document 004."""
+and Hugging Face configs. The block reviewer of document 004, which reads models, is its own package, blocklab.review."""

@@ -7,7 +7,8 @@ A page marks each block it does not write by hand:
     <!-- /generated -->
 
 ``blocklab docs`` rewrites every such block of README.md and docs/**/*.md from ``docs/gallery/data`` (the tables of the
-full default run behind the gallery) and ``bench/measured`` (the benchmark's recorded runs); ``blocklab docs --check``
+full default run behind the gallery), ``bench/measured`` (the benchmark's recorded runs) and ``docs/reviewer`` (the
+reviewer's recorded tables, ``blocklab review --table ... --json``); ``blocklab docs --check``
 writes nothing and fails, naming the blocks, when a committed block differs from what the data gives (the test suite
 runs it). A block name no generator knows is an error, so a typo cannot leave a stale block behind.
 """
@@ -546,6 +547,15 @@ def inference_validation(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n" + _note(*notes, "src/blocklab/reporting/claims.yaml")
 
 
+def reviewer_table(root: Path, name: str) -> str:
+    """The reviewer's side-by-side table, rendered from the file `blocklab review --table ... --json` recorded."""
+    from ..review.table import page
+
+    source = root / "docs" / "reviewer" / f"{name}.json"
+    return page(json.loads(source.read_text(encoding="utf-8")), str(source.relative_to(root))) + "\n" + _note(
+        source.relative_to(root).as_posix())
+
+
 GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
@@ -560,6 +570,8 @@ GENERATORS = {
     "dynamics-summary": dynamics_summary,
     "inference-validation": inference_validation,
     "dynamics-detectors": dynamics_detectors,
+    "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
+    "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
 }
 
 

@@ -13,6 +13,7 @@ whole model around it, on chosen inputs.
     build.py, probe.py, structure.py, judge.py   a user's own block (`--module`): built at a chosen width, read by
                      the same data-flow reader and rules, plus what only a block needs (caller mask, memory, widths)
     report.py        findings, verdict, exit status;  command.py  the command line
+    table.py         `--table`: architectures side by side, recorded as compact rows that `blocklab docs` renders
 
 Rules: REJECT post-norm deeper than 12 blocks without warm-up; REJECT a decoder whose future leaks into its past;
 FLAG FFN expansion below 2x, a missing residual, no normalization, a head count the config contradicts,

@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from ...config import ConfigError
-from .. import hf_config
+from ..config import ConfigError
+from ..model import hf_config
 from . import hf
 from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
                        one_thread, out_width)
@@ -56,10 +56,20 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
-    attn, cross = selfs[0], [g for g in a.attentions if g.cross]
+    cross = [g for g in a.attentions if g.cross]
     routed = [g for g in a.ffns if g.experts]
     ffn = routed[0] if routed else a.ffns[0]
-    mixer = read_mixer(a, attn)
+    # a layer can mix tokens twice, side by side (Falcon-H1: attention and a Mamba scan on the same input): the
+    # attention is the one reviewed, the others are named in the evidence
+    mixers = []
+    for g in selfs:
+        mixers.append((g, read_mixer(a, g)))
+        if mixers[-1][1]["kind"] == "attention":
+            break
+    attn, mixer = next(((g, m) for g, m in mixers if m["kind"] == "attention"), mixers[0])
+    read = {id(g): m for g, m in mixers}
+    others = [{"writer": g.out.name, "kind": (read.get(id(g)) or read_mixer(a, g))["kind"]}
+              for g in selfs if g is not attn]
     is_attention = mixer["kind"] == "attention"
     heads, bias = (mixer["heads"], mixer["bias"]) if is_attention else ({}, {"measured": False})
     causal = a.causal()
@@ -102,7 +112,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
                            "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
                           for g in a.sublayers],
-            "mixer": {"kind": mixer["kind"], "reach_of_position_0": mixer["reach"],
+            "mixer": {"kind": mixer["kind"], "others_beside_it": others, "reach_of_position_0": mixer["reach"],
                       "heads_measured": bool(mixer["heads"].get("measured")),
                       "softmax": mixer["bias"].get("softmax")},
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
@@ -254,6 +264,23 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     return shapes, reach, aware
 
 
+def _state_space(s: dict, config) -> dict:
+    """A mixer the data flow reads as linear attention or a recurrence is a state-space scan ('ssm') in a config
+    that declares a state-space state size: the data flow finds the layers, the config names their kind (an SSM and
+    a gated linear attention or an RNN are alike in the data flow)."""
+    key = next((k for k in hf.SSM_STATE_KEYS if hf._int_attr(config, k)), None)
+    if key is None:
+        return s
+    scan = ("linear-attention", "recurrent")
+    mixer = s["evidence"]["mixer"]
+    others = [{**o, "kind": "ssm", "read_as": o["kind"]} if o["kind"] in scan else o
+              for o in mixer.get("others_beside_it", [])]
+    if s["mixer"] not in scan:
+        return {**s, "evidence": {**s["evidence"], "mixer": {**mixer, "others_beside_it": others}}}
+    return {**s, "mixer": "ssm", "evidence": {**s["evidence"], "mixer": {
+        **mixer, "others_beside_it": others, "read_as": s["mixer"], "ssm_state_key": key}}}
+
+
 def _merge_alike(patterns: list) -> list:
     """Groups whose fingerprints differ but whose reviewed layer keys are the same are one pattern (a decaying
     recurrence can reach the last position in one layer and fall below round-off in another)."""
@@ -289,6 +316,8 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
             s = {"reviewable": False, "reason": f"driving layer {rep} with hooks failed: {type(err).__name__}: {err}"}
         if s.get("reviewable") and scale is not None:
             s = scale(s, rep)
+        if s.get("reviewable"):
+            s = _state_space(s, tiny_config)
         if s.get("reviewable") and s["sliding_window"] is not None and full_config is not None:
             full_window = next((getattr(full_config, k) for k in hf.WINDOW_KEYS
                                 if isinstance(getattr(full_config, k, None), int)), None)
@@ -318,11 +347,16 @@ def _heads_of(config, decoder_side: bool) -> int | None:
 
 
 def _base_prefix(full_model, tiny_model) -> str:
-    """The bare model sits under its head class's base_model_prefix ('model.', 'transformer.'); T5 has none."""
+    """Where the bare model sits in its head class: under base_model_prefix ('model.', 'transformer.'), else wherever
+    a module of the bare model's class is (Llama4ForCausalLM names its prefix 'language_model' but holds the text
+    model as 'model'); T5 has none."""
     if type(full_model) is type(tiny_model):
         return ""
     prefix = getattr(full_model, "base_model_prefix", "")
-    return f"{prefix}." if prefix and hasattr(full_model, prefix) else ""
+    if prefix and isinstance(getattr(full_model, prefix, None), type(tiny_model)):
+        return f"{prefix}."
+    found = next((name for name, m in full_model.named_modules() if name and type(m) is type(tiny_model)), None)
+    return f"{found}." if found else (f"{prefix}." if prefix and hasattr(full_model, prefix) else "")
 
 
 def _expect_causal(structure: dict, head_class: str) -> bool | None:

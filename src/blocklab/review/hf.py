@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ...config import ConfigError
-from .. import hf_config
+from ..config import ConfigError
+from ..model import hf_config
 
 WIDTH, HEADS, HEAD_DIM, VOCAB = 32, 4, 8, 128
 SEQ, MEMORY_SEQ = 6, 9
@@ -41,6 +41,7 @@ HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
 # SSM states; each set to the tiny head width (MLA's query-key width is its two parts together)
 OTHER_HEAD_DIMS = ("linear_key_head_dim", "linear_value_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
                    "v_head_dim", "mamba_d_head", "mamba_d_state", "state_size", "ssm_state_size", "d_state")
+SSM_STATE_KEYS = ("mamba_d_state", "ssm_state_size", "state_size", "d_state")  # a state-space layer's state width
 RANK_KEYS = ("kv_lora_rank", "q_lora_rank")  # MLA's low-rank bottlenecks: scaled with the width, at least 4
 HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
 WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_attention", "attention_chunk_size")
@@ -167,6 +168,13 @@ def shrink(config, attention: str = "eager"):
     for key in HEAD_COUNT_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, max(1, round(getattr(config, key) * HEADS / heads)))
+    if _int_attr(config, "mamba_n_heads") and _int_attr(config, "mamba_d_head"):
+        # Mamba-2 heads tile its inner width (mamba_d_ssm, else mamba_expand x width): the head count follows the
+        # tiny inner width and head width, not the attention heads
+        if _int_attr(config, "mamba_d_ssm"):
+            tiny.mamba_d_ssm = max(HEAD_DIM, HEAD_DIM * round(config.mamba_d_ssm * WIDTH / d / HEAD_DIM))
+        inner = getattr(tiny, "mamba_d_ssm", None) or int(getattr(tiny, "mamba_expand", 1) * WIDTH)
+        tiny.mamba_n_heads = max(1, inner // HEAD_DIM)
     for key in WINDOW_KEYS:
         if (_int_attr(config, key) or 0) > WINDOW:
             setattr(tiny, key, WINDOW)
@@ -251,12 +259,16 @@ def count_tiny_both_ways(config) -> tuple[int, int]:
 
 
 def stacks(model: nn.Module) -> dict[str, nn.ModuleList]:
-    """The outermost ModuleLists of two or more modules of one class: the model's stacks of layers."""
+    """The outermost ModuleLists of two or more modules of one class, or of as many modules as the config has layers
+    (a hybrid's layers differ in class: Jamba's attention and Mamba layers): the model's stacks of layers."""
+    config = getattr(model, "config", None)
+    depths = {_int_attr(config, k) for k in LAYER_KEYS} - {None} if config is not None else set()
     found = {}
     for name, sub in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in found):
             continue
-        if isinstance(sub, nn.ModuleList) and len(sub) >= 2 and len({type(m) for m in sub}) == 1:
+        if isinstance(sub, nn.ModuleList) and len(sub) >= 2 and (len({type(m) for m in sub}) == 1
+                                                                 or len(sub) in depths):
             found[name] = sub
     return found
 

@@ -39,6 +39,7 @@ VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or 
 ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
 # head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
 ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
+SUM_TOL = 1e-5  # a softmax's rows sum to one to float32 round-off (~1e-7) in many eager kernels
 GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value everywhere: sigmoid, SiLU > 0 there
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
@@ -195,6 +196,15 @@ class Tracer:
     def inputs_of(self, x, edit=None) -> tuple[dict, torch.Tensor]:
         calls, y = self.run(x, edit)
         return {c.key: c for c in calls}, y
+
+
+def _distributions(patterns: torch.Tensor) -> bool:
+    """(heads, T, S) read-off weights: some visible, none negative, every row with weight summing to the same value."""
+    visible = patterns.abs() > VISIBLE
+    if not visible.any() or (patterns < -SUM_TOL).any():
+        return False
+    sums = patterns.sum(-1)[visible.any(-1)]
+    return bool(((sums - sums.mean()).abs() <= SUM_TOL * sums.mean().abs()).all() and sums.mean() > 0)
 
 
 class LayerAnalysis:
@@ -369,25 +379,33 @@ class LayerAnalysis:
             return {"measured": False}
         roles, offsets = heads["roles"], heads["v_offsets"]
 
-        def edit(key, out):
+        def edit(key, out):  # batch row b: values of amplitude b + 1
             if key not in roles:
                 return None
             flat = out.view(out.shape[0], out.shape[1], -1)
+            amplitude = torch.arange(1, out.shape[0] + 1, dtype=out.dtype)[:, None]
             for f, role in enumerate(roles[key]):
                 if role in ("q", "k"):
                     flat[..., f] = 0.0
                 elif role == "v":
-                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                    flat[..., f] = amplitude * (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
                 elif role == "gate":
                     flat[..., f] = GATE_VALUE
             return out
 
-        traced, _ = self.tracer.inputs_of(self.batch(1), edit)
-        o_in, hd, length = traced[g.out.key].inp[0], heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
-        patterns = torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
-        # softmax attention with queries and keys silenced averages the visible values: some weight is visible;
-        # linear attention reads its state through the (silenced) queries: nothing
-        softmax = bool((patterns.abs() > VISIBLE).any())
+        traced, _ = self.tracer.inputs_of(self.batch(2), edit)
+        hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
+        both = [torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
+                for o_in in traced[g.out.key].inp[:2]]
+        patterns = both[0]
+        # softmax attention with queries and keys silenced averages the visible values: each row is a distribution
+        # (non-negative, the same sum on every row: one, or the output gate's value); linear attention reads its
+        # state through the (silenced) queries: nothing; a state-space scan (Mamba) only its skip term D x after its
+        # short convolution: weights of either sign
+        # and the weights apply to the values linearly: doubled values, doubled output (a norm after a scan, as in
+        # Mamba-2's gated RMSNorm, undoes the doubling)
+        linear_in_values = bool((both[1] - 2 * both[0]).abs().max() <= SUM_TOL * both[0].abs().max())
+        softmax = _distributions(patterns) and linear_in_values
         uniform = True
         for row in patterns.flatten(0, 1):
             seen = row[row > VISIBLE]

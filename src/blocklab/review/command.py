@@ -6,15 +6,14 @@ import datetime as dt
 import json
 import sys
 
-from ...config import ConfigError
-from ...io import write_json
-from ...provenance import stamp
-from . import hf
+from ..config import ConfigError
+from ..io import write_json
+from ..provenance import stamp
+from . import hf, table
 from .architecture import hf_layer_class, model_type_of, review_architecture
 from .build import DEFAULT_WIDTH, resolve
 from .judge import ROLES, review_module
 from .report import EXIT_USAGE, Review
-from .rules import DEFAULTS, layer_ranges, pattern_text
 
 EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)
@@ -51,7 +50,9 @@ A caller-supplied causal mask is tried through tgt_mask / src_mask (torch's addi
 --json FILE keys: verdict, exit_status, structure {residual, norm_placement, norm_kind, mixer, attention,
   query_heads, kv_heads, sliding_window, qk_norm, position, ffn, ffn_ratio, moe, causal, cross_attention, layers}
   (one entry per stack, keyed 'encoder' and 'decoder', for an encoder-decoder; layers: one entry per distinct
-  layer pattern with its full-size indices), parameters (the whole model at full size), facts, findings."""
+  layer pattern with its full-size indices), parameters (the whole model at full size), facts, findings.
+  With --table: the table's record (command, generated, records: one per architecture with its verdict, parameters
+  and each stack's structure without evidence), which `blocklab docs` renders into docs/reviewer.md."""
 
 
 def _usage_error(parser, message):
@@ -71,7 +72,8 @@ def register(subparsers) -> None:
     what.add_argument("--hf-config", help="config.json path, a shipped name (llama3-8b, qwen3-vl-4b-text) or a "
                                           "transformers model_type (gpt2, t5, ...)")
     what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
-                      help="print a markdown table of these architectures against the 2026 checklist")
+                      help="print a markdown table of these architectures against the 2026 checklist (with --json: "
+                           "record it, for blocklab docs)")
     p.add_argument("--role", choices=ROLES, help="encoder: block(x); decoder: masked block(x); cross: block(x, memory)")
     p.add_argument("--attention", choices=hf.ATTENTION_BACKENDS, default="eager",
                    help="attention backend of a Hugging Face build (default eager; the verdict does not depend on it)")
@@ -127,84 +129,16 @@ def run_review(args) -> Review:
                          kwargs=_parse_kwargs(args.kwargs), subject=args.module)
 
 
-# --- the side-by-side table ----------------------------------------------------------------------
-
-COLUMNS = ("residual", "norm_placement", "norm_kind", "attention", "qk_norm", "position", "ffn", "ffn_ratio", "causal")
-HEADERS = ("architecture", "residual", "norm", "norm kind", "attention (Q/KV heads)", "QK-norm", "position",
-           "FFN (ratio)", "causal", "layers", "parameters", "verdict")
-
-
-def _cell(s: dict, key: str) -> str:
-    value = s[key]
-    if key == "attention":
-        text = f"{value} {s['query_heads']}/{s['kv_heads']}"
-    elif key == "ffn_ratio":
-        return ""
-    elif key == "ffn":
-        text = f"{value} ({s['ffn_ratio']:.2f}x)"
-    elif key == "position":
-        rotary = s["evidence"].get("rotary_fraction")
-        text = f"partial rope ({rotary:.0%})" if value == "rope" and rotary is not None and rotary < 1 else value
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    else:
-        text = str(value)
-    default = DEFAULTS.get(key)
-    return f"**{text}**" if default is not None and value == default else text
-
-
-def _layers_cell(s: dict) -> str:
-    """'uniform', or each layer pattern of a mixed stack with its layer indices."""
-    layers = s.get("layers") or []
-    if len(layers) <= 1:
-        return "uniform" if layers else "—"
-    return "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in layers)
-
-
-def table_rows(review: Review) -> list[list[str]]:
-    structure = review.facts.get("structure") or {}
-    stacks = {"": structure} if "reviewable" in structure or not structure else structure
-    rows = []
-    for label, s in stacks.items():
-        name = review.subject + (f" ({label})" if label else "")
-        if not s.get("reviewable"):
-            verdict = "error (exit 3)" if "usage_error" in review.facts else review.verdict
-            rows.append([name, *["—"] * 8, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", verdict])
-            continue
-        cells = [_cell(s, k) for k in COLUMNS if k != "ffn_ratio"]
-        rows.append([name, *cells, _layers_cell(s), f"{review.facts.get('parameters', 0):,}", review.verdict])
-    return rows
-
-
-def table(model_types, attention: str = "eager", max_memory_gb=None) -> tuple[str, list[Review]]:
-    """Every row it can: an argument that is not an architecture gets a row with its error (and exit 3)."""
-    reviews = []
-    for m in model_types:
-        try:
-            reviews.append(review_architecture(m, attention=attention, max_memory_gb=max_memory_gb))
-        except (ConfigError, FileNotFoundError) as err:
-            bad = Review(subject=str(m), mode="hf-config", role=None)
-            bad.add("arguments", "cannot", f"error: {err}", None)
-            bad.facts["usage_error"] = str(err)
-            reviews.append(bad)
-    checklist = ["**2026 default**", "**sequential**", "**pre**", "**rmsnorm**", "**GQA**", "—", "**rope**",
-                 "**swiglu** (>= 2x)", "decoder: yes", "", "", "pass"]
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS), "| " + " | ".join(checklist) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for r in reviews for row in table_rows(r)]
-    return "\n".join(lines), reviews
-
-
 def _main(args) -> int:
     try:
         if getattr(args, "table", None):
-            text, reviews = table(args.table, getattr(args, "attention", "eager"),
-                                  getattr(args, "max_memory_gb", None))
+            reviews = table.run(args.table, getattr(args, "attention", "eager"), getattr(args, "max_memory_gb", None))
             print(f"`blocklab review --table {' '.join(args.table)}` ({dt.date.today().isoformat()}; bold: the "
                   "2026 default)\n")
-            print(text)
+            print(table.markdown([table.record(r) for r in reviews]))
             if args.json:
-                write_json(stamp(reviews=[r.to_dict() for r in reviews]), args.json)
-            return max(EXIT_USAGE if "usage_error" in r.facts else r.exit_status for r in reviews)
+                write_json(stamp(**table.recorded(reviews, args.table, args.json)), args.json)
+            return max(table.record(r)["exit_status"] for r in reviews)
         review = run_review(args)
     except (ConfigError, FileNotFoundError) as err:
         print(f"blocklab review: error: {err}", file=sys.stderr)

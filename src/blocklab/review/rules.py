@@ -149,8 +149,12 @@ def _defaults(add, s) -> None:
         add("mixer", "info", f"token mixing by {mixer} (no softmax attention): "
             + {"linear-attention": "queries read a running state of keys and values",
                "conv": "a short convolution over the last few positions",
+               "ssm": "a state-space scan over all earlier positions (the config declares its state size)",
                "recurrent": "a recurrence over all earlier positions (state-space scan or RNN)"}.get(mixer, mixer),
             mixer)
+    for other in s["evidence"].get("mixer", {}).get("others_beside_it", []):
+        add("mixer", "info", f"beside it, token mixing by {other['kind']} in '{other['writer']}' (a hybrid layer: "
+            "both read the layer's input)", other["kind"])
     if s["qk_norm"]:
         add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
     position, rotary = s["position"], s["evidence"].get("rotary_fraction")
