@@ -308,7 +308,7 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinne
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-dynamics", help="train one collapse-rate run (post-norm with warm-up, a setting, a seed)")
+    p = subparsers.add_parser("train", help="train one collapse-rate run (post-norm with warm-up, a setting, a seed)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--cell", required=True, help="the setting, e.g. learned-b32-L24-lr0.001-fp32")
     p.add_argument("--seed", required=True, type=int)
@@ -320,23 +320,23 @@ def register(subparsers) -> None:
                    help="also record the forward diagnostics at every step from FIRST to LAST (the steps before an event)")
     p.set_defaults(func=_train_main)
 
-    p = subparsers.add_parser("dynamics-plan", help="every run of the dynamics family and its directory")
+    p = subparsers.add_parser("plan", help="every run of the dynamics family and its directory")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", type=Path, default=Path(PLAN))
     p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
 
-    p = subparsers.add_parser("aggregate-dynamics", help="the dynamics family's tables (losses, diagnostics, events, rates)")
+    p = subparsers.add_parser("aggregate", help="the dynamics family's tables (losses, diagnostics, events, rates)")
     p.add_argument("--params", default="params.yaml")
     p.set_defaults(func=_aggregate_main)
 
-    p = subparsers.add_parser("dynamics-status", help="which dynamics runs are finished, checkpointed, recorded or to do")
+    p = subparsers.add_parser("status", help="which dynamics runs are finished, checkpointed, recorded or to do")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", type=Path, default=Path("."))
     p.add_argument("--add-setting", action="append", default=[], dest="setting",
                    help="also list this collapse setting's runs, before params.yaml lists it (repeatable)")
     p.set_defaults(func=_status_main)
 
-    p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
+    p = subparsers.add_parser("snapshot", help="record the finished dynamics runs in a directory kept in git")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--add-setting", action="append", default=[], dest="setting",

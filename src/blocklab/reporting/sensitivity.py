@@ -1,6 +1,6 @@
 """The sensitivity study's verdicts and figures: every sweep claim re-judged under every setting of the open choices
-(claim x setting), which verdicts are robust, the study's three figures, and the commands ``aggregate-sensitivity``,
-``sensitivity-status`` and ``sensitivity-figures``. The reporting layer: it reads the experiments' tables and applies
+(claim x setting), which verdicts are robust, the study's three figures, and the commands ``sensitivity aggregate``,
+``sensitivity status`` and ``sensitivity figures``. The reporting layer: it reads the experiments' tables and applies
 the claims' own checks (``reporting.claims``) to them."""
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
 
 def at_cell(gradnorm: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     """The gradients at init a cell's runs started from: its position signal and its batch size (the table of
-    ``sensitivity-gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
+    ``sensitivity gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
     if "batch_size" not in gradnorm.columns:
         raise ConfigError(f"{GRADNORM} has no batch_size column (written before gradients were measured per batch); "
-                          "rerun `blocklab sensitivity-gradnorm` (Snakemake does so by itself)")
+                          "rerun `blocklab sensitivity gradnorm` (Snakemake does so by itself)")
     return gradnorm[(gradnorm["position"] == cell.position) & (gradnorm["batch_size"] == cell.batch_size)]
 
 
@@ -122,7 +122,7 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("aggregate-sensitivity", help="the study's loss and summary tables, and claim x setting")
+    p = subparsers.add_parser("aggregate", help="the study's loss and summary tables, and claim x setting")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
     p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
@@ -130,7 +130,7 @@ def register(subparsers) -> None:
                         "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
     p.set_defaults(func=_aggregate_main)
 
-    p = subparsers.add_parser("sensitivity-status", help="which runs of the study are finished, checkpointed or to do; hours")
+    p = subparsers.add_parser("status", help="which runs of the study are finished, checkpointed or to do; hours")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
     p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
@@ -141,7 +141,7 @@ def register(subparsers) -> None:
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
     p.set_defaults(func=_status_main)
 
-    p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
+    p = subparsers.add_parser("figures", help="draw the sensitivity study's figures from its tables")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--data", default="data")
     p.add_argument("--figs", default="figs")

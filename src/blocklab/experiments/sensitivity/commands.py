@@ -1,5 +1,5 @@
-"""The study's training commands: ``train-sensitivity`` (one run of a cell), ``sensitivity-plan``,
-``sensitivity-gradnorm`` and ``sensitivity-snapshot``. Its tables, claims and figures are made by the reporting
+"""The study's training commands: ``sensitivity train`` (one run of a cell), ``sensitivity plan``,
+``sensitivity gradnorm`` and ``sensitivity snapshot``. Its tables, claims and figures are made by the reporting
 layer's commands (``blocklab.reporting.sensitivity``)."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ log = logging.getLogger("blocklab.sensitivity")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-sensitivity", help="train one run of a sensitivity cell (open choices of document 000)")
+    p = subparsers.add_parser("train", help="train one run of a sensitivity cell (open choices of document 000)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--cell", required=True, help="e.g. learned-b32-L24-lr0.001-fp32")
     p.add_argument("--norm", required=True, choices=["post", "pre"])
@@ -32,12 +32,12 @@ def register(subparsers) -> None:
                         "sensitivity-snapshot --add-cell before params.yaml lists it)")
     p.set_defaults(func=_train_main)
 
-    p = subparsers.add_parser("sensitivity-plan", help="list every run of the sensitivity study and where it lives")
+    p = subparsers.add_parser("plan", help="list every run of the sensitivity study and where it lives")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=lambda a: write_table(plan(load_params(a.params)), a.out))
 
-    p = subparsers.add_parser("sensitivity-gradnorm",
+    p = subparsers.add_parser("gradnorm",
                               help="gradient norms at init at each position signal and batch size of the study")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out", required=True, type=Path)
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
     p.set_defaults(func=_gradnorm_main)
 
-    p = subparsers.add_parser("sensitivity-snapshot",
+    p = subparsers.add_parser("snapshot",
                               help="record the finished runs of the study (losses and what their summary needs) in DIR")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
