@@ -2,6 +2,7 @@
 #   snakemake --cores 4            (local; profiles/default)
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <group> <verb>`.
+from blocklab.config import NORM_POSITIONS
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_files, sweep_batched, sweep_group_files, training_settings
 
 # "Kill it and start it again": a hard kill (SIGKILL, power loss, OOM) leaves .snakemake/locks/ behind. The main

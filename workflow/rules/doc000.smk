@@ -1,7 +1,7 @@
 # Document 000: the norm x warm-up x seed sweep, gradient norms at init, the residual simulation, problem 9.
 
 wildcard_constraints:
-    norm="post|pre",
+    norm="|".join(NORM_POSITIONS),
     warmup=r"\d+",
     seed=r"\d+",
     variant="[a-z]+",

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..config import NORM_POSITIONS
 from ..integrity import verify_snapshot
 from ..io import read_table, write_table
 from .claims import load_claims
@@ -62,7 +63,7 @@ def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
     ``post_warmup``: read the post-norm targets at this warm-up instead of the document's (a configuration that is not
     the document's, e.g. the tiny one; such a ranking exercises the code and says nothing about the document)."""
     frame = losses.copy()
-    parts = frame["run"].str.extract(r"(?P<norm>post|pre)-w(?P<warmup>\d+)-s(?P<seed>\d+)")
+    parts = frame["run"].str.extract(rf"(?P<norm>{'|'.join(NORM_POSITIONS)})-w(?P<warmup>\d+)-s(?P<seed>\d+)")
     frame = pd.concat([frame, parts.astype({"warmup": int, "seed": int})], axis=1)
     rows = []
     for setting, runs in frame.groupby("setting", sort=True):
