@@ -196,8 +196,3 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
             except ConfigError as why:
                 problems.append(("dynamics.from_snapshots", str(why)))
     return problems
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------------
-
-

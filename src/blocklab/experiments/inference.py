@@ -19,6 +19,7 @@ from ..integrity import begin_snapshot, read_run, record_snapshot, verify_snapsh
 from ..io import read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell, require_planned, run_name
+from .family import add_command, add_plan, add_train
 
 log = logging.getLogger("blocklab.inference")
 
@@ -200,35 +201,15 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train one fitting run of the inferred-setup procedure")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--cell", required=True)
-    p.add_argument("--norm", required=True, choices=["post", "pre"])
-    p.add_argument("--warmup", required=True, type=int)
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("aggregate-holdout", help="the held-out fitting runs' losses (inference.holdout_seeds)")
-    p.add_argument("--params", default="params.yaml")
+    add_train(subparsers, "train one fitting run of the inferred-setup procedure", _train_main)
+    p = add_command(subparsers, "aggregate-holdout", "the held-out fitting runs' losses (inference.holdout_seeds)",
+                    _holdout_main)
     p.add_argument("--out", type=Path, default=Path(HOLDOUT))
-    p.set_defaults(func=_holdout_main)
-
-    p = subparsers.add_parser("plan", help="every fitting run of the inferred-setup procedure")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--out", type=Path, default=Path(PLAN))
-    p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
-
-    p = subparsers.add_parser("status", help="which fitting runs are recorded, finished or to do; hours left")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", type=Path, default=Path("."))
-    p.set_defaults(func=_status_main)
-
-    p = subparsers.add_parser("snapshot", help="record the finished fitting runs in a directory kept in git")
-    p.add_argument("--params", default="params.yaml")
+    add_plan(subparsers, "every fitting run of the inferred-setup procedure", plan, PLAN)
+    add_command(subparsers, "status", "which fitting runs are recorded, finished or to do; hours left", _status_main,
+                root=True)
+    p = add_command(subparsers, "snapshot", "record the finished fitting runs in a directory kept in git", _snapshot_main)
     p.add_argument("--out", required=True, type=Path)
-    p.set_defaults(func=_snapshot_main)
 
 
 def _train_main(args) -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..experiments.sensitivity.aggregation import aggregate, as_sweep_tables
 from ..experiments.sensitivity.status import progress, projected_seconds
+from ..experiments.family import add_command
 from ..config import ConfigError
 from ..io import read_table, write_table
 from ..params import load_params
@@ -122,31 +123,23 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("aggregate", help="the study's loss and summary tables, and claim x setting")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p = add_command(subparsers, "aggregate", "the study's loss and summary tables, and claim x setting", _aggregate_main,
+                    root=True)
     p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
                    help="instead of the trained runs, the runs recorded in these snapshot directories (a run in one "
                         "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
-    p.set_defaults(func=_aggregate_main)
-
-    p = subparsers.add_parser("status", help="which runs of the study are finished, checkpointed or to do; hours")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p = add_command(subparsers, "status", "which runs of the study are finished, checkpointed or to do; hours", _status_main,
+                    root=True)
     p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
     p.add_argument("--verdicts", action="store_true",
                    help="instead: claim x setting so far, for the open-choice cells whose runs have all finished")
     p.add_argument("--out", type=Path, default=None, help="with --verdicts: also write that table (CSV)")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
-    p.set_defaults(func=_status_main)
-
-    p = subparsers.add_parser("figures", help="draw the sensitivity study's figures from its tables")
-    p.add_argument("--params", default="params.yaml")
+    p = add_command(subparsers, "figures", "draw the sensitivity study's figures from its tables", _figures_main)
     p.add_argument("--data", default="data")
     p.add_argument("--figs", default="figs")
     p.add_argument("--lang", choices=["ko", "en"], default=None)
-    p.set_defaults(func=_figures_main)
 
 
 def _aggregate_main(args) -> None:
