@@ -1,7 +1,8 @@
 # blocklab: every experiment of documents 000 and 004, then every figure.
 #   snakemake --cores 4            (local; profiles/default)
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
-# The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <command>`.
+# The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <group> <verb>`.
+from blocklab.config import NORM_POSITIONS
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_closure, code_files, sweep_batched, sweep_group_files, training_settings
 
 # "Kill it and start it again": a hard kill (SIGKILL, power loss, OOM) leaves .snakemake/locks/ behind. The main

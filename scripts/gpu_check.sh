@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check (issue 15): on a CUDA machine, in at most ~9.5 minutes, write one results file with
 #   1. the machine (nvidia-smi, torch, bf16 support),
-#   2. the 12-run sweep of params.yaml through the package's own training command (`blocklab train-copy-group`, the
+#   2. the 12-run sweep of params.yaml through the package's own training command (`blocklab sweep train-group`, the
 #      GPU layout that sweep.batched: auto picks on CUDA; both norm positions side by side, as `snakemake --cores 2`
 #      runs them), with its wall time, fp32 then bf16 (sweep.precision), and each run's outcome,
 #   3. the tests that exercise CUDA (tests/test_precision.py: bf16 vs fp32 on CUDA, batched members vs per-run jobs),
@@ -39,14 +39,14 @@ if [ "${1:-}" = _sweep ]; then  # internal: one precision's sweep (a separate pr
     grep -q "^  precision: $precision" "$params" || { echo "could not set sweep.precision=$precision"; exit 2; }
     began=$(date +%s.%N)
     for norm in post pre; do
-        "$PY" -m blocklab.cli train-copy-group --params "$params" --norm "$norm" --threads 1 --out-root "$runs" \
+        "$PY" -m blocklab.cli sweep train-group --params "$params" --norm "$norm" --threads 1 --out-root "$runs" \
             > "$WORK/train-$precision-$norm.log" 2>&1 &
     done
     rc=0; wait -n || rc=$?; wait -n || rc=$?
     ended=$(date +%s.%N)
     tail -n 7 "$WORK"/train-"$precision"-*.log
     [ "$rc" = 0 ] || { echo "a train-copy-group job failed (exit $rc)"; exit "$rc"; }
-    "$PY" -m blocklab.cli aggregate-sweep --runs "$runs"/* --out-losses "$WORK/losses-$precision.csv" \
+    "$PY" -m blocklab.cli sweep aggregate --runs "$runs"/* --out-losses "$WORK/losses-$precision.csv" \
         --out-summary "$WORK/summary-$precision.csv" || exit $?
     exec "$PY" - "$WORK/summary-$precision.csv" "$began" "$ended" "$precision" <<'EOF2'
 import sys, pandas as pd
@@ -121,7 +121,7 @@ command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,
 
 # 2. The 12-run sweep (params.yaml: sweep.steps per run) through the package's training command, both norm positions
 #    at once; the wall time is the check's headline (target on an H200: <= 30 s).
-step "sweep fp32 (12 runs, blocklab train-copy-group)" 170 bash "$0" _sweep fp32
+step "sweep fp32 (12 runs, blocklab sweep train-group)" 170 bash "$0" _sweep fp32
 
 # 3. The tests that exercise CUDA (plus the precision tests that need no GPU).
 step "tests (tests/test_precision.py)" 120 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_precision.py

@@ -12,9 +12,9 @@ run() {  # kind norm warmup seed
   [ -f "$dir/meta.json" ] && return 0
   mkdir -p "$dir"; echo "$(date +%T) start $kind $dir" >> logs/lanes.log
   if [ "$kind" = sweep ]; then
-    blocklab train-copy --params params-lanes.yaml --norm $norm --warmup $warmup --seed $seed --threads 1 --out-dir $dir 2>> $dir/train.log
+    blocklab sweep train --params params-lanes.yaml --norm $norm --warmup $warmup --seed $seed --threads 1 --out-dir $dir 2>> $dir/train.log
   else
-    blocklab train-inference --params params-holdout.yaml --cell $CELL --norm $norm --warmup $warmup --seed $seed --threads 1 --out-dir $dir 2>> $dir/train.log
+    blocklab inference train --params params-holdout.yaml --cell $CELL --norm $norm --warmup $warmup --seed $seed --threads 1 --out-dir $dir 2>> $dir/train.log
   fi
   echo "$(date +%T) end($?) $kind $dir" >> logs/lanes.log
 }

@@ -49,7 +49,7 @@ def test_losses_are_bit_identical_with_and_without_diagnostics(tmp_path, norm, w
 
 
 def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_changes_no_loss(tmp_path):
-    """The re-run of the steps before an event (`train-dynamics --dense FIRST:LAST`): every forward metric at every step
+    """The re-run of the steps before an event (`dynamics train --dense FIRST:LAST`): every forward metric at every step
     of the window, on the usual cadence elsewhere; the losses bit-identical to the run without the window."""
     plain = train_copy_run(_tiny(), "post", 20, 0, tmp_path / "plain")
     dense = train_copy_run(_tiny(), "post", 20, 0, tmp_path / "dense", dense_steps=(12, 17))
@@ -67,7 +67,7 @@ def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_chan
 
 
 def test_a_snapshot_at_every_step_keeps_every_recorded_step(tmp_path):
-    """`dynamics-snapshot --every-step`: a run recorded at every step keeps all of it (the detectors' false alarms
+    """`dynamics snapshot --every-step`: a run recorded at every step keeps all of it (the detectors' false alarms
     need the loss's own resolution); the default snapshot thins it (kept_steps)."""
     from blocklab.experiments.dynamics import plan as dynamics_plan, read_snapshots, write_snapshot
 
@@ -192,11 +192,11 @@ def test_diagnostics_survive_a_resume(tmp_path):
     (lambda p: p["dynamics"]["events"].update(spike_above=3.9), "dynamics.events.spike_above", "collapse level"),
     (lambda p: p["dynamics"]["events"].update(learned_below=0.6), "dynamics.events.learned_below", "every learned run"),
     (lambda p: p["dynamics"]["events"].update(collapse_at=1.5), "dynamics.events.collapse_at", "<= 1"),
-    (lambda p: p["dynamics"].update(from_snapshots=["no/such/dir"]), "dynamics.from_snapshots", "dynamics-snapshot"),
+    (lambda p: p["dynamics"].update(from_snapshots=["no/such/dir"]), "dynamics.from_snapshots", "dynamics snapshot"),
     (lambda p: p["inference"].update(skip=["learned-b99"]), "inference.skip[0]", "'learned-b16'"),
     (lambda p: p["inference"].update(positions=["learned"], batch_sizes=[16], skip=["learned-b16"]),
      "inference.skip", "a subset of"),
-    (lambda p: p["inference"].update(from_snapshots=["no/such/dir"]), "inference.from_snapshots[0]", "inference-snapshot"),
+    (lambda p: p["inference"].update(from_snapshots=["no/such/dir"]), "inference.from_snapshots[0]", "inference snapshot"),
     (lambda p: p["inference"].update(seeds=[1, 1]), "inference.seeds", "repeated"),
 ])
 def test_bad_diagnostics_and_dynamics_parameters_name_the_key_and_the_allowed_values(edit, key, allowed):
@@ -228,12 +228,12 @@ def test_a_bad_setting_fails_before_any_compute_and_touches_nothing(tmp_path):
     bad["diagnostics"]["every"] = -3
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad, allow_unicode=True), encoding="utf-8")
-    assert main(["train-dynamics", "--params", str(path), "--cell", "learned-b8-L3-lr0.001-fp32", "--seed", "0",
+    assert main(["dynamics", "train", "--params", str(path), "--cell", "learned-b8-L3-lr0.001-fp32", "--seed", "0",
                  "--out-dir", str(out)]) == 2
-    assert main(["train-copy", "--params", str(path), "--norm", "post", "--warmup", "0", "--seed", "0",
+    assert main(["sweep", "train", "--params", str(path), "--norm", "post", "--warmup", "0", "--seed", "0",
                  "--out-dir", str(out)]) == 2
     # a fitting run outside the inference plan (a batch size the candidates do not list)
-    assert main(["train-inference", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
+    assert main(["inference", "train", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
                  "--norm", "post", "--warmup", "400", "--seed", "0", "--out-dir", str(out)]) == 2
     assert sorted(p.name for p in out.iterdir()) == ["marker"]
 
@@ -624,7 +624,7 @@ def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_p
     with pytest.raises(ParamsError):
         load_params(path)  # these parameters are refused until the run is recorded ...
     monkeypatch.chdir(snake_project)
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", str(snap)]) in (0, None)
+    assert main(["dynamics", "snapshot", "--params", str(path), "--out", str(snap)]) in (0, None)
     assert lost["run"] in set(pd.read_csv(snap / "runs.csv")["run"]) and load_params(path)  # ... and accepted after
 
 
@@ -638,8 +638,8 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
     monkeypatch.chdir(tmp_path)
     cell = "learned-b4-L3-lr0.001-fp32"  # not in the tiny plan's settings
     run_dir = Path("data/dynamics/runs") / cell / "post-w20-s0"
-    assert main(["train-dynamics", "--params", str(path), "--cell", cell, "--seed", "0", "--out-dir", str(run_dir)]) in (0, None)
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
+    assert main(["dynamics", "train", "--params", str(path), "--cell", cell, "--seed", "0", "--out-dir", str(run_dir)]) in (0, None)
+    assert main(["dynamics", "snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
     runs = pd.read_csv("snap/runs.csv")
     assert list(zip(runs["setting"], runs["run"])) == [(cell, "post-w20-s0")]  # only what finished here
     losses = pd.read_csv("snap/losses.csv")
@@ -649,19 +649,19 @@ def test_the_snapshot_command_records_a_setting_still_training_and_refuses_a_bad
 
     shutil.rmtree(run_dir)
     seed2 = run_dir.parent / "post-w20-s2"
-    assert main(["train-dynamics", "--params", str(path), "--cell", cell, "--seed", "2", "--out-dir", str(seed2)]) in (0, None)
+    assert main(["dynamics", "train", "--params", str(path), "--cell", cell, "--seed", "2", "--out-dir", str(seed2)]) in (0, None)
     before = pd.read_parquet("snap/diagnostics.parquet")
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
+    assert main(["dynamics", "snapshot", "--params", str(path), "--out", "snap", "--add-setting", cell]) in (0, None)
     assert sorted(pd.read_csv("snap/runs.csv")["run"]) == ["post-w20-s0", "post-w20-s2"]
     after = pd.read_parquet("snap/diagnostics.parquet")
     pd.testing.assert_frame_equal(after[after["run"] == "post-w20-s0"].reset_index(drop=True), before)
     assert sorted(set(pd.read_csv("snap/losses.csv")["run"])) == ["post-w20-s0", "post-w20-s2"]
     capsys.readouterr()
-    assert main(["dynamics-status", "--params", str(path), "--add-setting", cell]) in (0, None)
+    assert main(["dynamics", "status", "--params", str(path), "--add-setting", cell]) in (0, None)
     listed = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith(cell)]
     assert [row[1] for row in listed] == ["post-w20-s0", "post-w20-s2"]
     assert listed[0][2:4] == ["to", "do"] and listed[1][2] == "finished"  # seed 0's directory is gone from here
-    assert main(["dynamics-snapshot", "--params", str(path), "--out", "bad", "--add-setting", "learned-b4"]) == 2
+    assert main(["dynamics", "snapshot", "--params", str(path), "--out", "bad", "--add-setting", "learned-b4"]) == 2
     err = capsys.readouterr().err
     index = len(TINY["dynamics"]["collapse"]["settings"])  # --add-setting goes after the listed settings
     assert f"dynamics.collapse.settings[{index}]" in err and "'learned-b4' is not a setting; allowed:" in err

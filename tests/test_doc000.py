@@ -92,7 +92,7 @@ def test_gradnorm_frame_covers_every_norm_seed_and_block(tmp_path):
 
 def test_gradnorm_cli_writes_csv_and_metadata(tmp_path):
     out = tmp_path / "gradnorm" / "gradnorm.csv"
-    assert main(["gradnorm", "--params", str(tiny_params(tmp_path)), "--out", str(out)]) == 0
+    assert main(["exp", "gradnorm", "--params", str(tiny_params(tmp_path)), "--out", str(out)]) == 0
     frame = pd.read_csv(out)
     assert list(frame.columns[:4]) == ["norm", "seed", "block", "grad_norm"]
     meta = yaml.safe_load(out.with_suffix(".json").read_text(encoding="utf-8"))
@@ -143,7 +143,7 @@ def test_curve_and_table():
 
 def test_residual_sim_cli(tmp_path):
     curve, table = tmp_path / "curve.csv", tmp_path / "table.csv"
-    args = ["residual-sim", "--params", str(tiny_params(tmp_path)), "--out-curve", str(curve), "--out-table", str(table)]
+    args = ["exp", "residual-sim", "--params", str(tiny_params(tmp_path)), "--out-curve", str(curve), "--out-table", str(table)]
     assert main(args) == 0
     assert len(pd.read_csv(curve)) == 7 and list(pd.read_csv(table)["blocks"]) == [1, 4]
     assert curve.with_suffix(".json").exists() and table.with_suffix(".json").exists()
@@ -188,7 +188,7 @@ def test_problem9_pair_must_name_two_students():
 
 def test_problem9_cli(tmp_path):
     out = tmp_path / "scores.csv"
-    assert main(["problem9", "--params", str(PARAMS_FILE), "--out", str(out)]) == 0
+    assert main(["exp", "problem9", "--params", str(PARAMS_FILE), "--out", str(out)]) == 0
     assert len(pd.read_csv(out)) == 9 and out.with_suffix(".json").exists()
 
 

@@ -182,13 +182,13 @@ def test_ablation_frame_and_vanishing_summary(params):
 
 def test_activation_norms_cli_writes_table_and_verdict(params_file, tmp_path):
     out = tmp_path / "norms.csv"
-    assert main(["activation-norms", "--params", str(params_file), "--out", str(out),
+    assert main(["exp", "activation-norms", "--params", str(params_file), "--out", str(out),
                  "--out-verdict", str(tmp_path / "verdict.csv")]) == 0
     frame = pd.read_csv(out)
     assert {"depth", "norm", "seed", "block", "mean_token_norm"} <= set(frame.columns)
     meta = read_json(out.with_suffix(".json"))
     assert len(meta["verdict"]) == 2 * 2 and "code" in meta
-    assert main(["residual-ablation", "--params", str(params_file), "--out", str(tmp_path / "abl.csv")]) == 0
+    assert main(["exp", "residual-ablation", "--params", str(params_file), "--out", str(tmp_path / "abl.csv")]) == 0
     assert read_json(tmp_path / "abl.json")["vanishing"]
 
 
@@ -296,7 +296,7 @@ def test_train_reverse_cli_writes_all_artifacts_and_aggregates(params, params_fi
     runs = []
     for variant, seed in (("classic", 0), ("modern", 0), ("modern", 1)):
         out = tmp_path / "runs" / rc.run_name(variant, seed)
-        assert main(["train-reverse", "--params", str(params_file), "--variant", variant, "--seed", str(seed),
+        assert main(["exp", "train-reverse", "--params", str(params_file), "--variant", variant, "--seed", str(seed),
                      "--out-dir", str(out)]) == 0
         runs.append(out)
     run = tmp_path / "runs" / "modern-s0"
@@ -313,7 +313,7 @@ def test_train_reverse_cli_writes_all_artifacts_and_aggregates(params, params_fi
     assert rc.evaluate(model, section)["seq_accuracy"] == meta["eval"]["seq_accuracy"]
 
     losses_csv, summary_csv = tmp_path / "losses.csv", tmp_path / "summary.csv"
-    assert main(["aggregate-reverse", "--runs", *map(str, runs), "--out-losses", str(losses_csv),
+    assert main(["exp", "aggregate-reverse", "--runs", *map(str, runs), "--out-losses", str(losses_csv),
                  "--out-summary", str(summary_csv)]) == 0
     summary = pd.read_csv(summary_csv)
     assert summary["variant"].tolist() == ["classic", "modern", "modern"]
@@ -327,7 +327,7 @@ def test_train_reverse_cli_writes_all_artifacts_and_aggregates(params, params_fi
     assert table.loc["modern", "final_loss_std"] == pytest.approx(modern["final_loss"].std(ddof=1))
     assert table.loc["modern", "seeds"] == 2 and table.loc["classic", "seeds"] == 1
 
-    assert main(["aggregate-reverse", "--runs", str(tmp_path / "nowhere"), "--out-losses", str(losses_csv),
+    assert main(["exp", "aggregate-reverse", "--runs", str(tmp_path / "nowhere"), "--out-losses", str(losses_csv),
                  "--out-summary", str(summary_csv)]) == 2
 
 

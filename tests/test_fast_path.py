@@ -447,7 +447,7 @@ def _saved_model(params, norm, seed, run_dir):
 
 
 def test_group_job_writes_every_runs_artifacts_with_the_per_run_losses(tmp_path):
-    """`blocklab train-copy-group` (sweep.batched) gives each run the artifacts and losses of its own `train-copy` job."""
+    """`blocklab sweep train-group` (sweep.batched) gives each run the artifacts and losses of its own `sweep train` job."""
     from blocklab.training.batched import group_runs, train_copy_group
     from blocklab.training.sweep import aggregate, run_name
 

@@ -212,12 +212,12 @@ def test_aggregate_sweep_command_fails_with_one_line_and_status_3(reference, tmp
     run = tmp_path / "pre-w0-s0"
     shutil.copytree(reference / "whole", run)
     _truncate_rows(run / "loss.csv")
-    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "aggregate-sweep", "--runs", str(run), "--out-losses",
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "sweep", "aggregate", "--runs", str(run), "--out-losses",
                            str(tmp_path / "l.csv"), "--out-summary", str(tmp_path / "s.csv")], capture_output=True,
                           text=True, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert re.match(rf"blocklab aggregate-sweep: error: {run}: damaged finished run: loss.csv has \d+ bytes, \d+ recorded;",
+    assert re.match(rf"blocklab sweep aggregate: error: {run}: damaged finished run: loss.csv has \d+ bytes, \d+ recorded;",
                     done.stderr), done.stderr
     assert not (tmp_path / "l.csv").exists() and not (tmp_path / "s.csv").exists()
 
@@ -275,14 +275,14 @@ def test_full_disk_says_so_in_one_line_keeps_the_checkpoint_and_resumes(referenc
     # leaves about half a checkpoint free: the next one (step 11) cannot be written
     free, size = shutil.disk_usage(small_disk).free, (run / "checkpoint.pt").stat().st_size
     (small_disk / "ballast").write_bytes(b"\0" * (free - size // 2))
-    cmd = [sys.executable, "-m", "blocklab.cli", "train-copy", "--params", str(tmp_path / "params.yaml"), "--norm", "pre",
+    cmd = [sys.executable, "-m", "blocklab.cli", "sweep", "train", "--params", str(tmp_path / "params.yaml"), "--norm", "pre",
            "--warmup", "0", "--seed", "0", "--threads", "1", "--out-dir", str(run)]
     (tmp_path / "params.yaml").write_text(tiny_yaml(checkpoint_every=1), encoding="utf-8")
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr
-    assert last.startswith(f"blocklab train-copy: error: no space left on device writing {run}/checkpoint.pt (")
+    assert last.startswith(f"blocklab sweep train: error: no space left on device writing {run}/checkpoint.pt (")
     assert f"free on {small_disk})" in last and "the previous checkpoint.pt is kept unchanged" in last
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10  # the good one, intact
     assert not [p.name for p in run.iterdir() if p.name.startswith(".")], "no temporary file left behind"
@@ -292,7 +292,7 @@ def test_full_disk_says_so_in_one_line_keeps_the_checkpoint_and_resumes(referenc
 
 
 def test_read_only_filesystem_says_so_in_one_line_and_the_command_works_once_writable(small_disk):
-    args = [sys.executable, "-m", "blocklab.cli", "problem9", "--params", str(TINY), "--out",
+    args = [sys.executable, "-m", "blocklab.cli", "exp", "problem9", "--params", str(TINY), "--out",
             str(small_disk / "out" / "scores.csv")]
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     try:
@@ -300,7 +300,7 @@ def test_read_only_filesystem_says_so_in_one_line_and_the_command_works_once_wri
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"blocklab problem9: error: cannot write {small_disk}/out/scores.csv: {small_disk} is on "
+    assert done.stderr.strip() == (f"blocklab exp problem9: error: cannot write {small_disk}/out/scores.csv: {small_disk} is on "
                                    "a read-only filesystem; nothing was written under that name; fix that and run the "
                                    "same command again")
     assert subprocess.run(args, capture_output=True).returncode == 0 and (small_disk / "out" / "scores.csv").is_file()
@@ -312,12 +312,12 @@ def test_read_only_output_directory_says_so_in_one_line(tmp_path):
     out.mkdir()
     out.chmod(0o555)
     try:
-        done = subprocess.run([sys.executable, "-m", "blocklab.cli", "problem9", "--params", str(TINY), "--out",
+        done = subprocess.run([sys.executable, "-m", "blocklab.cli", "exp", "problem9", "--params", str(TINY), "--out",
                                str(out / "scores.csv")], capture_output=True, text=True)
     finally:
         out.chmod(0o755)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"blocklab problem9: error: cannot write {out}/scores.csv: permission denied in {out} "
+    assert done.stderr.strip() == (f"blocklab exp problem9: error: cannot write {out}/scores.csv: permission denied in {out} "
                                    f"(user {os.getuid()} cannot write there); nothing was written under that name; "
                                    "fix that and run the same command again")
 
@@ -382,7 +382,7 @@ def finals(directory: Path) -> dict[str, bytes]:
 
 def test_sigkill_during_aggregation_leaves_no_half_table_and_the_rerun_is_identical(reference, tmp_path):
     shutil.copytree(reference / "whole", tmp_path / "runs" / "pre-w0-s0")
-    args = ["aggregate-sweep", "--runs", "runs/pre-w0-s0", "--out-losses", "out/losses.csv", "--out-summary",
+    args = ["sweep", "aggregate", "--runs", "runs/pre-w0-s0", "--out-losses", "out/losses.csv", "--out-summary",
             "out/summary.csv"]
     assert blocklab(args, tmp_path).returncode == 0
     clean = finals(tmp_path / "out")
@@ -399,7 +399,7 @@ def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(referenc
 
     for run_dir in plan(load_params(TINY))["run_dir"]:  # every planned run finished (the same one, copied)
         shutil.copytree(reference / "whole", tmp_path / run_dir)
-    args = ["dynamics-snapshot", "--params", str(TINY), "--out", "snap"]
+    args = ["dynamics", "snapshot", "--params", str(TINY), "--out", "snap"]
     assert blocklab(args, tmp_path).returncode == 0, "clean"
     clean = finals(tmp_path / "snap")
     assert set(clean) == {"runs.csv", "losses.csv", "diagnostics.parquet", MANIFEST}

@@ -111,3 +111,33 @@ def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
     assert all((ROOT / path).is_file() for path in closure)
     with pytest.raises(ValueError, match="reporting/nonesuch: no such module"):
         code_closure("reporting/nonesuch")
+
+
+def test_every_list_of_norm_positions_names_config_norm_positions():
+    """One list per extension point (issue 35): config.NORM_POSITIONS. The figures' colours, the schema's enum and every
+    command's --norm choices are checked against it here (so a new position without a colour fails now, not when the
+    report is drawn); the rules' wildcard and the ranking's run-name pattern are made from it."""
+    import yaml
+
+    from blocklab.cli import build_parser
+    from blocklab.config import NORM_POSITIONS
+    from blocklab.figures.doc000 import NORM_COLORS
+
+    positions = set(NORM_POSITIONS)
+    schema = yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
+    assert set(schema["$defs"]["norm_position"]["enum"]) == positions
+    assert set(NORM_COLORS) == positions
+
+    def leaves(parser):
+        for action in parser._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                for sub in action.choices.values():
+                    yield from leaves(sub)
+        yield parser
+
+    choices = {parser.prog: set(action.choices) for parser in leaves(build_parser(None))
+               for action in parser._actions if "--norm" in action.option_strings}
+    assert {"blocklab sweep train", "blocklab sweep train-group", "blocklab sensitivity train",
+            "blocklab inference train"} <= set(choices)
+    assert all(found == positions for found in choices.values()), choices
+    assert 'norm="|".join(NORM_POSITIONS)' in (ROOT / "workflow" / "rules" / "doc000.smk").read_text(encoding="utf-8")

@@ -154,7 +154,7 @@ def test_cli_writes_all_tables(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     out = tmp_path / "out"
-    assert cli.main(["param-counts", "--params", str(path), "--out-dir", str(out)]) == 0
+    assert cli.main(["exp", "param-counts", "--params", str(path), "--out-dir", str(out)]) == 0
     for name in ("blocks.csv", "models.csv", "model_components.csv", "audit.csv"):
         assert (out / name).stat().st_size > 0
     meta = json.loads((out / "param_counts.json").read_text())

@@ -254,7 +254,7 @@ def test_blocklab_command_refuses_bad_params_before_compute(tmp_path, case):
     bad, key = _bad_file(tmp_path, case)
     out_dir = tmp_path / "run"
     result = subprocess.run(
-        [str(BLOCKLAB), "train-copy", "--params", str(bad), "--norm", "pre", "--warmup", "0", "--seed", "0",
+        [str(BLOCKLAB), "sweep", "train", "--params", str(bad), "--norm", "pre", "--warmup", "0", "--seed", "0",
          "--out-dir", str(out_dir)],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )
@@ -262,7 +262,7 @@ def test_blocklab_command_refuses_bad_params_before_compute(tmp_path, case):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
-    assert lines[0].startswith("blocklab train-copy: error:") and key in lines[0]
+    assert lines[0].startswith("blocklab sweep train: error:") and key in lines[0]
     assert not out_dir.exists(), "nothing may be written before the parameters are accepted"
 
 

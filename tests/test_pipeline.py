@@ -278,7 +278,7 @@ def test_hard_kill_then_start_again_recovers_the_same_tables(tmp_path, snake_pro
     assert snakemake_locks(project), "the kill must leave Snakemake's locks behind for this test to mean anything"
 
     again = start(["snakemake", "--cores", "2"], project, tmp_path / "again.log")
-    kill_group_when(again, lambda: "blocklab report" in (tmp_path / "again.log").read_text(errors="replace"), "report job")
+    kill_group_when(again, lambda: "blocklab report notebook" in (tmp_path / "again.log").read_text(errors="replace"), "report job")
     assert snakemake_locks(project) and not (project / "reports/analysis.html").exists()
     assert "removed the Snakemake locks" in (tmp_path / "again.log").read_text(errors="replace")
 

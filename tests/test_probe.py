@@ -133,7 +133,7 @@ def test_cli_probe_residual_skips_missing_extra_model(tiny_llama_dir, tmp_path, 
     missing = str(tmp_path / "Qwen3-VL-4B")
     params = write_params(tmp_path, model=str(tiny_llama_dir), extra_models=[missing])
     out = tmp_path / "probe" / "lm.csv"
-    assert main(["probe-residual", "--params", str(params), "--out", str(out)]) == 0
+    assert main(["exp", "probe-residual", "--params", str(params), "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert sorted(table["prompt"].unique()) == ["en", "ko"]
     assert set(table["model"]) == {tiny_llama_dir.name}
@@ -146,7 +146,7 @@ def test_cli_probe_residual_skips_missing_extra_model(tiny_llama_dir, tmp_path, 
 
 def test_cli_probe_residual_missing_main_model_exits_2(tmp_path, capsys):
     missing = str(tmp_path / "nowhere")
-    code = main(["probe-residual", "--params", str(REPO / "params.yaml"), "--model", missing, "--out", str(tmp_path / "x.csv")])
+    code = main(["exp", "probe-residual", "--params", str(REPO / "params.yaml"), "--model", missing, "--out", str(tmp_path / "x.csv")])
     assert code == 2
     assert missing in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
@@ -194,7 +194,7 @@ def test_copy_probe_init_and_trained_match_direct_forward(tmp_path, norm):
 def test_cli_probe_copy(tmp_path):
     runs = [tiny_run(tmp_path, norm)[0] for norm in ("pre", "post")]
     out = tmp_path / "copy.csv"
-    assert main(["probe-copy", "--params", str(REPO / "params.yaml"), "--runs", *map(str, runs), "--out", str(out)]) == 0
+    assert main(["exp", "probe-copy", "--params", str(REPO / "params.yaml"), "--runs", *map(str, runs), "--out", str(out)]) == 0
     table = pd.read_csv(out)
     assert table.groupby(["model", "state"]).size().tolist() == [4, 4, 4, 4]
     assert json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["runs"] == [str(r) for r in runs]

@@ -148,7 +148,7 @@ def test_snakemake_report_lists_every_figure_with_its_rule(snake_project, tmp_pa
     assert any(n.endswith("/analysis.html") for n in names)
     for rule in ("report", "train_copy", "claims", "gradnorm"):
         assert f'"{rule}"' in page, rule
-    assert "blocklab report --params" in page and "blocklab train-copy --params" in page  # the rules' code
+    assert "blocklab report notebook --params" in page and "blocklab sweep train --params" in page  # the rules' code
     assert '"dpi"' in page  # the report rule's params (figures section)
 
 

@@ -352,7 +352,7 @@ def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_pr
     shutil.copytree(snake_project / "data" / "sweep" / "runs", project / "data" / "sweep" / "runs")
     tiny = copy.deepcopy(TINY)
     for family in ("choices", "depth_lr"):  # the study recorded as the default params.yaml has it, from the tiny DAG
-        assert main(["sensitivity-snapshot", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(snake_project),
+        assert main(["sensitivity", "snapshot", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(snake_project),
                      "--family", family, "--out", str(project / "snap" / family)]) == 0
     shared = pd.read_csv(project / "snap/depth_lr/runs.csv")  # the default cell's runs: recorded once
     shared[~shared["run_dir"].isin(pd.read_csv(project / "snap/choices/runs.csv")["run_dir"])].to_csv(
@@ -365,20 +365,20 @@ def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_pr
     path.write_text(yaml.safe_dump(tiny, allow_unicode=True), encoding="utf-8")
     cell = "learned-b4-L3-lr0.001-fp32"
     runs = [(norm, warmup) for norm in tiny["sweep"]["norms"] for warmup in tiny["sweep"]["warmups"]]
-    train = lambda norm, warmup, *flag: main(["train-sensitivity", "--params", str(path), "--cell", cell, "--norm", norm,  # noqa: E731
+    train = lambda norm, warmup, *flag: main(["sensitivity", "train", "--params", str(path), "--cell", cell, "--norm", norm,  # noqa: E731
                                               "--warmup", str(warmup), "--seed", "0", "--out-dir",
                                               str(project / sens.RUNS / cell / f"{norm}-w{warmup}-s0"), *flag])
     assert train(*runs[0]) == 2 and not (project / sens.RUNS / cell).exists()
     for norm, warmup in runs:
         assert train(norm, warmup, "--add-cell") == 0
-    assert main(["sensitivity-snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
+    assert main(["sensitivity", "snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
                  "--add-cell", cell, "--out", str(project / "snap" / "candidate")]) == 0
     recorded = pd.read_csv(project / "snap/candidate/runs.csv")
     assert set(recorded["setting"]) == {cell} and len(recorded) == len(runs)
     # on a machine without those runs, rewriting the snapshot would drop them: refused, the snapshot untouched
     shutil.move(project / sens.RUNS, tmp_path / "moved")
     capsys.readouterr()
-    assert main(["sensitivity-snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
+    assert main(["sensitivity", "snapshot", "--params", str(path), "--root", str(project), "--setting", cell,
                  "--add-cell", cell, "--out", str(project / "snap" / "candidate")]) == 2
     assert "which rewriting it would drop" in capsys.readouterr().err
     pd.testing.assert_frame_equal(pd.read_csv(project / "snap/candidate/runs.csv"), recorded)
@@ -395,13 +395,13 @@ def test_training_a_run_outside_the_plan_or_with_bad_params_fails_before_any_com
     out = tmp_path / "run"
     out.mkdir()
     (out / "marker").write_text("kept")
-    assert main(["train-sensitivity", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
+    assert main(["sensitivity", "train", "--params", str(ROOT / "params.yaml"), "--cell", "learned-b999-L24-lr0.001-fp32",
                  "--norm", "pre", "--warmup", "0", "--seed", "0", "--out-dir", str(out)]) == 2
     bad = copy.deepcopy(FULL)
     bad["sensitivity"]["depth_lr"]["depths"] = [0]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad, allow_unicode=True), encoding="utf-8")
-    assert main(["train-sensitivity", "--params", str(path), "--cell", "learned-b16-L24-lr0.001-fp32",
+    assert main(["sensitivity", "train", "--params", str(path), "--cell", "learned-b16-L24-lr0.001-fp32",
                  "--norm", "pre", "--warmup", "0", "--seed", "0", "--out-dir", str(out)]) == 2
     assert sorted(p.name for p in out.iterdir()) == ["marker"]
 
@@ -465,7 +465,7 @@ def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake
     assert judged == cells - 1 and other.setting not in set(table["setting"])
     assert verdicts(table) == {k: v for k, v in verdicts(study).items() if k[1] != other.setting}
     out = tmp_path / "so_far.csv"
-    assert main(["sensitivity-status", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(tmp_path),
+    assert main(["sensitivity", "status", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(tmp_path),
                  "--verdicts", "--out", str(out)]) == 0
     assert f"{cells - 1} of {cells} open-choice cells" in capsys.readouterr().out
     assert verdicts(pd.read_csv(out)) == verdicts(table)
@@ -496,7 +496,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
 
     tiny = str(ROOT / "configs/tiny.yaml")
     for family in ("choices", "depth_lr"):
-        assert main(["sensitivity-snapshot", "--params", tiny, "--root", str(snake_project), "--family", family,
+        assert main(["sensitivity", "snapshot", "--params", tiny, "--root", str(snake_project), "--family", family,
                      "--machine", "test CPU", "--out", str(tmp_path / family)]) == 0
     runs = pd.concat([pd.read_csv(tmp_path / f / "runs.csv") for f in ("choices", "depth_lr")])
     # the default cell's runs belong to both families: each snapshot recorded them
@@ -513,7 +513,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     root = tmp_path / "study"
     (root / sens.ROOT).mkdir(parents=True)
     shutil.copy(snake_project / sens.GRADNORM, root / sens.GRADNORM)
-    assert main(["aggregate-sensitivity", "--params", tiny, "--root", str(root),
+    assert main(["sensitivity", "aggregate", "--params", tiny, "--root", str(root),
                  "--from", str(tmp_path / "choices"), str(tmp_path / "depth_lr")]) == 0
     for table in ("summary", "claims_by_setting"):
         pd.testing.assert_frame_equal(*(pd.read_csv(r / sens.TABLES[table]) for r in (root, snake_project)))
@@ -537,7 +537,7 @@ def test_the_pipeline_makes_the_study_from_snapshots_and_trains_none_of_it(snake
     shutil.copytree(snake_project, project, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
     shutil.rmtree(project / sens.RUNS)
     for family in ("choices", "depth_lr"):  # the default cell's runs are in the choices snapshot only
-        run_in_project(["blocklab", "sensitivity-snapshot", "--root", str(snake_project), "--family", family,
+        run_in_project(["blocklab", "sensitivity", "snapshot", "--root", str(snake_project), "--family", family,
                         "--out", f"snaps/{family}"] + ([] if family == "choices" else
                                                          ["--setting", *sorted(set(sens.plan(TINY).query(
                                                              "family == 'depth_lr' and not main_sweep")["setting"]))]),

@@ -1,4 +1,5 @@
-"""The `blocklab` command. Every pipeline rule calls one of these subcommands; user errors exit 2 without a traceback."""
+"""The `blocklab` command: `blocklab <group> <verb>` for the pipeline's steps, a few commands at the top for people.
+Every pipeline rule calls one of these; user errors exit 2 without a traceback."""
 from __future__ import annotations
 
 import argparse
@@ -7,54 +8,78 @@ import sys
 
 from .config import ConfigError
 
-# Subcommand -> the module that defines it (with register(subparsers), setting `func` on its parser).
-# Only the module of the command being run is imported, so one broken or slow module never affects the others.
-COMMANDS = {
-    "train-copy": "blocklab.training.sweep",
-    "train-copy-group": "blocklab.training.batched",
-    "aggregate-sweep": "blocklab.training.sweep",
-    "gradnorm": "blocklab.experiments.gradnorm",
-    "train-sensitivity": "blocklab.experiments.sensitivity",
-    "sensitivity-gradnorm": "blocklab.experiments.sensitivity",
-    "sensitivity-plan": "blocklab.experiments.sensitivity",
-    "aggregate-sensitivity": "blocklab.reporting.sensitivity",
-    "sensitivity-figures": "blocklab.reporting.sensitivity",
-    "sensitivity-status": "blocklab.reporting.sensitivity",
-    "sensitivity-snapshot": "blocklab.experiments.sensitivity",
-    "train-dynamics": "blocklab.experiments.dynamics",
-    "dynamics-plan": "blocklab.experiments.dynamics",
-    "aggregate-dynamics": "blocklab.experiments.dynamics",
-    "dynamics-snapshot": "blocklab.experiments.dynamics",
-    "dynamics-status": "blocklab.experiments.dynamics",
-    "dynamics-detectors": "blocklab.experiments.detectors",
-    "dynamics-figures": "blocklab.figures.dynamics",
-    "residual-sim": "blocklab.experiments.residual_sim",
-    "problem9": "blocklab.experiments.problem9",
-    "param-counts": "blocklab.experiments.param_counts",
-    "activation-norms": "blocklab.experiments.activation_norms",
-    "residual-ablation": "blocklab.experiments.activation_norms",
-    "train-reverse": "blocklab.experiments.reverse_copy",
-    "aggregate-reverse": "blocklab.experiments.reverse_copy",
-    "probe-residual": "blocklab.experiments.probe",
-    "probe-copy": "blocklab.experiments.probe",
+# The whole command line, defined here once: a top-level command -> the module that defines it, or a group -> its help
+# and {verb -> module}. Each module's register(subparsers) adds its own commands (setting `func` on each parser), under
+# the group's verbs for a group. Only the module of the command being run is imported, so one broken or slow module
+# never affects the others. The commands people type come first; the groups hold what the Snakemake rules call.
+TABLE = {
     "review": "blocklab.review",
-    "claims": "blocklab.reporting.claims",
-    "inference-score": "blocklab.reporting.inference",
-    "aggregate-inference": "blocklab.reporting.inference",
-    "train-inference": "blocklab.experiments.inference",
-    "aggregate-holdout": "blocklab.experiments.inference",
-    "inference-plan": "blocklab.experiments.inference",
-    "inference-snapshot": "blocklab.experiments.inference",
-    "inference-status": "blocklab.experiments.inference",
-    "report": "blocklab.reporting.report",
-    "figure": "blocklab.reporting.report",
-    "docs": "blocklab.reporting.docs",
-    "inspect-report": "blocklab.reporting.browser",
     "bench": "blocklab.bench",
     "smoke": "blocklab.smoke",
-    "gallery": "blocklab.reporting.gallery",
     "verify": "blocklab.integrity",
+    "docs": "blocklab.reporting.docs",
+    "gallery": "blocklab.reporting.gallery",
+    "report": ("the analysis notebook, one figure, the claims table, the HTML report in a browser", {
+        "notebook": "blocklab.reporting.report",
+        "figure": "blocklab.reporting.report",
+        "claims": "blocklab.reporting.claims",
+        "inspect": "blocklab.reporting.browser",
+    }),
+    "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed (the pipeline's jobs)", {
+        "train": "blocklab.training.sweep",
+        "train-group": "blocklab.training.batched",
+        "aggregate": "blocklab.training.sweep",
+    }),
+    "exp": ("the single experiments of documents 000 and 004 (the pipeline's jobs)", {
+        "gradnorm": "blocklab.experiments.gradnorm",
+        "residual-sim": "blocklab.experiments.residual_sim",
+        "problem9": "blocklab.experiments.problem9",
+        "param-counts": "blocklab.experiments.param_counts",
+        "activation-norms": "blocklab.experiments.activation_norms",
+        "residual-ablation": "blocklab.experiments.activation_norms",
+        "train-reverse": "blocklab.experiments.reverse_copy",
+        "aggregate-reverse": "blocklab.experiments.reverse_copy",
+        "probe-residual": "blocklab.experiments.probe",
+        "probe-copy": "blocklab.experiments.probe",
+    }),
+    "sensitivity": ("the sensitivity study: what document 000 leaves open (status and snapshot for people)", {
+        "plan": "blocklab.experiments.sensitivity",
+        "train": "blocklab.experiments.sensitivity",
+        "gradnorm": "blocklab.experiments.sensitivity",
+        "snapshot": "blocklab.experiments.sensitivity",
+        "aggregate": "blocklab.reporting.sensitivity",
+        "status": "blocklab.reporting.sensitivity",
+        "figures": "blocklab.reporting.sensitivity",
+    }),
+    "dynamics": ("the training-dynamics study: why post-norm fails (status and snapshot for people)", {
+        "plan": "blocklab.experiments.dynamics",
+        "train": "blocklab.experiments.dynamics",
+        "snapshot": "blocklab.experiments.dynamics",
+        "status": "blocklab.experiments.dynamics",
+        "aggregate": "blocklab.experiments.dynamics",
+        "detectors": "blocklab.experiments.detectors",
+        "figures": "blocklab.figures.dynamics",
+    }),
+    "inference": ("the inferred setup: fitting runs ranked by the document's losses (status and snapshot for people)", {
+        "plan": "blocklab.experiments.inference",
+        "train": "blocklab.experiments.inference",
+        "snapshot": "blocklab.experiments.inference",
+        "status": "blocklab.experiments.inference",
+        "aggregate-holdout": "blocklab.experiments.inference",
+        "aggregate": "blocklab.reporting.inference",
+        "score": "blocklab.reporting.inference",
+    }),
 }
+
+# Commands a module registers under its former flat name, taken as the verb named here: the module is one of the files
+# whose hash is a run's code identity (provenance.NUMBERS_CODE), and editing it would restart every checkpointed run
+# that spans sessions. Rename them in the module (and drop them here) with its next edit that changes numbers anyway.
+FROZEN_NAMES = {"train-copy": "train", "aggregate-sweep": "aggregate"}  # training/sweep.py
+
+# Every command as the words that call it ("sweep train", "review") -> its module.
+COMMANDS = {f"{name} {verb}": module for name, entry in TABLE.items() if isinstance(entry, tuple)
+            for verb, module in entry[1].items()}
+COMMANDS |= {name: entry for name, entry in TABLE.items() if isinstance(entry, str)}
 
 
 class UserError(ConfigError):
@@ -67,33 +92,60 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"blocklab: error: {message}\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser for ``command`` alone when it is known, else for every command (help, usage errors)."""
-    parser = _Parser(prog="blocklab", description=__doc__)
-    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
-    for name in modules:
+class _Verbs:
+    """A group's subparsers as a module's register() sees them: a name of FROZEN_NAMES is added as its verb."""
+
+    def __init__(self, subparsers):
+        self.subparsers = subparsers
+
+    def add_parser(self, name, **kwargs):
+        return self.subparsers.add_parser(FROZEN_NAMES.get(name, name), **kwargs)
+
+
+def _register(modules, subparsers) -> None:
+    for name in dict.fromkeys(modules):
         importlib.import_module(name).register(subparsers)
+
+
+def build_parser(words=()) -> argparse.ArgumentParser:
+    """The parser for the command that ``words`` (the command line's leading words) name, importing its module alone
+    when they name one; else for every top-level command and group (help, usage errors). ``words=None``: every
+    command of every group (for the tests)."""
+    every = words is None
+    words = list(words or [])[:2] + [None, None]
+    parser = _Parser(prog="blocklab", description=__doc__)
+    top = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    known = words[0] in TABLE
+    for name, entry in TABLE.items():
+        if isinstance(entry, str):
+            if every or not known or words[0] == name:
+                _register([entry], top)
+            continue
+        about, verbs = entry
+        group = top.add_parser(name, help=about, description=about)
+        sub = group.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="VERB")
+        if every or words[0] == name:
+            _register([verbs[words[1]]] if words[1] in verbs and not every else verbs.values(), _Verbs(sub))
     return parser
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command).parse_args(argv)
+    args = build_parser([a for a in argv if not a.startswith("-")][:2]).parse_args(argv)
+    command = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
     from .integrity import DamagedArtifact
 
     # Exit statuses (docs/reproducibility.md, "Faults"): 1 the environment, 2 the input, 3 damaged data, 130 interrupted.
     try:
         result = args.func(args)
     except (ConfigError, FileNotFoundError) as err:  # the user's input: fix the named value or path
-        return _fail(args.command, err, 2)
+        return _fail(command, err, 2)
     except OSError as err:  # the environment (permissions, a file where a directory belongs, a full disk)
-        return _fail(args.command, err, 1)
+        return _fail(command, err, 1)
     except DamagedArtifact as err:  # a finished run or snapshot is not what it recorded: the message says the repair
-        return _fail(args.command, err, 3)
+        return _fail(command, err, 3)
     except KeyboardInterrupt:
-        return _fail(args.command, "interrupted", 130)
+        return _fail(command, "interrupted", 130)
     return int(result or 0)
 
 

@@ -100,7 +100,7 @@ def read_snapshots(dirs, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFram
         missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
         if missing:
             raise ConfigError(f"{d}: no dynamics snapshot there (missing {', '.join(missing)}); allowed: directories "
-                              "written by `blocklab dynamics-snapshot`")
+                              "written by `blocklab dynamics snapshot`")
         if verify:
             verify_snapshot(d)
         runs.append(read_table(d / "runs.csv"))
@@ -186,7 +186,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         bad = [d for d in dirs if not all((Path(d) / n).is_file() for n in SNAPSHOT_FILES)]
         if bad:
             problems.append(("dynamics.from_snapshots", f"{', '.join(bad)}: no snapshot there; allowed: directories "
-                             "written by `blocklab dynamics-snapshot`, e.g. docs/dynamics/collapse"))
+                             "written by `blocklab dynamics snapshot`, e.g. docs/dynamics/collapse"))
         elif dyn.get("in_report", True):  # out of the pipeline, the snapshots need not cover the plan
             try:
                 runs, _, _ = read_snapshots(dirs)
@@ -196,8 +196,3 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
             except ConfigError as why:
                 problems.append(("dynamics.from_snapshots", str(why)))
     return problems
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------------
-
-

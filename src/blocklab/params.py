@@ -182,7 +182,7 @@ def _inference_problems(params) -> list[tuple[str, str]]:
     if not inf:
         return []
     problems = [(f"inference.from_snapshots[{i}]", f"{d!r} has no runs.csv and losses.csv; allowed: directories written "
-                 "by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
+                 "by `blocklab inference snapshot` or `blocklab sensitivity snapshot`")
                 for i, d in enumerate(inf.get("from_snapshots", []))
                 if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
     held = list(inf.get("holdout_seeds", []))

@@ -239,7 +239,7 @@ def unrecorded(records: pd.DataFrame, planned: pd.DataFrame) -> str | None:
         return None
     return (f"the snapshots lack {len(missing)} planned run(s): {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else "")
             + "; allowed: snapshots that record every run of the sensitivity section's plan (record them with "
-            "`blocklab sensitivity-snapshot`), fewer axis values, or sensitivity.from_snapshots: [] to train the "
+            "`blocklab sensitivity snapshot`), fewer axis values, or sensitivity.from_snapshots: [] to train the "
             "study for these parameters")
 
 
@@ -320,7 +320,7 @@ def _snapshot_problems(params: dict) -> list[tuple[str, str]]:
     bad = [d for d in dirs if not all((Path(d) / name).is_file() for name in SNAPSHOT_FILES)]
     if bad:
         return [(key, f"{', '.join(bad)}: no snapshot there ({' and '.join(SNAPSHOT_FILES)}); allowed: directories "
-                      "written by `blocklab sensitivity-snapshot`, e.g. docs/sensitivity/choices")]
+                      "written by `blocklab sensitivity snapshot`, e.g. docs/sensitivity/choices")]
     if not params["sensitivity"].get("in_report", True):
         return []  # the pipeline does not build the study: its snapshots need not cover the plan (`blocklab
         #            aggregate-sensitivity` still refuses them if asked, naming the runs they lack)

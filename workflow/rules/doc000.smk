@@ -1,7 +1,7 @@
 # Document 000: the norm x warm-up x seed sweep, gradient norms at init, the residual simulation, problem 9.
 
 wildcard_constraints:
-    norm="post|pre",
+    norm="|".join(NORM_POSITIONS),
     warmup=r"\d+",
     seed=r"\d+",
     variant="[a-z]+",
@@ -37,7 +37,7 @@ if sweep_batched(config):
             mem_mb=8000,
             runtime=60,
         shell:
-            "blocklab train-copy-group --params {PARAMS_FILE} --norm {wildcards.norm} --threads {threads}"
+            "blocklab sweep train-group --params {PARAMS_FILE} --norm {wildcards.norm} --threads {threads}"
             " --out-root data/sweep/runs 2> {log}"
 
 else:
@@ -59,7 +59,7 @@ else:
             mem_mb=2000,
             runtime=240,
         shell:
-            "blocklab train-copy --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
+            "blocklab sweep train --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
             " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
 
 
@@ -70,7 +70,7 @@ rule aggregate_sweep:
         losses="data/sweep/losses.csv",
         summary="data/sweep/summary.csv",
     shell:
-        "blocklab aggregate-sweep --runs {SWEEP_RUNS} --out-losses {output.losses} --out-summary {output.summary}"
+        "blocklab sweep aggregate --runs {SWEEP_RUNS} --out-losses {output.losses} --out-summary {output.summary}"
 
 
 rule gradnorm:
@@ -82,7 +82,7 @@ rule gradnorm:
         gradnorm=config["gradnorm"], model=config["copy_model"], task=config["copy_task"],
     threads: config["threads_per_run"]
     shell:
-        "blocklab gradnorm --params {PARAMS_FILE} --out {output}"
+        "blocklab exp gradnorm --params {PARAMS_FILE} --out {output}"
 
 
 rule residual_sim:
@@ -94,7 +94,7 @@ rule residual_sim:
     params:
         sim=config["residual_sim"],
     shell:
-        "blocklab residual-sim --params {PARAMS_FILE} --out-curve {output.curve} --out-table {output.table}"
+        "blocklab exp residual-sim --params {PARAMS_FILE} --out-curve {output.curve} --out-table {output.table}"
 
 
 rule problem9:
@@ -105,4 +105,4 @@ rule problem9:
     params:
         problem9=config["problem9"],
     shell:
-        "blocklab problem9 --params {PARAMS_FILE} --out {output}"
+        "blocklab exp problem9 --params {PARAMS_FILE} --out {output}"

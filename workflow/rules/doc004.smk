@@ -16,7 +16,7 @@ rule param_counts:
     params:
         counts=config["param_counts"],
     shell:
-        "blocklab param-counts --params {PARAMS_FILE} --out-dir $(dirname {output.blocks})"
+        "blocklab exp param-counts --params {PARAMS_FILE} --out-dir $(dirname {output.blocks})"
 
 
 rule activation_norms:
@@ -28,7 +28,7 @@ rule activation_norms:
         section=config["activation_norms"],
     threads: config["threads_per_run"]
     shell:
-        "blocklab activation-norms --params {PARAMS_FILE} --out {output}"
+        "blocklab exp activation-norms --params {PARAMS_FILE} --out {output}"
 
 
 rule residual_ablation:
@@ -40,7 +40,7 @@ rule residual_ablation:
         section=config["activation_norms"],
     threads: config["threads_per_run"]
     shell:
-        "blocklab residual-ablation --params {PARAMS_FILE} --out {output}"
+        "blocklab exp residual-ablation --params {PARAMS_FILE} --out {output}"
 
 
 rule train_reverse:
@@ -59,7 +59,7 @@ rule train_reverse:
         mem_mb=1000,
         runtime=30,
     shell:
-        "blocklab train-reverse --params {PARAMS_FILE} --variant {wildcards.variant} --seed {wildcards.seed}"
+        "blocklab exp train-reverse --params {PARAMS_FILE} --variant {wildcards.variant} --seed {wildcards.seed}"
         " --out-dir $(dirname {output.meta}) 2> {log}"
 
 
@@ -70,4 +70,4 @@ rule aggregate_reverse:
         losses="data/reverse_copy/losses.csv",
         summary="data/reverse_copy/summary.csv",
     shell:
-        "blocklab aggregate-reverse --runs {REVERSE_RUNS} --out-losses {output.losses} --out-summary {output.summary}"
+        "blocklab exp aggregate-reverse --runs {REVERSE_RUNS} --out-losses {output.losses} --out-summary {output.summary}"

@@ -16,7 +16,7 @@ rule dynamics_plan:
     params:
         dynamics=config["dynamics"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
     shell:
-        "blocklab dynamics-plan --params {PARAMS_FILE} --out {output}"
+        "blocklab dynamics plan --params {PARAMS_FILE} --out {output}"
 
 
 # Collapse runs outside the main sweep: post-norm with warm-up at a setting and a seed; each stops once it collapsed.
@@ -37,7 +37,7 @@ rule train_dynamics:
         mem_mb=2000,
         runtime=480,
     shell:
-        "blocklab train-dynamics --params {PARAMS_FILE} --cell {wildcards.cell} --seed {wildcards.seed}"
+        "blocklab dynamics train --params {PARAMS_FILE} --cell {wildcards.cell} --seed {wildcards.seed}"
         " --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
 
 
@@ -51,7 +51,7 @@ rule aggregate_dynamics:
     params:
         dynamics=config["dynamics"],
     shell:
-        "blocklab aggregate-dynamics --params {PARAMS_FILE}"
+        "blocklab dynamics aggregate --params {PARAMS_FILE}"
 
 
 # Each precursor as a detector (issue 33): hit and false-alarm rates with intervals, and lead times (docs/dynamics.md).
@@ -64,7 +64,7 @@ rule dynamics_detectors:
     params:
         events=config["dynamics"]["events"],
     shell:
-        "blocklab dynamics-detectors --params {PARAMS_FILE} --from data/dynamics --out data/dynamics"
+        "blocklab dynamics detectors --params {PARAMS_FILE} --from data/dynamics --out data/dynamics"
 
 
 rule dynamics_figures:
@@ -77,7 +77,7 @@ rule dynamics_figures:
     params:
         figures=config["figures"],
     shell:
-        "blocklab dynamics-figures --params {PARAMS_FILE} --data data --figs figs"
+        "blocklab dynamics figures --params {PARAMS_FILE} --data data --figs figs"
 
 
 rule dynamics:

@@ -14,7 +14,7 @@ rule inference_plan:
     params:
         inference=config["inference"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
     shell:
-        "blocklab inference-plan --params {PARAMS_FILE} --out {output}"
+        "blocklab inference plan --params {PARAMS_FILE} --out {output}"
 
 
 rule train_inference:
@@ -34,7 +34,7 @@ rule train_inference:
         mem_mb=2000,
         runtime=240,
     shell:
-        "blocklab train-inference --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
+        "blocklab inference train --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
         " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
         " 2> {log}"
 
@@ -50,7 +50,7 @@ rule aggregate_inference:
     params:
         inference=config["inference"],
     shell:
-        "blocklab aggregate-inference --params {PARAMS_FILE}"
+        "blocklab inference aggregate --params {PARAMS_FILE}"
 
 
 rule inference:
@@ -72,4 +72,4 @@ rule aggregate_holdout:
     params:
         holdout=config["inference"].get("holdout_seeds", []),
     shell:
-        "blocklab aggregate-holdout --params {PARAMS_FILE} --out {output}"
+        "blocklab inference aggregate-holdout --params {PARAMS_FILE} --out {output}"

@@ -20,7 +20,7 @@ rule probe_lm:
     # the last job before the report (it was, in the tiny pipeline).
     priority: 10
     shell:
-        "blocklab probe-residual --params {PARAMS_FILE} --out {output}"
+        "blocklab exp probe-residual --params {PARAMS_FILE} --out {output}"
 
 
 rule probe_copy:
@@ -34,4 +34,4 @@ rule probe_copy:
         task=config["copy_task"],
     threads: config["threads_per_run"]
     shell:
-        "blocklab probe-copy --params {PARAMS_FILE} --runs {PROBED_RUNS} --out {output}"
+        "blocklab exp probe-copy --params {PARAMS_FILE} --runs {PROBED_RUNS} --out {output}"

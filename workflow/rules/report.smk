@@ -22,7 +22,7 @@ rule claims:
     output:
         "data/claims/claims.csv",
     shell:
-        "blocklab claims --params {PARAMS_FILE} --data data --out {output}"
+        "blocklab report claims --params {PARAMS_FILE} --data data --out {output}"
 
 
 rule report:
@@ -45,5 +45,5 @@ rule report:
     params:
         figures=config["figures"],
     shell:
-        "blocklab report --params {PARAMS_FILE} --notebook {input.notebook} --out-notebook {output.notebook}"
+        "blocklab report notebook --params {PARAMS_FILE} --notebook {input.notebook} --out-notebook {output.notebook}"
         " --out-html {output.html} --figs figs"

@@ -16,7 +16,7 @@ rule sensitivity_plan:
     params:
         sensitivity=config["sensitivity"], model=config["copy_model"], task=config["copy_task"], sweep=config["sweep"],
     shell:
-        "blocklab sensitivity-plan --params {PARAMS_FILE} --out {output}"
+        "blocklab sensitivity plan --params {PARAMS_FILE} --out {output}"
 
 
 rule train_sensitivity:
@@ -36,7 +36,7 @@ rule train_sensitivity:
         mem_mb=2000,
         runtime=480,
     shell:
-        "blocklab train-sensitivity --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
+        "blocklab sensitivity train --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
         " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
         " 2> {log}"
 
@@ -51,7 +51,7 @@ rule sensitivity_gradnorm:
         gradnorm=config["gradnorm"], model=config["copy_model"], task=config["copy_task"],
     threads: config["threads_per_run"]
     shell:
-        "blocklab sensitivity-gradnorm --params {PARAMS_FILE} --out {output}"
+        "blocklab sensitivity gradnorm --params {PARAMS_FILE} --out {output}"
 
 
 rule aggregate_sensitivity:
@@ -66,7 +66,7 @@ rule aggregate_sensitivity:
     params:
         sensitivity=config["sensitivity"],
     shell:
-        "blocklab aggregate-sensitivity --params {PARAMS_FILE}"
+        "blocklab sensitivity aggregate --params {PARAMS_FILE}"
 
 
 rule sensitivity_figures:
@@ -80,7 +80,7 @@ rule sensitivity_figures:
     params:
         figures=config["figures"],
     shell:
-        "blocklab sensitivity-figures --params {PARAMS_FILE} --data data --figs figs"
+        "blocklab sensitivity figures --params {PARAMS_FILE} --data data --figs figs"
 
 
 rule sensitivity:

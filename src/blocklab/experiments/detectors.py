@@ -137,7 +137,7 @@ def fold(diagnostics: pd.DataFrame, metric: str, how: str) -> pd.Series:
 
 def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(runs, losses, diagnostics) of the post-norm + warm-up runs recorded in ``paths``: snapshot directories
-    (``blocklab dynamics-snapshot``: runs.csv) or aggregated tables (``data/dynamics``: summary.csv). A run is its
+    (``blocklab dynamics snapshot``: runs.csv) or aggregated tables (``data/dynamics``: summary.csv). A run is its
     setting, name and machine (the same seed on another processor is another run); recorded in several places, the
     record with the most diagnostic steps is kept (a per-step re-run replaces a thinned snapshot)."""
     records = []
@@ -152,7 +152,7 @@ def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd
         missing = [n for n in ("losses.csv", "diagnostics.parquet") if not (path / n).is_file()]
         if missing:
             raise ConfigError(f"{path}: missing {', '.join(missing)}; allowed: directories written by "
-                              "`blocklab dynamics-snapshot` or `blocklab aggregate-dynamics`")
+                              "`blocklab dynamics snapshot` or `blocklab dynamics aggregate`")
         runs = runs[(runs["norm"] == "post") & (runs["warmup"] > 0)].copy()
         if runs.empty:
             continue
@@ -342,7 +342,7 @@ TABLES = {"detectors": "data/dynamics/detectors.csv", "detector_events": "data/d
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("dynamics-detectors",
+    p = subparsers.add_parser("detectors",
                               help="hit and false-alarm rates of each precursor of a spike or collapse (detectors.csv)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--from", dest="sources", action="append", type=Path, default=None, metavar="DIR",

@@ -28,6 +28,7 @@ from ..config import ConfigError
 from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_FILES, TABLES,  # noqa: F401  (re-exported)
                              aggregate_inputs, check_problems, from_records, from_runs, plan, read_snapshots, snapshots,
                              unrecorded)
+from .family import add_command, add_plan, add_train
 from ..integrity import begin_snapshot, interrupted, read_run, record_snapshot
 from ..io import atomic_path, read_json, read_table, write_table
 from ..params import load_params
@@ -304,40 +305,23 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinne
     return runs
 
 
-# ---- checks before any compute ---------------------------------------------------------------------------------------
+# ---- the command line: blocklab dynamics <verb> ----------------------------------------------------------------------
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-dynamics", help="train one collapse-rate run (post-norm with warm-up, a setting, a seed)")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--cell", required=True, help="the setting, e.g. learned-b32-L24-lr0.001-fp32")
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=None)
+    p = add_train(subparsers, "train one collapse-rate run (post-norm with warm-up, a setting, a seed)", _train_main,
+                  norm_and_warmup=False)
     p.add_argument("--follow", action="store_true",
                    help="train to the last step (sweep.steps) instead of stopping once it collapsed: what happens after")
     p.add_argument("--dense", default=None, metavar="FIRST:LAST",
                    help="also record the forward diagnostics at every step from FIRST to LAST (the steps before an event)")
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("dynamics-plan", help="every run of the dynamics family and its directory")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--out", type=Path, default=Path(PLAN))
-    p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
-
-    p = subparsers.add_parser("aggregate-dynamics", help="the dynamics family's tables (losses, diagnostics, events, rates)")
-    p.add_argument("--params", default="params.yaml")
-    p.set_defaults(func=_aggregate_main)
-
-    p = subparsers.add_parser("dynamics-status", help="which dynamics runs are finished, checkpointed, recorded or to do")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", type=Path, default=Path("."))
+    add_plan(subparsers, "every run of the dynamics family and its directory", plan, PLAN)
+    add_command(subparsers, "aggregate", "the dynamics family's tables (losses, diagnostics, events, rates)", _aggregate_main)
+    p = add_command(subparsers, "status", "which dynamics runs are finished, checkpointed, recorded or to do", _status_main,
+                    root=True)
     p.add_argument("--add-setting", action="append", default=[], dest="setting",
                    help="also list this collapse setting's runs, before params.yaml lists it (repeatable)")
-    p.set_defaults(func=_status_main)
-
-    p = subparsers.add_parser("dynamics-snapshot", help="record the finished dynamics runs in a directory kept in git")
-    p.add_argument("--params", default="params.yaml")
+    p = add_command(subparsers, "snapshot", "record the finished dynamics runs in a directory kept in git", _snapshot_main)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--add-setting", action="append", default=[], dest="setting",
                    help="also record this collapse setting (a sensitivity cell name) at dynamics.collapse.seeds, "
@@ -345,7 +329,6 @@ def register(subparsers) -> None:
     p.add_argument("--every-step", action="store_true",
                    help="keep every recorded diagnostic step (no thinning): runs recorded at every step, for the "
                         "detectors' false alarms at the loss's own resolution")
-    p.set_defaults(func=_snapshot_main)
 
 
 def status(params: dict, root: str | Path = ".") -> pd.DataFrame:

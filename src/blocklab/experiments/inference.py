@@ -4,7 +4,7 @@ depth, learning rate and precision) trains post-norm with warm-up and pre-norm w
 ``inference.fit_steps`` steps only (the document's five early losses are at steps 100-300). A run is an ordinary sweep
 run (``sweep.train_copy_run``) with ``sweep.steps`` set to ``fit_steps``: its first steps are those of a full-length run
 of the same seed. The ranking itself is ``blocklab.reporting.inference``; the validation runs at full length are the
-dynamics family's collapse settings. (The ranking reads the runs through ``collect``: ``blocklab aggregate-inference``.)
+dynamics family's collapse settings. (The ranking reads the runs through ``collect``: ``blocklab inference aggregate``.)
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..integrity import begin_snapshot, read_run, record_snapshot, verify_snapsh
 from ..io import read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell, require_planned, run_name
+from .family import add_command, add_plan, add_train
 
 log = logging.getLogger("blocklab.inference")
 
@@ -93,7 +94,7 @@ def snapshots(params: dict) -> list[str]:
 
 
 def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, losses) recorded in ``dirs``: fitting snapshots (``blocklab inference-snapshot``) or the sensitivity
+    """(runs, losses) recorded in ``dirs``: fitting snapshots (``blocklab inference snapshot``) or the sensitivity
     study's (its full-length runs begin with the fitting run's steps). A run recorded in two of them is read from the
     first."""
     runs, losses = [], []
@@ -101,7 +102,7 @@ def read_snapshots(dirs) -> tuple[pd.DataFrame, pd.DataFrame]:
         missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
         if missing:
             raise ConfigError(f"inference.from_snapshots: {d} has no {', '.join(missing)}; allowed: directories "
-                              "written by `blocklab inference-snapshot` or `blocklab sensitivity-snapshot`")
+                              "written by `blocklab inference snapshot` or `blocklab sensitivity snapshot`")
         verify_snapshot(d)
         runs.append(read_table(d / "runs.csv").assign(snapshot=str(d)))
         losses.append(read_table(d / "losses.csv")[["setting", "run", "step", "loss"]].assign(snapshot=str(d)))
@@ -138,7 +139,7 @@ def collect(params: dict, root: str | Path = ".", only_finished: bool = False,
             planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, losses up to ``fit_steps``) of the planned runs (default ``plan``): from ``inference.from_snapshots``
     where they record them, else from the run directories. ``only_finished``: the finished fitting runs trained here
-    only (what ``inference-snapshot`` records: the ranking's and the held-out ones)."""
+    only (what ``inference snapshot`` records: the ranking's and the held-out ones)."""
     root = Path(root)
     if only_finished:
         own = pd.concat([plan(params), holdout_plan(params)], ignore_index=True) if planned is None else planned
@@ -200,35 +201,15 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-inference", help="train one fitting run of the inferred-setup procedure")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--cell", required=True)
-    p.add_argument("--norm", required=True, choices=["post", "pre"])
-    p.add_argument("--warmup", required=True, type=int)
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("aggregate-holdout", help="the held-out fitting runs' losses (inference.holdout_seeds)")
-    p.add_argument("--params", default="params.yaml")
+    add_train(subparsers, "train one fitting run of the inferred-setup procedure", _train_main)
+    p = add_command(subparsers, "aggregate-holdout", "the held-out fitting runs' losses (inference.holdout_seeds)",
+                    _holdout_main)
     p.add_argument("--out", type=Path, default=Path(HOLDOUT))
-    p.set_defaults(func=_holdout_main)
-
-    p = subparsers.add_parser("inference-plan", help="every fitting run of the inferred-setup procedure")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--out", type=Path, default=Path(PLAN))
-    p.set_defaults(func=lambda args: write_table(plan(load_params(args.params)), args.out))
-
-    p = subparsers.add_parser("inference-status", help="which fitting runs are recorded, finished or to do; hours left")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", type=Path, default=Path("."))
-    p.set_defaults(func=_status_main)
-
-    p = subparsers.add_parser("inference-snapshot", help="record the finished fitting runs in a directory kept in git")
-    p.add_argument("--params", default="params.yaml")
+    add_plan(subparsers, "every fitting run of the inferred-setup procedure", plan, PLAN)
+    add_command(subparsers, "status", "which fitting runs are recorded, finished or to do; hours left", _status_main,
+                root=True)
+    p = add_command(subparsers, "snapshot", "record the finished fitting runs in a directory kept in git", _snapshot_main)
     p.add_argument("--out", required=True, type=Path)
-    p.set_defaults(func=_snapshot_main)
 
 
 def _train_main(args) -> None:

@@ -271,7 +271,7 @@ def _main_residual(args):
         except ConfigError as err:
             if spec in required:
                 raise
-            print(f"blocklab probe-residual: warning: skipping {spec}: {err}", file=sys.stderr)
+            print(f"blocklab exp probe-residual: warning: skipping {spec}: {err}", file=sys.stderr)
             models.append({"spec": spec, "model": model_label(spec), "status": "missing", "message": str(err)})
             continue
         prompts = {}

@@ -14,6 +14,8 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Patch, R
 from . import style
 from .style import log_y, text
 
+# Every norm position of config.NORM_POSITIONS, in the order the figures draw them, with its colour (tests/test_layout.py
+# checks that the two name the same positions: a new one without a colour fails there, not at report time).
 NORM_COLORS = {"post": "#c0392b", "pre": "#1f6f8b"}
 OUTCOME_COLORS = {"learned": "#5aae61", "partial": "#e6c65c", "stuck": "#9e9e9e", "collapsed": "#e08214",
                   "diverged": "#8e44ad"}
@@ -44,7 +46,7 @@ def gradnorm_figure(gradnorm_df: pd.DataFrame, lang: str = "ko"):
     Seeds are thin lines, their mean the thick line.
     """
     style.setup(lang)
-    norms = [n for n in ("post", "pre") if n in set(gradnorm_df["norm"])]
+    norms = [n for n in NORM_COLORS if n in set(gradnorm_df["norm"])]
     fig, axes = plt.subplots(1, len(norms), figsize=(5.2 * len(norms), 3.8), sharey=True, squeeze=False)
     for ax, norm in zip(axes[0], norms):
         part = gradnorm_df[gradnorm_df["norm"] == norm]
@@ -83,7 +85,7 @@ def loss_curves_figure(losses_df: pd.DataFrame, lang: str = "ko", vocab_size: in
     """
     style.setup(lang)
     finite = losses_df[np.isfinite(losses_df["loss"])]
-    norms = [n for n in ("post", "pre") if n in set(finite["norm"])]
+    norms = [n for n in NORM_COLORS if n in set(finite["norm"])]
     warmups = sorted(finite["warmup"].unique())
     seeds = sorted(finite["seed"].unique())
     palette = dict(zip(seeds, sns.color_palette("deep", len(seeds))))
@@ -256,7 +258,7 @@ def format_loss(value: float) -> str:
 
 def _outcome_grid(ax, summary_df: pd.DataFrame, lang: str) -> None:
     """Rows: norm position; columns: warm-up. Each cell lists every seed's final loss on its outcome's colour."""
-    norms = [n for n in ("post", "pre") if n in set(summary_df["norm"])]
+    norms = [n for n in NORM_COLORS if n in set(summary_df["norm"])]
     warmups = sorted(summary_df["warmup"].unique())
     for i, norm in enumerate(norms):
         for j, warmup in enumerate(warmups):

@@ -75,7 +75,7 @@ def activation_norms_figure(norms_df: pd.DataFrame, lang: str = "ko"):
     sqrt_d = math.sqrt(norms_df["d_model"].iloc[0])
     for ax, depth in zip(axes[0], depths):
         panel = norms_df[norms_df["depth"] == depth]
-        for norm in [n for n in ("post", "pre") if n in set(panel["norm"])]:
+        for norm in [n for n in NORM_COLORS if n in set(panel["norm"])]:
             part, color = panel[panel["norm"] == norm], NORM_COLORS[norm]
             mean = _seeds_and_mean(ax, part, "block", "mean_token_norm", color, norm_label(norm, lang),
                                    marker="o", ms=2.5)

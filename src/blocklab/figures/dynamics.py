@@ -216,7 +216,7 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("dynamics-figures", help="draw the training-dynamics figures from data/dynamics")
+    p = subparsers.add_parser("figures", help="draw the training-dynamics figures from data/dynamics")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--data", default="data")
     p.add_argument("--figs", default="figs")

@@ -30,7 +30,7 @@ def phase_figure(summary: pd.DataFrame, lang: str = "ko", budget: int = 1200, ru
     style.setup(lang)
     grid = summary[summary["family"] == "depth_lr"]
     warmups = sorted(grid["warmup"].unique())
-    norms = [n for n in ("post", "pre") if n in set(grid["norm"])]
+    norms = [n for n in NORM_COLORS if n in set(grid["norm"])]
     depths, lrs = sorted(grid["depth"].unique()), sorted(grid["lr"].unique())
     fig, axes = plt.subplots(len(warmups), len(norms), figsize=(3.9 * len(norms) + 1.2, 2.9 * len(warmups) + 0.6),
                              squeeze=False, sharex=True, sharey=True, layout="constrained")
@@ -79,7 +79,7 @@ def loss_curves_by_setting_figure(losses: pd.DataFrame, lang: str = "ko", vocab_
     style.setup(lang)
     part = losses[(losses["family"] == "choices") & np.isfinite(losses["loss"])]
     settings = sorted(part["setting"].unique(), key=lambda s: (s.split("-")[0], int(s.split("-")[1][1:]), s))
-    cases = [(n, w) for n in ("post", "pre") for w in sorted(part["warmup"].unique()) if n in set(part["norm"])]
+    cases = [(n, w) for n in NORM_COLORS for w in sorted(part["warmup"].unique()) if n in set(part["norm"])]
     fig, axes = plt.subplots(len(cases), len(settings), figsize=(2.6 * len(settings) + 0.8, 2.0 * len(cases) + 0.8),
                              sharex=True, sharey=True, squeeze=False)
     chance = math.log(vocab_size)
@@ -120,7 +120,7 @@ def loss_curves_by_setting_figure(losses: pd.DataFrame, lang: str = "ko", vocab_
 def gradnorm_by_position_figure(gradnorm: pd.DataFrame, lang: str = "ko"):
     """Gradient norm per block at init, one panel per norm position, one colour per position signal (seeds thin)."""
     style.setup(lang)
-    norms = [n for n in ("post", "pre") if n in set(gradnorm["norm"])]
+    norms = [n for n in NORM_COLORS if n in set(gradnorm["norm"])]
     fig, axes = plt.subplots(1, len(norms), figsize=(5.0 * len(norms), 3.6), sharey=True, squeeze=False)
     positions = list(dict.fromkeys(gradnorm["position"]))
     for ax, norm in zip(axes[0], norms):

@@ -184,7 +184,7 @@ def inspect_report(html: str | Path, chromium: str | None = None, screenshot: st
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("inspect-report", help="open the HTML report in headless Chromium and print what it shows")
+    p = subparsers.add_parser("inspect", help="open the HTML report in headless Chromium and print what it shows")
     p.add_argument("html", nargs="?", default="reports/analysis.html")
     p.add_argument("--screenshot", default=None, help="also write a full-page PNG here")
     p.add_argument("--width", type=int, default=1200)

@@ -59,7 +59,7 @@ def training_runs(data: Path) -> pd.DataFrame:
 
 
 # Beside the figures, the small tables they and the claims are computed from (data/ layout, a few MB), so that a reader
-# can re-plot (`blocklab figure NAME --data docs/gallery/data`) and re-judge (`blocklab claims --data docs/gallery/data`)
+# can re-plot (`blocklab report figure NAME --data docs/gallery/data`) and re-judge (`blocklab report claims --data docs/gallery/data`)
 # without retraining. Weights, checkpoints and per-run directories are not copied.
 SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
                   "data/claims/claims.csv", "data/sensitivity/plan.csv", "data/sensitivity/summary.csv",
@@ -153,8 +153,8 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
         lines += ["", "Claims: " + ", ".join(f"{n} {v}" for v, n in verdicts.items()) + " (table: `data/claims/claims.csv`)."]
     lines += ["", f"Tables behind every figure and claim: `data/` here ({len(snapshot)} files, "
               f"{sum(p.stat().st_size for p in snapshot) / 1e6:.1f} MB, with the run's `params.yaml`); redraw with "
-              "`blocklab figure NAME --params docs/gallery/data/params.yaml --data docs/gallery/data`, re-judge with "
-              "`blocklab claims --params docs/gallery/data/params.yaml --data docs/gallery/data --out claims.csv`."]
+              "`blocklab report figure NAME --params docs/gallery/data/params.yaml --data docs/gallery/data`, re-judge with "
+              "`blocklab report claims --params docs/gallery/data/params.yaml --data docs/gallery/data --out claims.csv`."]
     if from_snapshots and study.exists():
         lines += ["", "The sensitivity study was made from the runs recorded in git (`sensitivity.from_snapshots`: "
                   + ", ".join(f"`{d}`" for d in from_snapshots) + "), not trained in this run; its per-step losses are "

@@ -5,7 +5,7 @@ For each candidate setting and each of the document's five early losses (the ``l
 ``FIT_CLAIMS``, with the document's values as claims.yaml gives them), the distance in ln(loss) from the median over
 the setting's seeds to the document's value or range (0 inside it); the setting's score is the mean of the five. Lower
 is better. The per-seed scores' range is reported beside it, so that ties within the seed spread show as ties.
-``blocklab inference-score`` ranks whatever recorded runs it is given (snapshots of the sensitivity study, the main
+``blocklab inference score`` ranks whatever recorded runs it is given (snapshots of the sensitivity study, the main
 sweep's losses); it trains nothing and says how many seeds each score rests on.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..config import NORM_POSITIONS
 from ..integrity import verify_snapshot
 from ..io import read_table, write_table
 from .claims import load_claims
@@ -62,7 +63,7 @@ def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
     ``post_warmup``: read the post-norm targets at this warm-up instead of the document's (a configuration that is not
     the document's, e.g. the tiny one; such a ranking exercises the code and says nothing about the document)."""
     frame = losses.copy()
-    parts = frame["run"].str.extract(r"(?P<norm>post|pre)-w(?P<warmup>\d+)-s(?P<seed>\d+)")
+    parts = frame["run"].str.extract(rf"(?P<norm>{'|'.join(NORM_POSITIONS)})-w(?P<warmup>\d+)-s(?P<seed>\d+)")
     frame = pd.concat([frame, parts.astype({"warmup": int, "seed": int})], axis=1)
     rows = []
     for setting, runs in frame.groupby("setting", sort=True):
@@ -106,11 +107,11 @@ def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], set
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("aggregate-inference", help="the fitting runs' losses and the ranking of the candidates")
+    p = subparsers.add_parser("aggregate", help="the fitting runs' losses and the ranking of the candidates")
     p.add_argument("--params", default="params.yaml")
     p.set_defaults(func=_aggregate_main)
 
-    p = subparsers.add_parser("inference-score", help="rank recorded settings by the document's five early losses")
+    p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
     p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
     p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
     p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")

@@ -530,7 +530,7 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("report", help="run the analysis notebook (papermill): every figure into figs/, plus HTML")
+    p = subparsers.add_parser("notebook", help="run the analysis notebook (papermill): every figure into figs/, plus HTML")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--notebook", default="notebooks/analysis.ipynb")
     p.add_argument("--out-notebook", default="reports/analysis.ipynb")

@@ -1,6 +1,6 @@
 """The sensitivity study's verdicts and figures: every sweep claim re-judged under every setting of the open choices
-(claim x setting), which verdicts are robust, the study's three figures, and the commands ``aggregate-sensitivity``,
-``sensitivity-status`` and ``sensitivity-figures``. The reporting layer: it reads the experiments' tables and applies
+(claim x setting), which verdicts are robust, the study's three figures, and the commands ``sensitivity aggregate``,
+``sensitivity status`` and ``sensitivity figures``. The reporting layer: it reads the experiments' tables and applies
 the claims' own checks (``reporting.claims``) to them."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..experiments.sensitivity.aggregation import aggregate, as_sweep_tables
 from ..experiments.sensitivity.status import progress, projected_seconds
+from ..experiments.family import add_command
 from ..config import ConfigError
 from ..io import read_table, write_table
 from ..params import load_params
@@ -47,10 +48,10 @@ def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame,
 
 def at_cell(gradnorm: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     """The gradients at init a cell's runs started from: its position signal and its batch size (the table of
-    ``sensitivity-gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
+    ``sensitivity gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
     if "batch_size" not in gradnorm.columns:
         raise ConfigError(f"{GRADNORM} has no batch_size column (written before gradients were measured per batch); "
-                          "rerun `blocklab sensitivity-gradnorm` (Snakemake does so by itself)")
+                          "rerun `blocklab sensitivity gradnorm` (Snakemake does so by itself)")
     return gradnorm[(gradnorm["position"] == cell.position) & (gradnorm["batch_size"] == cell.batch_size)]
 
 
@@ -122,31 +123,23 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("aggregate-sensitivity", help="the study's loss and summary tables, and claim x setting")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p = add_command(subparsers, "aggregate", "the study's loss and summary tables, and claim x setting", _aggregate_main,
+                    root=True)
     p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
                    help="instead of the trained runs, the runs recorded in these snapshot directories (a run in one "
                         "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
-    p.set_defaults(func=_aggregate_main)
-
-    p = subparsers.add_parser("sensitivity-status", help="which runs of the study are finished, checkpointed or to do; hours")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p = add_command(subparsers, "status", "which runs of the study are finished, checkpointed or to do; hours", _status_main,
+                    root=True)
     p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
     p.add_argument("--verdicts", action="store_true",
                    help="instead: claim x setting so far, for the open-choice cells whose runs have all finished")
     p.add_argument("--out", type=Path, default=None, help="with --verdicts: also write that table (CSV)")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
-    p.set_defaults(func=_status_main)
-
-    p = subparsers.add_parser("sensitivity-figures", help="draw the sensitivity study's figures from its tables")
-    p.add_argument("--params", default="params.yaml")
+    p = add_command(subparsers, "figures", "draw the sensitivity study's figures from its tables", _figures_main)
     p.add_argument("--data", default="data")
     p.add_argument("--figs", default="figs")
     p.add_argument("--lang", choices=["ko", "en"], default=None)
-    p.set_defaults(func=_figures_main)
 
 
 def _aggregate_main(args) -> None:

@@ -3,7 +3,7 @@
 On a GPU one run of the copy model is too small to fill the device (kernel launches, not FLOPs, bound it), so each
 norm position's runs train together through ``torch.func.vmap`` over stacked weights. Each member keeps its own
 seed, data stream, warm-up and divergence stop, so it reproduces ``train.train``'s run up to float rounding
-(tests/test_fast_path.py). Used by ``blocklab train-copy-group`` (``sweep.batched``) and by ``blocklab bench``.
+(tests/test_fast_path.py). Used by ``blocklab sweep train-group`` (``sweep.batched``) and by ``blocklab bench``.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import NORM_POSITIONS
 from ..model.fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
@@ -170,9 +171,9 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-copy-group", help="train all runs of one norm position as one batched job (GPU)")
+    p = subparsers.add_parser("train-group", help="train all runs of one norm position as one batched job (GPU)")
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--norm", required=True, choices=["post", "pre"])
+    p.add_argument("--norm", required=True, choices=NORM_POSITIONS)
     p.add_argument("--out-root", required=True, type=Path, help="each run goes to OUT_ROOT/<norm>-w<warmup>-s<seed>/")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
     p.set_defaults(func=_train_group_main)

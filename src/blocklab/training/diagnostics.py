@@ -1,11 +1,11 @@
 """Training-time diagnostics of the copy-task model: what document 000 says it did not measure.
 
 Recorded while a run trains (``train(..., diagnostics=Recorder(...))``), as a tidy table ``step, block, metric, value``
-(block -1: the whole model). Nothing here changes the numbers the run computes: the gradient and optimizer metrics only
-read ``.grad`` and Adam's state between ``backward()`` and ``optimizer.step()``, the forward metrics come from
-the step's own training forward, read by hooks that keep references to what it computes (the attention statistics are
-then recomputed from the sub-layer's input under ``no_grad``), and ``tests/test_diagnostics.py`` checks that the losses
-are bit-identical with and without them.
+(block -1: the whole model). Nothing here changes the numbers the run computes. The gradient and optimizer metrics only
+read ``.grad`` and Adam's state between ``backward()`` and ``optimizer.step()``. The forward metrics are read from the
+step's own training forward by hooks that keep references to what it computes; the attention statistics are then
+recomputed from the sub-layer's input under ``no_grad``. ``tests/test_diagnostics.py`` checks that the losses are
+bit-identical with and without them.
 
 The gradient and Adam metrics are taken every step; the forward ones every ``every`` steps (and at step 1), and at every
 step of an optional ``dense`` window (first, last step), e.g. the steps before an event when a run is re-run to see it.

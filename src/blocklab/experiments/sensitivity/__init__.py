@@ -13,9 +13,9 @@ Where each part is read:
 - ``blocklab.study`` (params layer): cells, the plan, snapshots and the section's checks (re-exported here);
 - ``aggregation``: the study's loss and summary tables, from runs or snapshots, and snapshots of finished runs;
 - ``status``: which runs are finished, checkpointed or to do, and the hours left;
-- ``commands``: ``train-sensitivity``, ``sensitivity-plan``, ``sensitivity-gradnorm``, ``sensitivity-snapshot``;
+- ``commands``: ``sensitivity train``, ``sensitivity plan``, ``sensitivity gradnorm``, ``sensitivity snapshot``;
 - ``blocklab.reporting.sensitivity`` (reporting layer): claim x setting, robustness, the figures, and the commands
-  ``aggregate-sensitivity``, ``sensitivity-status`` and ``sensitivity-figures``.
+  ``sensitivity aggregate``, ``sensitivity status`` and ``sensitivity figures``.
 """
 from ...config import ConfigError
 from ...study import (CELL_PATTERN, FIGURES, GRADNORM, PLAN, ROOT, RUN_KEY, RUNS, SNAPSHOT_FILES, TABLES, Cell,

@@ -17,7 +17,7 @@ from ...study import RUN_KEY, plan, unrecorded
 LOSS_AT = (100, 200, 300)
 # What a run's summary needs from its meta.json besides its losses: a snapshot (``record_runs``) keeps exactly these,
 # so a reader can re-aggregate and re-judge the study from git without the trained runs.
-# The columns of the study's gradients at init (``gradnorm_by_choice``, ``sensitivity-gradnorm``).
+# The columns of the study's gradients at init (``gradnorm_by_choice``, ``sensitivity gradnorm``).
 GRADNORM_COLUMNS = ["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]
 RECORD_FIELDS = ("vocab_size", "diverged_step", "stopped_step", "stop_reason", "wall_time_s", "machine", "git_commit")
 

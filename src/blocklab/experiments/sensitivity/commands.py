@@ -1,5 +1,5 @@
-"""The study's training commands: ``train-sensitivity`` (one run of a cell), ``sensitivity-plan``,
-``sensitivity-gradnorm`` and ``sensitivity-snapshot``. Its tables, claims and figures are made by the reporting
+"""The study's training commands: ``sensitivity train`` (one run of a cell), ``sensitivity plan``,
+``sensitivity gradnorm`` and ``sensitivity snapshot``. Its tables, claims and figures are made by the reporting
 layer's commands (``blocklab.reporting.sensitivity``)."""
 from __future__ import annotations
 
@@ -13,49 +13,31 @@ from ...io import read_table, write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
 from ...study import Cell, cell_params, early_stop_rule, plan, require_planned, with_cells
+from ..family import add_command, add_plan, add_train
 from .aggregation import gradnorm_by_choice, record_runs
 
 log = logging.getLogger("blocklab.sensitivity")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-sensitivity", help="train one run of a sensitivity cell (open choices of document 000)")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--cell", required=True, help="e.g. learned-b32-L24-lr0.001-fp32")
-    p.add_argument("--norm", required=True, choices=["post", "pre"])
-    p.add_argument("--warmup", required=True, type=int)
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=None)
+    p = add_train(subparsers, "train one run of a sensitivity cell (open choices of document 000)", _train_main)
     p.add_argument("--add-cell", action="store_true",
                    help="the cell need not be in params.yaml yet (a candidate under validation, recorded with "
-                        "sensitivity-snapshot --add-cell before params.yaml lists it)")
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("sensitivity-plan", help="list every run of the sensitivity study and where it lives")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--out", required=True, type=Path)
-    p.set_defaults(func=lambda a: write_table(plan(load_params(a.params)), a.out))
-
-    p = subparsers.add_parser("sensitivity-gradnorm",
-                              help="gradient norms at init at each position signal and batch size of the study")
-    p.add_argument("--params", default="params.yaml")
+                        "`sensitivity snapshot --add-cell` before params.yaml lists it)")
+    add_plan(subparsers, "list every run of the sensitivity study and where it lives", plan)
+    p = add_command(subparsers, "gradnorm", "gradient norms at init at each position signal and batch size of the study",
+                    _gradnorm_main)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
-    p.set_defaults(func=_gradnorm_main)
-
-    p = subparsers.add_parser("sensitivity-snapshot",
-                              help="record the finished runs of the study (losses and what their summary needs) in DIR")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p = add_command(subparsers, "snapshot", "record the finished runs of the study (losses and what their summary needs) in DIR",
+                    _snapshot_main, root=True)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--family", choices=["choices", "depth_lr"], default=None, help="only this family's runs")
     p.add_argument("--setting", nargs="+", default=None, help="only these cells (e.g. learned-b32-L24-lr0.001-bf16)")
     p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable): its finished runs are recorded")
-    p.set_defaults(func=_snapshot_main)
 
 
 def _train_main(args) -> None:

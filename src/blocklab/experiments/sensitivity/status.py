@@ -1,5 +1,5 @@
 """Where the study stands while it trains (it may span sessions): each planned run finished, checkpointed or not started,
-the run time spent, and a projection of what is left (``blocklab sensitivity-status``)."""
+the run time spent, and a projection of what is left (``blocklab sensitivity status``)."""
 from __future__ import annotations
 
 from pathlib import Path

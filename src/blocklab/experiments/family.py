@@ -1,0 +1,41 @@
+"""The command line the three studies share (sensitivity, dynamics, inference: ``blocklab <study> <verb>``): each
+study's register() makes its verbs with these, so that ``train``, ``plan``, ``status`` and ``snapshot`` take the same
+options in every study and a fourth study gets them by calling the same functions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import NORM_POSITIONS
+from ..io import write_table
+from ..params import load_params
+
+
+def add_command(subparsers, verb: str, help: str, func, root: bool = False):
+    """A study's command with --params (and --root, the project holding data/); returns it for its own options."""
+    p = subparsers.add_parser(verb, help=help)
+    p.add_argument("--params", default="params.yaml")
+    if root:
+        p.add_argument("--root", default=".", type=Path, help="project root holding data/ (default: here)")
+    p.set_defaults(func=func)
+    return p
+
+
+def add_train(subparsers, help: str, func, norm_and_warmup: bool = True):
+    """``train``: one run of a setting (--cell) at a seed into --out-dir; the norm position and warm-up are given, or
+    (``norm_and_warmup=False``) the study's plan fixes them."""
+    p = add_command(subparsers, "train", help, func)
+    p.add_argument("--cell", required=True, help="the setting, e.g. learned-b32-L24-lr0.001-fp32")
+    if norm_and_warmup:
+        p.add_argument("--norm", required=True, choices=NORM_POSITIONS)
+        p.add_argument("--warmup", required=True, type=int)
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
+    return p
+
+
+def add_plan(subparsers, help: str, plan, out: str | None = None):
+    """``plan``: every run of the study and its directory, as a table written to --out (default ``out``)."""
+    p = add_command(subparsers, "plan", help, lambda args: write_table(plan(load_params(args.params)), args.out))
+    p.add_argument("--out", type=Path, required=out is None, default=None if out is None else Path(out))
+    return p
