@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 import torch
 
-from blocklab.integrity import MANIFEST, DamagedArtifact, record_snapshot, verify_run, verify_snapshot, verify_tree
+from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, verify_run, verify_snapshot,
+                                verify_tree)
 from blocklab.io import OutputError, write_table
 from blocklab.params import load_params
 from blocklab.training.sweep import aggregate, run_state, train_copy_run
@@ -404,7 +405,9 @@ def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(referenc
     clean = finals(tmp_path / "snap")
     assert set(clean) == {"runs.csv", "losses.csv", "diagnostics.parquet", MANIFEST}
     shutil.rmtree(tmp_path / "snap")
-    killed = blocklab(args, tmp_path, kill_at=3)  # the manifest says "writing", runs.csv is new, losses.csv not yet
+    # renames: 1 the manifest says "writing", 2 it records runs.csv's new record, 3 runs.csv takes its place, 4 the
+    # record of losses.csv (killed here: runs.csv is new, losses.csv not yet there)
+    killed = blocklab(args, tmp_path, kill_at=4)
     assert killed.returncode == -signal.SIGKILL
     assert set(finals(tmp_path / "snap")) == {MANIFEST, "runs.csv"}
     with pytest.raises(DamagedArtifact, match="incomplete snapshot"):
@@ -414,6 +417,16 @@ def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(referenc
     assert blocklab(args, tmp_path).returncode == 0, "the same command again"
     assert finals(tmp_path / "snap") == clean
     verify_snapshot(tmp_path / "snap")
+    # killed after its last file, before the manifest says "complete" (rename 8): a redo reads the runs the files
+    # record, so a file changed since the kill is refused, not taken into the new snapshot
+    assert blocklab(args, tmp_path, kill_at=8).returncode == -signal.SIGKILL
+    assert set(finals(tmp_path / "snap")) == set(clean) and interrupted(tmp_path / "snap")
+    kept = (tmp_path / "snap" / "runs.csv").read_bytes()
+    (tmp_path / "snap" / "runs.csv").write_bytes(kept.replace(b"post", b"pOst", 1))
+    damaged = blocklab(args, tmp_path)
+    assert damaged.returncode == 3 and "a killed write left files unlike any record: runs.csv" in damaged.stderr
+    (tmp_path / "snap" / "runs.csv").write_bytes(kept)
+    assert blocklab(args, tmp_path).returncode == 0 and finals(tmp_path / "snap") == clean
 
 
 def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_only(tmp_path):

@@ -11,13 +11,14 @@ each of its runs step by step); ``blocklab verify --record`` gives an old snapsh
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from .io import read_json, write_json
+from .io import atomic_path, read_json, write_json
 
 MANIFEST = "MANIFEST.json"
 RUN_ARTIFACTS = ("loss.csv", "diagnostics.parquet", "model.safetensors")  # what write_run writes before meta.json
@@ -126,10 +127,56 @@ def _snapshot_files(directory: Path) -> list[str]:
                   and not any(part.startswith(".") for part in p.relative_to(directory).parts))
 
 
+def _records(directory: Path) -> tuple[dict, dict]:
+    """(the records a snapshot write started from, those of the files it wrote): a complete manifest's files and
+    nothing written; after a killed write, what its manifest kept of both."""
+    try:
+        manifest = read_json(directory / MANIFEST)
+    except (OSError, json.JSONDecodeError):
+        return {}, {}
+    if manifest.get("status") == WRITING:
+        return manifest.get("previous", {}), manifest.get("written", {})
+    return (manifest.get("files", {}) if manifest.get("status") == "complete" else {}), {}
+
+
 def begin_snapshot(directory: str | Path) -> None:
     """Mark ``directory`` as being written: a process killed before ``record_snapshot`` leaves a snapshot that every
-    reader refuses (no mix of old and new files is ever read)."""
-    write_json({"status": WRITING}, Path(directory) / MANIFEST)
+    reader refuses (no mix of old and new files is ever read). The manifest keeps the records it starts from
+    (``previous``; after a killed write, each file's last record) and ``snapshot_file`` adds each file's new record
+    before the file takes its place, so that a redo can check every file the kill left (``verify_unfinished``)."""
+    directory = Path(directory)
+    previous, written = _records(directory)
+    write_json({"status": WRITING, "previous": {**previous, **written}, "written": {}}, directory / MANIFEST)
+
+
+@contextlib.contextmanager
+def snapshot_file(directory: str | Path, name: str):
+    """Write one file of a snapshot being written (``begin_snapshot``): yields a temporary path; its record joins the
+    manifest's ``written`` before it is renamed into place, so a kill at any point leaves every file either as its
+    last record or as its new one."""
+    directory = Path(directory)
+    with atomic_path(directory / name) as tmp:
+        yield tmp
+        manifest = read_json(directory / MANIFEST)
+        manifest.setdefault("written", {})[name] = file_record(tmp)
+        write_json(manifest, directory / MANIFEST)
+
+
+def verify_unfinished(directory: str | Path) -> None:
+    """Before a killed snapshot write is redone from the files it left: each file must match its record from before
+    that write or the one that write gave it; ``DamagedArtifact`` otherwise (damaged or edited since)."""
+    directory = Path(directory)
+    previous, written = _records(directory)
+    problems = []
+    for name in _snapshot_files(directory):
+        records = [r for r in (written.get(name), previous.get(name)) if r is not None]
+        if not records:
+            problems.append(f"{name} has no record")
+        elif all(_differences(directory, {name: r}) for r in records):
+            problems.append(_differences(directory, {name: records[0]})[0])
+    if problems:
+        raise DamagedArtifact(f"{directory}: a killed write left files unlike any record: {'; '.join(problems)}; "
+                              f"{snapshot_fix(directory)}")
 
 
 def interrupted(directory: str | Path) -> bool:

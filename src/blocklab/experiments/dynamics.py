@@ -29,8 +29,8 @@ from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_F
                              aggregate_inputs, check_problems, from_records, from_runs, plan, read_snapshots, snapshots,
                              unrecorded)
 from .family import add_command, add_plan, add_train
-from ..integrity import begin_snapshot, interrupted, read_run, record_snapshot
-from ..io import atomic_path, read_json, read_table, write_table
+from ..integrity import begin_snapshot, interrupted, read_run, record_snapshot, snapshot_file, verify_unfinished
+from ..io import read_json, read_table, write_table
 from ..params import load_params
 from ..study import Cell, cell_params, default_cell, require_cell_names
 
@@ -287,19 +287,24 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinne
     out = Path(out)
     if all((out / name).is_file() for name in SNAPSHOT_FILES):
         here = set(zip(runs["setting"], runs["run"])) if len(runs) else set()
-        # an earlier write of this snapshot that was killed is being redone: its files are read as they are
+        # an earlier write of this snapshot that was killed is being redone: its files must be as last recorded
+        # (by the last complete manifest, or by the killed write for the files it finished), then are read as they are
+        if interrupted(out):
+            verify_unfinished(out)
         old = [frame[[key not in here for key in zip(frame["setting"], frame["run"])]]
                for frame in read_snapshots([out], verify=not interrupted(out))]
         runs, losses, diagnostics = (pd.concat([o, n], ignore_index=True) if len(n) else o.reset_index(drop=True)
                                      for o, n in zip(old, (runs, losses, diagnostics)))
     out.mkdir(parents=True, exist_ok=True)
     begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
-    write_table(runs, out / "runs.csv")
-    write_table(losses[["setting", "run", "step", "loss", "lr"]], out / "losses.csv")
+    with snapshot_file(out, "runs.csv") as tmp:
+        runs.to_csv(tmp, index=False)
+    with snapshot_file(out, "losses.csv") as tmp:
+        losses[["setting", "run", "step", "loss", "lr"]].to_csv(tmp, index=False)
     # float16 in git (about 3 significant digits, relative rounding <= 2^-11; below 6.1e-5 the absolute step is 6e-8):
     # a third of float32's size, enough for the figures and for the precursor rules (thresholds of 1.2x and 3x)
     diagnostics = diagnostics.astype({"value": "float16", "step": "int32", "block": "int16"})
-    with atomic_path(out / "diagnostics.parquet") as tmp:
+    with snapshot_file(out, "diagnostics.parquet") as tmp:
         diagnostics.to_parquet(tmp, index=False, compression="zstd")
     record_snapshot(out)  # last: the checksums of what was written
     return runs
