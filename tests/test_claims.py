@@ -194,6 +194,19 @@ def test_one_seed_has_no_interval_so_a_trend_or_contrast_from_it_is_inconclusive
     assert verdicts.contrast("above", [2.0, 2.1, 1.9], [1.0, 1.1, 0.9]).verdict == claims.REPRODUCED
 
 
+def test_a_simulated_number_against_the_documents_own_simulation_counts_both_sampling_errors():
+    """Problem 10: the document ran 2,000 trials too ("2000번씩 돌려 볼게"), so its 1.414 has a sampling error like
+    ours: with se 0.0015 each, a gap of 0.004 is within 1.96 x 0.0015 x sqrt(2) = 0.0042 (reproduced), while our se
+    alone (0.0029) would call it not reproduced; a gap of 0.006 is not reproduced either way."""
+    assert verdicts.value("1.414", mean=1.410, se=0.0015, trials=2000, n=2000).verdict == claims.REPRODUCED
+    assert verdicts.value("1.414", mean=1.410, se=0.0015).verdict == claims.NOT_REPRODUCED
+    assert verdicts.value("1.414", mean=1.4075, se=0.0015, trials=2000, n=2000).verdict == claims.NOT_REPRODUCED
+    shipped = {c["id"]: c for c in claims.load_claims()}
+    assert all(shipped[f"d000-sim-L{L}"]["trials"] == 2000 for L in (1, 4, 16, 36))
+    with pytest.raises(ConfigError, match="good.trials: 0; allowed: a whole number >= 1"):
+        verdicts.validate_part("good", {"kind": "value", "value": "1.414", "trials": 0})
+
+
 def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
     assert verdicts.rounding("4.0") == 0.05 and verdicts.rounding("0.0003") == pytest.approx(5e-5)
     assert verdicts.rounding("6") == 0.5 and verdicts.rounding("-1.225") == pytest.approx(5e-4)
@@ -283,7 +296,7 @@ GOOD = """- id: good
 @pytest.mark.parametrize("rule, match", [
     ("kind: guess\n", "good.kind: 'guess' is not a kind of claim; allowed: value, range"),
     ("kind: value\n", "good: kind value needs value"),
-    ("kind: value\nvalue: \"4.0\"\nfactor: 2\n", "good.factor: not a rule key of kind value; allowed: rounding, value"),
+    ("kind: value\nvalue: \"4.0\"\nfactor: 2\n", "good.factor: not a rule key of kind value; allowed: rounding, trials, value"),
     ("kind: value\nvalue: 4.0\n", "good.value: 4.0 must be written as a string"),
     ("kind: value\nvalue: \"4.0\"\nrounding: \"-0.1\"\n", "good.rounding: -0.1 is negative.*allowed: a number >= 0"),
     ("kind: range\nlow: \"0.71\"\nhigh: \"0.16\"\n", "good.low: 0.71 is above high 0.16.*allowed: low <= high"),

@@ -384,7 +384,7 @@ def residual_sim(data: Data, blocks: int):
     row = curve.loc[blocks]
     se = row["std_length"] / math.sqrt(_trials(data))
     measured = f"{row['mean_length']:.4f} ± {se:.4f} (√(L+1) = {row['sqrt_L_plus_1']:.3f})"
-    return measured, [part("mean", mean=float(row["mean_length"]), se=float(se))]
+    return measured, [part("mean", mean=float(row["mean_length"]), se=float(se), n=_trials(data))]
 
 
 @check

@@ -111,15 +111,23 @@ def _least_n(decides, start: int) -> int | None:
 
 
 def value(written: str, samples=(), mean: float | None = None, se: float | None = None,
-          half_width: float | None = None) -> Judged:
+          half_width: float | None = None, trials: int | None = None, n: int | None = None) -> Judged:
     """The document's one number, written as ``written``, against our 95 % prediction interval for one run over the
-    seeds (``samples``), or against mean ± 1.96 se (``mean``, ``se``: a simulation's mean over its trials)."""
+    seeds (``samples``), or against mean ± 1.96 se (``mean``, ``se``: a simulation's mean over its ``n`` trials).
+    ``trials``: the document's number is itself a mean over that many trials, so the difference of the two means has
+    se √(se² + se_doc²), se_doc = se √(n / trials) (its spread taken as ours)."""
     x = float(written)
     r = rounding(written) if half_width is None else half_width
     doc = f"the document's {written} ± {g(r)} (its rounding)"
     if mean is not None:
-        half = stats.norm.ppf(1 - ALPHA / 2) * se
-        centre, how = mean, f"mean ± 1.96 × se {g(se)}"
+        if trials is not None and n is None:
+            raise ValueError("a value with the document's trials needs our number of trials (n)")
+        se_doc = se * math.sqrt(n / trials) if trials is not None else 0.0
+        both = math.sqrt(se ** 2 + se_doc ** 2)
+        half = stats.norm.ppf(1 - ALPHA / 2) * both
+        centre, how = mean, (f"mean ± 1.96 × se {g(se)}" if trials is None else
+                             f"mean ± 1.96 × √(se² + se_doc²) = {g(both)}: se {g(se)} over our {n} trials, "
+                             f"se_doc {g(se_doc)} over the document's {trials}")
     else:
         values, n_all = _finite(samples), len(np.atleast_1d(samples))
         missing = f"; {n_all - len(values)} of {n_all} runs without a finite value" if len(values) < n_all else ""
@@ -403,7 +411,8 @@ def combine(verdicts) -> str:
 
 # The rule keys each kind takes from the claim's words (required, optional), and the values a word may take.
 KINDS = {
-    "value": ({"value"}, {"rounding"}),  # rounding: the half-width when it is not the written precision's
+    "value": ({"value"}, {"rounding", "trials"}),  # rounding: the half-width when not the written precision's;
+    # trials: the document's number is a mean over this many trials (a simulation): its own sampling error counts
     "range": ({"low", "high"}, set()),
     "inequality": ({"bound", "side", "scope"}, set()),
     "count": ({"count", "of"}, {"scope"}),  # scope: rate (default; Fisher) or every seed (the words say "all N")
@@ -451,6 +460,9 @@ def validate_part(where: str, part: dict) -> None:
     if kind == "range" and float(part["low"]) > float(part["high"]):
         raise ConfigError(f"{where}.low: {part['low']} is above high {part['high']}, a range no value can meet; "
                           "allowed: low <= high")
+    if "trials" in part and (not isinstance(part["trials"], int) or isinstance(part["trials"], bool)
+                             or part["trials"] < 1):
+        raise ConfigError(f"{where}.trials: {part['trials']!r}; allowed: a whole number >= 1 (the document's trials)")
     if kind == "count":
         for key in ("count", "of"):
             if not isinstance(part[key], int) or isinstance(part[key], bool) or part[key] < 0:
@@ -492,7 +504,7 @@ def judge_part(part: dict, measure: dict) -> Judged:
     kind = part["kind"]
     if kind == "value":
         half = float(words["rounding"]) if "rounding" in words else None
-        return value(words["value"], half_width=half, **measure)
+        return value(words["value"], half_width=half, trials=words.get("trials"), **measure)
     if kind == "range":
         return range_(words["low"], words["high"], measure["samples"])
     if kind == "inequality":
