@@ -402,3 +402,10 @@ def test_a_run_without_a_value_never_leaves_a_claim_reproduced_by_the_others(tmp
     _, parts = claims.loss_at_step(claims.Data(tmp_path, document_params), "pre", 0, "last")
     samples = parts[0]["measure"]["samples"]
     assert samples[:2] == [0.001, 0.001] and np.isnan(samples[2])
+
+
+def test_a_rule_described_without_data_names_its_scale():
+    """A claim the data cannot measure still says how it would be judged: a difference trend is not "the ratio"."""
+    ratio, _ = verdicts.describe({"kind": "trend", "direction": "grows"})
+    difference, _ = verdicts.describe({"kind": "trend", "direction": "grows", "scale": "difference"})
+    assert "the ratio (on its log)" in ratio and "the difference last − first" in difference

@@ -544,7 +544,8 @@ def describe(part: dict) -> tuple[str, str]:
         return f"contrast: the difference of the arms {part['side']} 0 by its 95 % Welch interval", f"side {part['side']}"
     if kind == "trend":
         band = f" within {part['band'][0]} – {part['band'][1]}" if "band" in part else ""
-        return f"trend, {part['direction']}: the 95 % interval of the ratio (on its log){band}", part["direction"] + band
+        what = "the difference last − first" if part.get("scale") == "difference" else "the ratio (on its log)"
+        return f"trend, {part['direction']}: the 95 % interval of {what}{band}", part["direction"] + band
     return "exact: computed without randomness; holds or not", "holds or not"
 
 
