@@ -440,6 +440,13 @@ def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_
     before = provenance.numbers_code_version(package)
     (package / "reporting" / "claims.py").write_text("# edited\n", encoding="utf-8")
     assert provenance.numbers_code_version(package) == before
+    reverse = ("experiments/reverse_copy.py",)  # the reverse copy's identity: the same files and its own module
+    reverse_before = provenance.numbers_code_version(package, extra=reverse)
+    assert reverse_before != before
+    module = package / "experiments" / "reverse_copy.py"
+    module.write_text(module.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    assert provenance.numbers_code_version(package) == before  # the copy task's runs keep their checkpoints
+    assert provenance.numbers_code_version(package, extra=reverse) != reverse_before
     layers = package / "model" / "layers.py"
     layers.write_text(layers.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     assert provenance.numbers_code_version(package) != before

@@ -41,11 +41,12 @@ NUMBERS_CODE = ("config.py", "model/layers.py", "model/blocks.py", "model/models
                 "training/sweep.py")
 
 
-def numbers_code_version(package: Path | None = None) -> str:
-    """A hash of the ``NUMBERS_CODE`` files of the package (16 hex digits)."""
+def numbers_code_version(package: Path | None = None, extra: tuple[str, ...] = ()) -> str:
+    """A hash of the ``NUMBERS_CODE`` files of the package (16 hex digits); ``extra``: more files (relative to the
+    package) that decide one experiment's numbers, e.g. the reverse copy's own module."""
     package = Path(package) if package is not None else Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in NUMBERS_CODE:
+    for name in (*NUMBERS_CODE, *extra):
         digest.update(name.encode())
         digest.update((package / name).read_bytes())
     return digest.hexdigest()[:16]

@@ -130,7 +130,9 @@ def train_reverse_run(params: dict, variant: str, seed: int, out_dir: Path, devi
     checkpoint = out_dir / "checkpoint.pt"
     identity = {"run": run_name(variant, seed, match_params), "model_config": cfg.to_dict(),
                 "reverse_copy": {k: v for k, v in section.items() if k not in ("variants", "seeds", "steps")},
-                "code": provenance.code_version()["blocklab_source_sha256"]}
+                # the code that decides its numbers (the model and training, and this module), not the whole package:
+                # an edit to the reporting keeps its checkpoints, as the copy task's
+                "code": provenance.numbers_code_version(extra=("experiments/reverse_copy.py",))}
     result = train(model, next_batch, reverse_loss, steps=section["steps"], lr=section["lr"], warmup=0,
                    generator=generator, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY,
                    desc=run_name(variant, seed, match_params), identity=identity)
