@@ -42,6 +42,27 @@ ANATOMY_BEFORE, ANATOMY_AFTER = 150, 100  # the anatomy figure's window around a
 EARLY, THIN = 60, 10  # a snapshot keeps every diagnostic step up to EARLY, and every THIN-th after it (kept_steps)
 
 
+def at_step(frame: pd.DataFrame, step: int) -> tuple[pd.Series, bool]:
+    """The per-block values AT ``step`` when the metric is recorded there (exact: True); otherwise the mean over the
+    recorded steps within +-WINDOW of it (exact: False, and the figure says so). Empty when neither. The one reading
+    of a step that the figure, the claims and the mechanism table share."""
+    exact = frame[frame["step"] == step]
+    if len(exact):
+        return exact.groupby("block")["value"].mean().sort_index(), True
+    near = frame[(frame["step"] >= step - WINDOW) & (frame["step"] <= step + WINDOW)]
+    return near.groupby("block")["value"].mean().sort_index(), False
+
+
+def ends_ratio(by_block: pd.Series) -> float:
+    """Output end / input end: the mean of the last sixth of the stack over the first sixth (4 blocks of 24); NaN for
+    no blocks."""
+    if not len(by_block):
+        return float("nan")
+    by_block = by_block.sort_index()
+    ends = max(1, len(by_block) // 6)
+    return float(by_block.iloc[-ends:].mean() / by_block.iloc[:ends].mean())
+
+
 def figure_steps(warmup: int, steps: int) -> list[int]:
     """At init, halfway through warm-up, at its end, and as long again after it (capped at the budget)."""
     return sorted({1, max(1, warmup // 2), max(1, warmup), min(steps, 2 * max(warmup, 1))})
@@ -493,11 +514,7 @@ def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int =
                            & (diagnostics["metric"] == "grad_ffn_out")]
 
         def out_over_in(step: int) -> float:
-            exact = grad[grad["step"] == step]
-            near = exact if len(exact) else grad[(grad["step"] - step).abs() <= WINDOW]
-            near = near.groupby("block")["value"].mean().sort_index()
-            ends = max(1, len(near) // 6)
-            return float(near.iloc[-ends:].mean() / near.iloc[:ends].mean()) if len(near) else float("nan")
+            return ends_ratio(at_step(grad, step)[0])
 
         rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "outcome": r.outcome,
                      "early_update": float(update[update.index <= steps].median()) if len(update) else float("nan"),

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from ..experiments.dynamics import ANATOMY_AFTER, ANATOMY_BEFORE, WINDOW, figure_steps
+from ..experiments.dynamics import ANATOMY_AFTER, ANATOMY_BEFORE, at_step, figure_steps
 from . import style
 from .doc000 import NORM_COLORS, norm_label, warmup_label
 from .style import log_y, text
@@ -30,16 +30,6 @@ ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, E
 
 
 STEP_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 3)), "P")]
-
-
-def at_step(frame: pd.DataFrame, step: int) -> tuple[pd.Series, bool]:
-    """The per-block values AT ``step`` when the metric is recorded there (exact: True); otherwise the mean over the
-    recorded steps within +-WINDOW of it (exact: False, and the figure says so). Empty when neither."""
-    exact = frame[frame["step"] == step]
-    if len(exact):
-        return exact.groupby("block")["value"].mean().sort_index(), True
-    near = frame[(frame["step"] >= step - WINDOW) & (frame["step"] <= step + WINDOW)]
-    return near.groupby("block")["value"].mean().sort_index(), False
 
 
 def gradnorm_through_training_figure(diagnostics: pd.DataFrame, summary: pd.DataFrame, lang: str = "ko",

@@ -248,10 +248,9 @@ def depth_gap(data: Data):
 
 
 def _ends_ratio(by_block: pd.Series) -> float:
-    """Output end / input end: the mean of the last sixth of the stack over the first sixth (4 blocks of 24)."""
-    by_block = by_block.sort_index()
-    ends = max(1, len(by_block) // 6)
-    return float(by_block.iloc[-ends:].mean() / by_block.iloc[:ends].mean())
+    from ..experiments.dynamics import ends_ratio  # the one definition (the mechanism table uses it too)
+
+    return ends_ratio(by_block)
 
 
 @check
@@ -337,8 +336,7 @@ def collapse_shape(data: Data, tail: int):
 def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
     figure step of the compare runs (one ratio per compare seed and step; one part per step)."""
-    from ..experiments.dynamics import WINDOW, figure_steps
-    from ..figures.dynamics import at_step  # the figure's own reading of a step, so verdict and figure agree
+    from ..experiments.dynamics import WINDOW, at_step, figure_steps  # the figure's own reading of a step
 
     _require_document_setup(data, warmup)
     summary, _ = _dynamics(data)
