@@ -13,6 +13,7 @@ from blocklab import ModelConfig
 from blocklab.experiments.dynamics import collapse_stop, events, plan, rates, wilson
 from blocklab.config import ConfigError
 from blocklab.params import ParamsError, load_params, validate_params
+from blocklab.integrity import record_snapshot
 from blocklab.training.diagnostics import METRICS, Recorder
 from blocklab.training.sweep import build_copy_model, train_copy_run
 from blocklab.training.tasks import copy_batch, copy_loss
@@ -498,6 +499,7 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
     pd.DataFrame([{"setting": s, "run": r, "step": t, "loss": 0.25} for s, r in
                   [(b16, "post-w400-s0"), (b16, "pre-w0-s0"), ("other", "pre-w0-s0")] for t in range(1, 1201)]).to_csv(
         snap / "losses.csv", index=False)
+    record_snapshot(snap)  # as a snapshot command writes it: its checksums last (readers refuse one without them)
     own, _, _ = inference.sources(params, tmp_path)
     trained_here = own[~own["main_sweep"]]
     assert set(trained_here["run"]) == {"post-w400-s1", "pre-w0-s1"} and set(trained_here["setting"]) == {b16}

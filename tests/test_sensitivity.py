@@ -244,7 +244,7 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     assert verdict[("d000-gradnorm-post-grows", c)] == "not reproduced"
     assert {"kind", "margin", "seeds_to_decide"} <= set(table.columns)
     assert set(table["setting"]) == {a, b, c} and table.loc[table["setting"] == a, "default"].all()
-    with pytest.raises(ConfigError, match="no batch_size column.*sensitivity-gradnorm"):  # a table from before
+    with pytest.raises(ConfigError, match="no batch_size column.*sensitivity gradnorm"):  # a table from before
         study_report.claims_by_setting(FULL, la, sa, gradnorm.drop(columns="batch_size"))
     assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
     robust = study_report.robustness(table).set_index("id")
@@ -267,7 +267,7 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     (lambda s: s["early_stop"].update(loss_below=4.2), "sensitivity.early_stop.loss_below", "not below chance"),
     (lambda s: s["early_stop"].update(loss_below=0), "sensitivity.early_stop.loss_below", "> 0"),
     (lambda s: s.pop("early_stop"), "sensitivity", "missing required key(s) ['early_stop']"),
-    (lambda s: s.update(from_snapshots=["no/such/snapshot"]), "sensitivity.from_snapshots", "sensitivity-snapshot"),
+    (lambda s: s.update(from_snapshots=["no/such/snapshot"]), "sensitivity.from_snapshots", "sensitivity snapshot"),
     (lambda s: s["choices"].update(cells=["learned-b64"]), "sensitivity.choices.cells[0]", "{position}-b{batch}"),
     (lambda s: s["choices"].update(cells=["learnt-b64-L24-lr0.001-fp32"]), "sensitivity.choices.cells[0]",
      "allowed: learned, sinusoidal, rope, none"),

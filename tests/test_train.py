@@ -148,7 +148,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     params_file = tmp_path / "params.yaml"
     text = TINY.read_text(encoding="utf-8").replace("  steps: 60", "  steps: 150").replace("  checkpoint_every: 20", "  checkpoint_every: 10")
     params_file.write_text(text, encoding="utf-8")  # the config has Korean comments: never the locale's codec
-    cmd = [sys.executable, "-m", "blocklab.cli", "train-copy", "--params", str(params_file), "--norm", "pre",
+    cmd = [sys.executable, "-m", "blocklab.cli", "sweep", "train", "--params", str(params_file), "--norm", "pre",
            "--warmup", "20", "--seed", "0", "--threads", "1", "--out-dir"]
     subprocess.run(cmd + [str(tmp_path / "whole")], check=True, capture_output=True)
 
