@@ -372,3 +372,26 @@ def test_figures_render(params, reverse_frames, lang):
         matplotlib.pyplot.close(fig)
     english = doc004.variant_label("modern", "en")
     assert doc004.variant_label("modern", "ko") != english and english.startswith("modern")
+
+
+def test_reverse_copy_figure_is_the_same_picture_each_time(reverse_frames):
+    """Same data, same figure, byte for byte: the per-seed dots used seaborn's stripplot jitter, drawn from NumPy's global
+    random state, so `figs/reverse_copy.png` changed on every redraw (issue 33's review). Each seed's dot sits at a
+    fixed offset and its value (the spread's ends are the min and max seeds)."""
+    import io
+
+    pictures = []
+    for _ in range(2):
+        fig = doc004.reverse_copy_figure(*reverse_frames, "en", vocab_size=6)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        pictures.append(png.getvalue())
+        final = fig.axes[1]
+        matplotlib.pyplot.close(fig)
+    assert pictures[0] == pictures[1]
+    from matplotlib.collections import PathCollection
+
+    dots = np.concatenate([c.get_offsets() for c in final.collections if isinstance(c, PathCollection)])
+    losses = reverse_frames[1].sort_values(["variant", "seed"])
+    assert sorted(np.round(dots[:, 1], 9)) == sorted(np.round(losses["final_loss"].to_numpy(), 9))
+    assert sorted(set(np.round(dots[:, 0] % 1, 6))) == [0.12, 0.88]  # two seeds: -0.12 and +0.12 around each variant

@@ -6,7 +6,6 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from . import style
@@ -135,9 +134,12 @@ def residual_ablation_figure(ablation_df: pd.DataFrame, lang: str = "ko", thresh
 
 
 def _per_variant_points(ax, summary_df, column, order, lang):
-    """Each seed a dot, the mean a bar mark with its min-max range."""
-    sns.stripplot(data=summary_df, x="variant", y=column, order=order, hue="variant", palette=VARIANT_COLORS,
-                  legend=False, size=6, jitter=0.12, alpha=0.7, ax=ax)
+    """Each seed a dot, spread evenly across +-0.12 in seed order (seaborn's stripplot jitters with NumPy's global
+    random state, so the same data drew a different figure each time), the mean a bar mark with its min-max range."""
+    for i, variant in enumerate(order):
+        values = summary_df[summary_df["variant"] == variant].sort_values("seed")[column].to_numpy(float)
+        offsets = np.linspace(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(len(values))
+        ax.scatter(i + offsets, values, s=36, color=VARIANT_COLORS[variant], alpha=0.7, edgecolors="none", zorder=3)
     stats = summary_df.groupby("variant")[column].agg(["mean", "min", "max"]).reindex(order)
     x = np.arange(len(order))
     ax.errorbar(x, stats["mean"], yerr=[stats["mean"] - stats["min"], stats["max"] - stats["mean"]], fmt="_",
