@@ -77,28 +77,15 @@ def test_command_table_names_every_registered_subcommand():
     import argparse
     import importlib
 
-    from blocklab.cli import FROZEN_NAMES, TABLE
+    from blocklab.cli import TABLE
 
     for group, entry in TABLE.items():
         verbs = {group: entry} if isinstance(entry, str) else entry[1]
         for module_name in set(verbs.values()):
             subparsers = argparse.ArgumentParser().add_subparsers()
             importlib.import_module(module_name).register(subparsers)
-            registered = {FROZEN_NAMES.get(name, name) for name in subparsers.choices}
+            registered = set(subparsers.choices)
             assert registered == {v for v, m in verbs.items() if m == module_name}, (group, module_name)
-
-
-def test_a_frozen_name_is_kept_only_where_the_numbers_code_holds_it():
-    """FROZEN_NAMES exists so that a rename does not change provenance.NUMBERS_CODE; it must not outlive that reason."""
-    import re
-
-    from blocklab.cli import FROZEN_NAMES
-    from blocklab.provenance import NUMBERS_CODE
-
-    package = PROJECT / "src" / "blocklab"
-    holders = {name: [f for f in NUMBERS_CODE if re.search(rf'add_parser\(\s*"{name}"', (package / f).read_text())]
-               for name in FROZEN_NAMES}
-    assert all(holders.values()), holders
 
 
 def test_the_top_level_is_short_and_lists_the_groups(tmp_path):

@@ -71,11 +71,6 @@ TABLE = {
     }),
 }
 
-# Commands a module registers under its former flat name, taken as the verb named here: the module is one of the files
-# whose hash is a run's code identity (provenance.NUMBERS_CODE), and editing it would restart every checkpointed run
-# that spans sessions. Rename them in the module (and drop them here) with its next edit that changes numbers anyway.
-FROZEN_NAMES = {"train-copy": "train", "aggregate-sweep": "aggregate"}  # training/sweep.py
-
 # Every command as the words that call it ("sweep train", "review") -> its module.
 COMMANDS = {f"{name} {verb}": module for name, entry in TABLE.items() if isinstance(entry, tuple)
             for verb, module in entry[1].items()}
@@ -90,16 +85,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own usage errors: same exit status, no traceback
         self.print_usage(sys.stderr)
         self.exit(2, f"blocklab: error: {message}\n")
-
-
-class _Verbs:
-    """A group's subparsers as a module's register() sees them: a name of FROZEN_NAMES is added as its verb."""
-
-    def __init__(self, subparsers):
-        self.subparsers = subparsers
-
-    def add_parser(self, name, **kwargs):
-        return self.subparsers.add_parser(FROZEN_NAMES.get(name, name), **kwargs)
 
 
 def _register(modules, subparsers) -> None:
@@ -125,7 +110,7 @@ def build_parser(words=()) -> argparse.ArgumentParser:
         group = top.add_parser(name, help=about, description=about)
         sub = group.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="VERB")
         if every or words[0] == name:
-            _register([verbs[words[1]]] if words[1] in verbs and not every else verbs.values(), _Verbs(sub))
+            _register([verbs[words[1]]] if words[1] in verbs and not every else verbs.values(), sub)
     return parser
 
 

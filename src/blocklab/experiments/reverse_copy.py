@@ -23,12 +23,12 @@ import torch
 from .. import provenance
 from ..config import ConfigError, ModelConfig
 from ..integrity import read_run
-from ..io import read_json, read_table, write_table
 from ..model.counting import count_parameters
 from ..model.models import EncoderDecoder
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
 from ..training.sweep import classify
+from ..training.commands import add_aggregate, add_train
 from ..training.tasks import copy_loss, reverse_batch
 from ..training.train import train, write_run
 
@@ -205,21 +205,11 @@ def variant_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-reverse", help="train one run of the document-004 reverse-copy comparison")
-    p.add_argument("--params", default="params.yaml")
+    p = add_train(subparsers, "train-reverse", "train one run of the document-004 reverse-copy comparison", _train_main)
     p.add_argument("--variant", required=True, choices=list(VARIANTS))
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--match-params", action="store_true",
                    help="SwiGLU hidden width 2/3·r·d (Llama) instead of r·d: about the ReLU FFN's parameter count")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("aggregate-reverse", help="collect finished reverse-copy runs into tidy tables")
-    p.add_argument("--runs", nargs="+", required=True, type=Path)
-    p.add_argument("--out-losses", required=True, type=Path)
-    p.add_argument("--out-summary", required=True, type=Path)
-    p.set_defaults(func=_aggregate_main)
+    add_aggregate(subparsers, "aggregate-reverse", "collect finished reverse-copy runs into tidy tables", aggregate)
 
 
 def _train_main(args) -> None:
@@ -229,12 +219,3 @@ def _train_main(args) -> None:
     meta = train_reverse_run(params, args.variant, args.seed, args.out_dir, params["device"], args.match_params)
     log.info("%s %s in %.1f s, greedy sequence accuracy %.3f", meta["run"], meta["status"], meta["wall_time_s"],
              meta["eval"]["seq_accuracy"])
-
-
-def _aggregate_main(args) -> None:
-    missing = [str(run) for run in args.runs if not (Path(run) / "meta.json").is_file()]
-    if missing:
-        raise ConfigError(f"unfinished run(s) without meta.json: {missing}")
-    losses, summary = aggregate(args.runs)
-    write_table(losses, args.out_losses)
-    write_table(summary, args.out_summary)

@@ -9,13 +9,14 @@ import pandas as pd
 import torch
 
 from .. import provenance
-from ..config import ConfigError, ModelConfig
+from ..config import NORM_POSITIONS, ConfigError, ModelConfig
 from ..integrity import read_run
-from ..io import read_json, write_table
+from ..io import read_json
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.models import DecoderLM
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
+from .commands import add_aggregate, add_train
 from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table
 from .precision import check_precision
 from .tasks import copy_batch, copy_loss
@@ -188,20 +189,10 @@ def aggregate(run_dirs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-copy", help="train one run of the document-000 copy-task sweep")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--norm", required=True, choices=["post", "pre"])
+    p = add_train(subparsers, "train", "train one run of the document-000 copy-task sweep", _train_main)
+    p.add_argument("--norm", required=True, choices=list(NORM_POSITIONS))
     p.add_argument("--warmup", required=True, type=int)
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--out-dir", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
-    p.set_defaults(func=_train_main)
-
-    p = subparsers.add_parser("aggregate-sweep", help="collect finished sweep runs into tidy tables")
-    p.add_argument("--runs", nargs="+", required=True, type=Path)
-    p.add_argument("--out-losses", required=True, type=Path)
-    p.add_argument("--out-summary", required=True, type=Path)
-    p.set_defaults(func=_aggregate_main)
+    add_aggregate(subparsers, "aggregate", "collect finished sweep runs into tidy tables", aggregate)
 
 
 def _train_main(args) -> None:
@@ -214,9 +205,3 @@ def _train_main(args) -> None:
     set_threads(args.threads or params["threads_per_run"])
     meta = train_copy_run(params, args.norm, args.warmup, args.seed, args.out_dir, params["device"])
     log.info("%s %s in %.1f s", meta["run"], meta["status"], meta["wall_time_s"])
-
-
-def _aggregate_main(args) -> None:
-    losses, summary = aggregate(args.runs)
-    write_table(losses, args.out_losses)
-    write_table(summary, args.out_summary)

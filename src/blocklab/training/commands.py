@@ -1,0 +1,38 @@
+"""The argparse pieces that the training commands share (the copy-task sweep, document 004's reverse copy): one finished
+run's training is its module's own; collecting finished runs into the two tidy tables is the same for both."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import ConfigError
+from ..io import write_table
+
+
+def add_train(subparsers, name: str, help: str, train_main):
+    """``name --params --seed --out-dir [--threads]``: one run's command; the caller adds what picks its run."""
+    p = subparsers.add_parser(name, help=help)
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
+    p.set_defaults(func=train_main)
+    return p
+
+
+def add_aggregate(subparsers, name: str, help: str, aggregate) -> None:
+    """``name --runs DIR... --out-losses CSV --out-summary CSV``: ``aggregate(runs) -> (losses, summary)`` over finished
+    runs (each with its meta.json; an unfinished one is refused by name before anything is written)."""
+    p = subparsers.add_parser(name, help=help)
+    p.add_argument("--runs", nargs="+", required=True, type=Path)
+    p.add_argument("--out-losses", required=True, type=Path)
+    p.add_argument("--out-summary", required=True, type=Path)
+
+    def run(args) -> None:
+        missing = [str(r) for r in args.runs if not (Path(r) / "meta.json").is_file()]
+        if missing:
+            raise ConfigError(f"unfinished run(s) without meta.json: {missing}")
+        losses, summary = aggregate(args.runs)
+        write_table(losses, args.out_losses)
+        write_table(summary, args.out_summary)
+
+    p.set_defaults(func=run)
