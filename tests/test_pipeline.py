@@ -95,16 +95,25 @@ def jobs_after_edit(project, old, new, *targets) -> dict:
 # uses the same run.
 
 
-def without_the_sweep(snake_project, dest: Path) -> Path:
-    """A copy of the session's finished tiny run (files, Snakemake's records, git) without its sweep and its report:
-    the README's command then retrains the sweep and remakes everything that depends on it (aggregation, the probe of
-    the copy models, the study's tables, claims, the report), and nothing else is trained again (CI time, issue 25).
-    Both must go: with the report present Snakemake finds every requested file and runs nothing."""
+RETRAINED = "post-w20-s0"  # the sweep run the kill tests delete, train again and kill while it trains: seed 0 with
+# warm-up, so that the probe, the dynamics family and the sensitivity study read it too
+
+
+def without_a_sweep_run(snake_project, dest: Path) -> Path:
+    """A copy of the session's finished tiny run (files, Snakemake's records, git) without one sweep run and the report:
+    the README's command then retrains that run and remakes everything that depends on the sweep (aggregation, the
+    probe of the copy models, the studies' tables, claims, the report), and nothing else is trained again. One run, not
+    the whole sweep (CI time: the other seven added ~30 s to each of the two tests that use this and tested nothing
+    more: the kill lands in one run's training either way). Both must go: with the report present Snakemake finds every
+    requested file and runs nothing."""
     project = Path(shutil.copytree(snake_project, dest, symlinks=True))
-    shutil.rmtree(project / "data" / "sweep")
+    shutil.rmtree(project / "data" / "sweep" / "runs" / RETRAINED)
+    for table in ("summary.csv", "losses.csv"):  # with the sweep's tables present, Snakemake would not need the run
+        (project / "data" / "sweep" / table).unlink()
     shutil.rmtree(project / "reports")
     planned = planned_jobs(project)
-    assert planned.get("train_copy") == 8 and "report" in planned and "train_reverse" not in planned, planned
+    assert planned.get("train_copy") == 1 and "report" in planned and "train_reverse" not in planned, planned
+    assert {"aggregate_sweep", "probe_copy", "aggregate_dynamics", "aggregate_sensitivity", "claims"} <= set(planned), planned
     return project
 
 
@@ -112,10 +121,10 @@ def without_the_sweep(snake_project, dest: Path) -> Path:
 def dvc_project(tmp_path_factory, snake_project):
     """`dvc repro`, its process group SIGKILLed during training and started again: the README's "kill it and start
     it again" for DVC (DVC clears its own stale lock; the Snakefile clears Snakemake's, see pipeline.hold_run_lock).
-    From the session's run without its sweep (``without_the_sweep``): DVC has never run there, so `dvc repro` runs its
-    stage (the Snakemake DAG), which retrains the sweep and remakes what depends on it; the rest of the DAG is the
+    From the session's run without one sweep run (``without_a_sweep_run``): DVC has never run there, so `dvc repro` runs
+    its stage (the Snakemake DAG), which retrains that run and remakes what depends on the sweep; the rest of the DAG is the
     same Snakemake code the session's run has already exercised."""
-    project = without_the_sweep(snake_project, tmp_path_factory.mktemp("dvc") / "project")
+    project = without_a_sweep_run(snake_project, tmp_path_factory.mktemp("dvc") / "project")
     killed = start(["dvc", "repro"], project, project.parent / "killed.log")
     kill_group_when(killed, lambda: any((project / "data/sweep/runs").glob("*/checkpoint.pt")), "training checkpoint")
     assert snakemake_locks(project), "the kill left no stale lock, so this would not test the recovery"
@@ -198,7 +207,8 @@ def test_dvc_repro_builds_the_same_artifacts(dvc_project, snake_project):
     for table in ("sweep/losses.csv", "gradnorm/gradnorm.csv", "reverse_copy/losses.csv", "residual_sim/curve.csv"):
         # Exact, not a tolerance: two runs on this machine, same code path (same kernels, `threads_per_run` threads a
         # job whatever --cores is), same seeds; the dvc run was killed and resumed, which is bit-exact (test_train).
-        # (The sweep's tables were made again by the dvc run; the others came with the copy: see without_the_sweep.)
+        # (The sweep's tables were made again by the dvc run, one run retrained; the others came with the copy: see
+        # without_a_sweep_run.)
         # Across machines these bytes differ by float rounding: see docs/portability.md.
         assert (dvc_project / "data" / table).read_bytes() == (snake_project / "data" / table).read_bytes(), table
     assert_same_tables(dvc_project, snake_project)
@@ -254,9 +264,9 @@ def test_hard_kill_then_start_again_recovers_the_same_tables(tmp_path, snake_pro
     """The README's "kill it and start it again" after SIGKILL of the whole process group, during training and during
     the report, restarting with the README's command each time; a second run while one is live keeps its locks.
 
-    It starts from the session's run without its sweep (``without_the_sweep``): the kills land in the retraining of the
-    sweep and in the remaking of everything that depends on it."""
-    project = without_the_sweep(snake_project, tmp_path / "project")
+    It starts from the session's run without one sweep run (``without_a_sweep_run``): the kills land in the retraining of
+    that run and in the remaking of everything that depends on the sweep."""
+    project = without_a_sweep_run(snake_project, tmp_path / "project")
     first = start(["snakemake", "--cores", "2"], project, tmp_path / "first.log")
 
     def training_and_locked():
