@@ -25,7 +25,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from blocklab.bench import capture_step_gemms, copy_step_flops, time_gemm_floor, train_copy_steps
+from blocklab.bench.flops import capture_step_gemms, copy_step_flops, time_gemm_floor
+from blocklab.bench.lanes import train_copy_steps
 from blocklab.config import ModelConfig
 from blocklab.model.fastpath import (PLAIN, FastPath, FusedLayerNorm, ShortCausalAttention, apply_fast_path, fuse_layernorms,
                                      tune_allocator, use_short_causal_attention)
@@ -425,7 +426,7 @@ def test_bench_command_end_to_end(tmp_path):
 
 def test_batched_runs_give_each_runs_own_losses():
     """Three runs of one norm position (different seeds and warm-ups) trained as one vmapped model vs one by one."""
-    from blocklab.bench import train_copy_group_batched
+    from blocklab.training.batched import train_copy_group_batched
 
     steps, runs = 15, [(0, 0), (5, 1), (0, 2)]
     params = _params(steps)
@@ -440,7 +441,7 @@ def test_batched_runs_give_each_runs_own_losses():
 def test_batched_runs_isolate_a_diverging_member(monkeypatch):
     """A member that goes non-finite stops where train.train stops, keeps its weights, and leaves the others alone."""
     import blocklab.training.sweep
-    from blocklab.bench import train_copy_group_batched
+    from blocklab.training.batched import train_copy_group_batched
 
     original = blocklab.training.sweep.build_copy_model
 
