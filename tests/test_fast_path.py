@@ -264,7 +264,7 @@ def test_fast_path_keeps_state_dict_keys_and_gives_the_same_gradients():
 
 def _settings(module):
     """A module's own settings and the very objects it holds (parameters, buffers, sub-modules), by name."""
-    own = {k: v for k, v in vars(module).items() if not k.startswith("_") and k != "training"}
+    own = {k: v for k, v in vars(module).items() if not k.startswith("_")}
     return own, {kind: {k: id(v) for k, v in getattr(module, kind).items()} for kind in ("_parameters", "_buffers", "_modules")}
 
 

@@ -112,7 +112,9 @@ def _replace(model: nn.Module, plain: type, fast: type) -> int:
     places = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
               if type(child) is plain]
     for parent, name, child in places:
-        setattr(parent, name, fast(child))
+        module = fast(child)
+        module.training = child.training
+        setattr(parent, name, module)
     return len(places)
 
 
