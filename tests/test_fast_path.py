@@ -25,9 +25,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from blocklab.bench import capture_step_gemms, copy_step_flops, time_gemm_floor, train_copy_steps
+from blocklab.bench.flops import capture_step_gemms, copy_step_flops, time_gemm_floor
+from blocklab.bench.lanes import train_copy_steps
 from blocklab.config import ModelConfig
-from blocklab.model.fastpath import PLAIN, FastPath, fuse_layernorms, tune_allocator, use_short_causal_attention
+from blocklab.model.fastpath import (PLAIN, FastPath, FusedLayerNorm, ShortCausalAttention, apply_fast_path, fuse_layernorms,
+                                     tune_allocator, use_short_causal_attention)
 from blocklab.model.layers import Attention, LayerNorm
 from blocklab.params import load_params
 from blocklab.training import sweep
@@ -72,7 +74,9 @@ def test_fused_layernorm_matches_ours_and_torchs():
         for m in (ours, fused, reference):
             m.weight.copy_(torch.linspace(0.5, 1.5, 24))
             m.bias.copy_(torch.linspace(-0.2, 0.3, 24))
-    assert fuse_layernorms(fused) == 1 and isinstance(fused, LayerNorm)
+    plain = fused
+    fused = FusedLayerNorm(plain)
+    assert isinstance(fused, LayerNorm) and fused.weight is plain.weight and fused.bias is plain.bias
     x, upstream = torch.randn(3, 5, 24) * 3 + 1, torch.randn(3, 5, 24)
     out, dx, dp = _grads(fused, x, upstream)
     # One op, two kernels: outputs of order 1 round at a few eps (atol 1e-6, rtol 1e-5 = ~100 eps); the gradients
@@ -102,9 +106,8 @@ def test_short_causal_attention_matches_sdpa_and_the_definition():
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, max_len=16)
     torch.manual_seed(1)
     plain = Attention(cfg, causal=True)
-    short = Attention(cfg, causal=True)
-    short.load_state_dict(plain.state_dict())
-    assert use_short_causal_attention(short) == 1
+    short = ShortCausalAttention(plain)
+    assert isinstance(short, Attention) and short.q is plain.q and short.o is plain.o
     x, upstream = torch.randn(2, 11, 32), torch.randn(2, 11, 32)
     out, dx, dp = _grads(short, x, upstream)
     out_p, dx_p, dp_p = _grads(plain, x, upstream)
@@ -122,9 +125,7 @@ def test_short_attention_leaves_other_attention_kinds_alone():
     torch.manual_seed(2)
     for kwargs in ({"causal": False}, {"causal": True}):
         plain = Attention(cfg, **kwargs)
-        short = Attention(cfg, **kwargs)
-        short.load_state_dict(plain.state_dict())
-        use_short_causal_attention(short)
+        short = ShortCausalAttention(plain)
         x = torch.randn(2, 7, 16)
         assert torch.equal(short(x), plain(x))  # GQA / RoPE / bidirectional take the unchanged SDPA path: same kernels, exact
 
@@ -259,6 +260,34 @@ def test_fast_path_keeps_state_dict_keys_and_gives_the_same_gradients():
     plain, fast = build_copy_model(cfg, 3), _fast(build_copy_model(cfg, 3))
     assert [(k, v.shape, v.dtype) for k, v in plain.state_dict().items()] == [(k, v.shape, v.dtype) for k, v in fast.state_dict().items()]
     check_fast_path_gradients()
+
+
+def _settings(module):
+    """A module's own settings and the very objects it holds (parameters, buffers, sub-modules), by name."""
+    own = {k: v for k, v in vars(module).items() if not k.startswith("_")}
+    return own, {kind: {k: id(v) for k, v in getattr(module, kind).items()} for kind in ("_parameters", "_buffers", "_modules")}
+
+
+def test_fast_modules_take_the_plain_ones_place_with_their_parameters_and_numbers():
+    """apply_fast_path builds each fast module from the plain one it replaces (no class swap at run time, issue 35): the
+    model keeps its very Parameter objects, names and settings, and trains to losses bit-identical to those of the same
+    fast modules put in place by swapping each plain module's class, as the fast path did before."""
+    _, cfg, task = _copy_setup()
+    model, swapped = build_copy_model(cfg, 4), build_copy_model(cfg, 4)
+    plain = {name: _settings(m) for name, m in model.named_modules() if type(m) in (LayerNorm, Attention)}
+    parameters = dict(model.named_parameters())
+    apply_fast_path(model, FAST)
+    replaced = {name: m for name, m in model.named_modules() if name in plain}
+    assert {type(m) for m in replaced.values()} == {FusedLayerNorm, ShortCausalAttention} and len(plain) == 3 * cfg.n_layers + 1
+    assert all(_settings(m) == plain[name] for name, m in replaced.items())
+    assert all(p is parameters[name] for name, p in model.named_parameters()) and len(parameters) == len(list(model.parameters()))
+    for m in swapped.modules():  # the former mechanism, as the reference
+        if type(m) in (LayerNorm, Attention):
+            m.__class__ = FusedLayerNorm if type(m) is LayerNorm else ShortCausalAttention
+    losses = [train(m, lambda g: copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g),
+                    lambda m, b: copy_loss(m(b[0]), b[1]), steps=4, lr=1e-3, warmup=0,
+                    generator=torch.Generator().manual_seed(4), fused_adam=True).losses for m in (model, swapped)]
+    assert losses[0] == losses[1] and len(set(losses[0])) == 4
 
 
 def test_fast_path_trains_the_same_model():
@@ -397,7 +426,7 @@ def test_bench_command_end_to_end(tmp_path):
 
 def test_batched_runs_give_each_runs_own_losses():
     """Three runs of one norm position (different seeds and warm-ups) trained as one vmapped model vs one by one."""
-    from blocklab.bench import train_copy_group_batched
+    from blocklab.training.batched import train_copy_group_batched
 
     steps, runs = 15, [(0, 0), (5, 1), (0, 2)]
     params = _params(steps)
@@ -412,7 +441,7 @@ def test_batched_runs_give_each_runs_own_losses():
 def test_batched_runs_isolate_a_diverging_member(monkeypatch):
     """A member that goes non-finite stops where train.train stops, keeps its weights, and leaves the others alone."""
     import blocklab.training.sweep
-    from blocklab.bench import train_copy_group_batched
+    from blocklab.training.batched import train_copy_group_batched
 
     original = blocklab.training.sweep.build_copy_model
 

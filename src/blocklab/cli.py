@@ -14,7 +14,7 @@ from .config import ConfigError
 # never affects the others. The commands people type come first; the groups hold what the Snakemake rules call.
 TABLE = {
     "review": "blocklab.review",
-    "bench": "blocklab.bench",
+    "bench": "blocklab.bench.command",
     "smoke": "blocklab.smoke",
     "verify": "blocklab.integrity",
     "docs": "blocklab.reporting.docs",

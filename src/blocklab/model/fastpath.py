@@ -1,9 +1,10 @@
 """The sweep's fast training path: the same model and numbers as the plain path, fewer and cheaper kernels on a CPU.
 
-The plain modules in layers.py are written to be read; this module swaps them, in place, for equivalents that do the
-same arithmetic in fewer kernels. The model's parameters and state-dict keys do not change, so checkpoints, optimizer
-state and safetensors files are the same for both paths, and a run may resume on either. Each swap is exact up to float
-rounding (tests/test_fast_path.py); measured gains are in bench/README.md.
+The plain modules in layers.py are written to be read; this module puts in their place equivalents that do the same
+arithmetic in fewer kernels. Each fast module is built from the plain one it replaces and holds that module's very own
+parameters and sub-modules under the same names, so the model's Parameter objects and state-dict keys do not change:
+checkpoints, optimizer state and safetensors files are the same for both paths, and a run may resume on either. Each
+replacement is exact up to float rounding (tests/test_fast_path.py); measured gains are in bench/README.md.
 """
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .layers import Attention, LayerNorm
 
 
 class FusedLayerNorm(LayerNorm):
     """LayerNorm as one ATen kernel forward and one backward instead of ~10 eager ops; same parameters and keys."""
+
+    def __init__(self, norm: LayerNorm):
+        super().__init__(norm.weight.numel(), norm.eps, bias=norm.bias is not None)
+        self.weight, self.bias = norm.weight, norm.bias  # norm's own parameters, in the slots just made for them
 
     def forward(self, x):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
@@ -48,7 +54,16 @@ class CausalAttentionFunction(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None
 
 
-class ShortCausalAttention(Attention):
+class FastAttention(Attention):
+    """An Attention built from a plain one: its settings and its own q, k, v, o and RoPE modules (same keys)."""
+
+    def __init__(self, attn: Attention):
+        nn.Module.__init__(self)  # not Attention.__init__: it would draw fresh weights; these modules are attn's
+        self.n_heads, self.kv_heads, self.head_dim, self.causal = attn.n_heads, attn.kv_heads, attn.head_dim, attn.causal
+        self.q, self.k, self.v, self.o, self.rope = attn.q, attn.k, attn.v, attn.o, attn.rope
+
+
+class ShortCausalAttention(FastAttention):
     """Causal self-attention for short sequences on the CPU; every other case takes Attention's own path.
 
     The CPU flash kernel behind F.scaled_dot_product_attention is blocked for long sequences. At T = 63 and
@@ -71,7 +86,7 @@ class ShortCausalAttention(Attention):
         return self.o(y.view(*batch, self.n_heads, time_, self.head_dim).transpose(-3, -2).flatten(-2))
 
 
-class MathCausalAttention(Attention):
+class MathCausalAttention(FastAttention):
     """Causal self-attention in plain differentiable ops (matmul, masked softmax, matmul) for ``torch.func.vmap``.
 
     vmap batches these ops across stacked members; it has no batching rule for the CPU flash kernel behind
@@ -88,30 +103,34 @@ class MathCausalAttention(Attention):
         return self.o((scores.softmax(-1) @ v).transpose(-3, -2).flatten(-2))
 
 
-def _swap_class(model, old: type, new: type) -> int:
-    # Swapping the class in place keeps the very same Parameter objects and state-dict keys, so optimizers,
-    # checkpoints and safetensors files are unaffected.
-    switched = 0
-    for module in model.modules():
-        if type(module) is old:
-            module.__class__ = new
-            switched += 1
-    return switched
+def _replace(model: nn.Module, plain: type, fast: type) -> int:
+    """Put ``fast(module)`` in the place of every module of ``model`` whose type is exactly ``plain``; returns how many.
+
+    The fast module holds the plain one's own parameters (see the top), so optimizers, checkpoints and safetensors
+    files are unaffected. Hooks registered on a replaced module do not move with it: replace before adding any.
+    """
+    places = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+              if type(child) is plain]
+    for parent, name, child in places:
+        module = fast(child)
+        module.training = child.training
+        setattr(parent, name, module)
+    return len(places)
 
 
 def fuse_layernorms(model) -> int:
-    """Switch every LayerNorm of ``model`` to FusedLayerNorm in place; returns how many were switched."""
-    return _swap_class(model, LayerNorm, FusedLayerNorm)
+    """Put a FusedLayerNorm in the place of every LayerNorm inside ``model``; returns how many were replaced."""
+    return _replace(model, LayerNorm, FusedLayerNorm)
 
 
 def use_short_causal_attention(model) -> int:
-    """Switch every Attention of ``model`` to ShortCausalAttention in place; returns how many were switched."""
-    return _swap_class(model, Attention, ShortCausalAttention)
+    """Put a ShortCausalAttention in the place of every Attention inside ``model``; returns how many were replaced."""
+    return _replace(model, Attention, ShortCausalAttention)
 
 
 def use_math_attention(model) -> int:
-    """Switch every Attention of ``model`` to MathCausalAttention in place (for vmap); returns how many were switched."""
-    return _swap_class(model, Attention, MathCausalAttention)
+    """Put a MathCausalAttention (for vmap) in the place of every Attention inside ``model``; returns how many."""
+    return _replace(model, Attention, MathCausalAttention)
 
 
 def tune_allocator() -> bool:
@@ -149,7 +168,7 @@ PLAIN = FastPath(fused_layernorm=False, short_attention=False, fused_adam=False,
 
 
 def apply_fast_path(model: torch.nn.Module, fast: FastPath) -> torch.nn.Module:
-    """Switch ``model``'s modules to the fast kernels that ``fast`` asks for (in place) and tune the allocator."""
+    """Replace ``model``'s modules by the fast kernels that ``fast`` asks for (in place) and tune the allocator."""
     if fast.fused_layernorm:
         fuse_layernorms(model)
     if fast.short_attention:
