@@ -37,12 +37,10 @@ def register(subparsers) -> None:
     p.add_argument("--every-step", action="store_true",
                    help="keep every recorded diagnostic step (no thinning): runs recorded at every step, for the "
                         "detectors' false alarms at the loss's own resolution")
-    p = subparsers.add_parser("figures", help="draw the training-dynamics figures from data/dynamics")
-    p.add_argument("--params", default="params.yaml")
+    p = add_command(subparsers, "figures", "draw the training-dynamics figures from data/dynamics", _figures_main)
     p.add_argument("--data", default="data")
     p.add_argument("--figs", default="figs")
     p.add_argument("--lang", choices=list(LANGS), default=None)
-    p.set_defaults(func=_figures_main)
 
 
 def _status_main(args) -> None:

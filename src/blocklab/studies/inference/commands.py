@@ -25,10 +25,7 @@ def register(subparsers) -> None:
     add_plan(subparsers, "every fitting run of the inferred-setup procedure", plan, PLAN)
     add_status(subparsers, "which fitting runs are recorded, finished or to do; hours left", _status_main)
     add_snapshot(subparsers, "record the finished fitting runs in a directory kept in git", _snapshot_main)
-    p = subparsers.add_parser("aggregate", help="the fitting runs' losses and the ranking of the candidates")
-    p.add_argument("--params", default="params.yaml")
-    p.set_defaults(func=_aggregate_main)
-
+    add_command(subparsers, "aggregate", "the fitting runs' losses and the ranking of the candidates", _aggregate_main)
     p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
     p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
     p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
