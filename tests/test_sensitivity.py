@@ -16,7 +16,7 @@ from blocklab.config import ConfigError
 from blocklab.params import ParamsError
 from blocklab.studies.checks import load_params, validate_params  # every study's checks too
 from blocklab.reporting import claims
-from blocklab.studies import cells
+from blocklab.studies import cells as study_cells
 from blocklab.studies.sensitivity import aggregate as study_report  # tables, claim x setting, robustness
 from blocklab.studies.sensitivity import plan as sens
 from blocklab.studies.sensitivity import run as sens_run
@@ -32,16 +32,16 @@ TINY = load_params(ROOT / "configs/tiny.yaml")
 
 
 def test_cell_names_round_trip_and_bad_names_are_refused():
-    cell = cells.Cell("learned", 64, 12, 3e-4, "bf16")
-    assert cell.name == "learned-b64-L12-lr0.0003-bf16" and cells.Cell.parse(cell.name) == cell
+    cell = study_cells.Cell("learned", 64, 12, 3e-4, "bf16")
+    assert cell.name == "learned-b64-L12-lr0.0003-bf16" and study_cells.Cell.parse(cell.name) == cell
     with pytest.raises(Exception, match="not a cell name"):
-        cells.Cell.parse("learned-32")
-    assert re.fullmatch(cells.CELL_PATTERN, cell.name)
+        study_cells.Cell.parse("learned-32")
+    assert re.fullmatch(study_cells.CELL_PATTERN, cell.name)
 
 
 def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     plan = sens.plan(FULL)
-    base = cells.default_cell(FULL).name
+    base = study_cells.default_cell(FULL).name
     main = plan[plan["main_sweep"]]
     # the default cell, seed 0, at both warm-ups and norms: in both families, pointing at data/sweep/runs
     assert set(main["setting"]) == {base} and set(main["seed"]) == {0}
@@ -64,7 +64,7 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     named = len(FULL["sensitivity"]["choices"].get("cells", []))  # single cells beside the grid (batch 64)
     assert len(choices) == (2 * 3 + bf16 + named) * cases  # positions x batch sizes (crossed), + the other precision
     assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
-    held = cells.Cell.parse(base).__class__(FULL["copy_model"]["position"], 32, 24, 1e-3, "bf16").name
+    held = study_cells.Cell.parse(base).__class__(FULL["copy_model"]["position"], 32, 24, 1e-3, "bf16").name
     assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {held}  # at the held batch, as recorded
 
 
@@ -92,9 +92,9 @@ def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from
 
 
 def test_only_runs_off_the_documents_size_stop_early():
-    stop, words = sens.early_stop_rule(FULL, cells.Cell("learned", 16, 24, 1e-3))
+    stop, words = sens.early_stop_rule(FULL, study_cells.Cell("learned", 16, 24, 1e-3))
     assert stop is None and words is None  # the document's depth and learning rate: any batch, any position
-    stop, words = sens.early_stop_rule(FULL, cells.Cell("sinusoidal", 32, 6, 3e-3))
+    stop, words = sens.early_stop_rule(FULL, study_cells.Cell("sinusoidal", 32, 6, 3e-3))
     rule = FULL["sensitivity"]["early_stop"]
     n, below = rule["for_steps"], rule["loss_below"]
     assert f"{below:g}" in words and str(n) in words
@@ -201,7 +201,7 @@ def test_depth_claim_on_hand_made_grids(learned, verdict):
 
 def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Hand-made runs of one choices cell at the document's size: three seeds of every norm x warm-up case."""
-    cell = cells.Cell.parse(setting)
+    cell = study_cells.Cell.parse(setting)
     curves, rows = [], []
     for norm in ("post", "pre"):
         for warmup in (0, 400):
@@ -218,10 +218,10 @@ def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.Dat
 
 
 def test_claim_by_setting_judges_each_setting_on_its_own_runs():
-    a = cells.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
-    other = next(p for p in ("learned", "sinusoidal") if p != cells.default_cell(FULL).position)
-    b = a.replace(cells.default_cell(FULL).position, other, 1)
-    batch = cells.default_cell(FULL).batch_size
+    a = study_cells.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
+    other = next(p for p in ("learned", "sinusoidal") if p != study_cells.default_cell(FULL).position)
+    b = a.replace(study_cells.default_cell(FULL).position, other, 1)
+    batch = study_cells.default_cell(FULL).batch_size
     c = a.replace(f"-b{batch}-", f"-b{2 * batch}-", 1)  # the default cell at twice the batch
     la, sa = _cell_runs(a, post_w0_final=4.1616)  # post-norm without warm-up stuck, as the document says
     lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
@@ -460,7 +460,7 @@ def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake
     table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
     assert judged == cells == study["setting"].nunique() and verdicts(table) == verdicts(study)
     # one run of a non-default cell is not finished (its meta.json is what marks a finished run): that cell drops out
-    base = cells.default_cell(TINY).name
+    base = study_cells.default_cell(TINY).name
     plan = sens.plan(TINY)
     other = plan[(plan["family"] == "choices") & (plan["setting"] != base)].iloc[0]
     (tmp_path / other.run_dir / "meta.json").unlink()
