@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from blocklab.experiments.dynamics import thin
+from blocklab.studies.dynamics.aggregate import thin
 from blocklab.io import write_table
 
 GALLERY, OUT = Path("docs/gallery/data"), Path("docs/dynamics/sweep-b32")

@@ -330,7 +330,7 @@ def test_bad_claim_entries_outside_the_rule():
 
 
 def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
-    from blocklab.reporting.inference import FIT_CLAIMS
+    from blocklab.studies.inference.aggregate import FIT_CLAIMS
 
     loaded = claims.load_claims()
     assert not hasattr(claims, "within_factor") and not hasattr(claims, "loss_matches")
@@ -345,7 +345,7 @@ def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
 def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_losses():
     import pandas as pd
 
-    from blocklab.reporting.inference import FIT_CLAIMS, distance, score, targets
+    from blocklab.studies.inference.aggregate import FIT_CLAIMS, distance, score, targets
 
     assert distance(0.05, 0.01, 0.08) == 0.0 and distance(0.003, 0.0, 0.007) == 0.0  # inside the range; "below 0.007"
     assert math.isclose(distance(0.16, 0.01, 0.08), math.log(2)) and math.isclose(distance(0.005, 0.01, 0.08), math.log(2))

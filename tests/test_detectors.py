@@ -8,7 +8,7 @@ import pytest
 
 from blocklab.config import ConfigError
 from blocklab.experiments import detectors as det
-from blocklab.experiments.dynamics import wilson
+from blocklab.studies.dynamics.aggregate import wilson
 
 RULE = {"learned_below": 0.05, "learned_for": 20, "spike_above": 0.5, "collapse_at": 0.9, "collapse_for": 100}
 STEPS = np.arange(1, 601)
@@ -231,7 +231,7 @@ def _compare_frames(steps=range(1, 1201)):
 def test_the_gradnorm_figure_draws_the_value_at_each_step_with_a_style_per_step_and_a_readable_legend():
     import matplotlib.pyplot as plt
 
-    from blocklab.figures.dynamics import gradnorm_through_training_figure
+    from blocklab.studies.dynamics.figures import gradnorm_through_training_figure
 
     summary, diagnostics = _compare_frames()
     fig = gradnorm_through_training_figure(diagnostics, summary, lang="en", steps=1200)
@@ -265,7 +265,7 @@ def _collapse_frames(every: int):
                                       "loss": np.where((steps >= 300) & (run.endswith("0")), 4.2, 0.01)})
                         for run in summary["run"]], ignore_index=True)
     kept = steps[(steps % every == 0)]
-    from blocklab.figures.dynamics import ANATOMY
+    from blocklab.studies.dynamics.figures import ANATOMY
 
     diagnostics = pd.concat([pd.DataFrame({"step": kept, "block": 0, "metric": metric, "value": 1.0 + kept / 100,
                                            "setting": "s", "run": run})
@@ -278,7 +278,7 @@ def _collapse_frames(every: int):
 def test_the_anatomy_draws_per_step_data_as_a_line_and_says_when_a_metric_is_sampled_sparser(every):
     import matplotlib.pyplot as plt
 
-    from blocklab.figures.dynamics import collapse_anatomy_figure
+    from blocklab.studies.dynamics.figures import collapse_anatomy_figure
 
     diagnostics, losses, summary = _collapse_frames(every)
     fig = collapse_anatomy_figure(diagnostics, losses, summary, "s", lang="en", warmup=100)

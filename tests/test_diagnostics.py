@@ -10,9 +10,12 @@ import torch
 import yaml
 
 from blocklab import ModelConfig
-from blocklab.experiments.dynamics import collapse_stop, events, plan, rates, wilson
+from blocklab.studies.dynamics.aggregate import rates, wilson
+from blocklab.studies.dynamics.plan import plan
+from blocklab.studies.dynamics.plan import collapse_stop, events
 from blocklab.config import ConfigError
-from blocklab.params import ParamsError, load_params, validate_params
+from blocklab.params import ParamsError
+from blocklab.studies.checks import load_params, validate_params  # every study's checks too
 from blocklab.integrity import record_snapshot
 from blocklab.training.diagnostics import METRICS, Recorder
 from blocklab.training.sweep import build_copy_model, train_copy_run
@@ -59,7 +62,7 @@ def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_chan
     table = pd.read_parquet(tmp_path / "dense" / "diagnostics.parquet")
     steps = sorted(table.loc[table["metric"] == "attn_logit_max", "step"].unique())
     assert steps == [1, 5, 10, 12, 13, 14, 15, 16, 17, 20, 25, 30]  # every 5, and every step of 12..17
-    from blocklab.experiments.dynamics import parse_window
+    from blocklab.studies.dynamics.run import parse_window
 
     assert parse_window("450:600", 1200) == (450, 600) and parse_window(None, 1200) is None
     for bad in ("600:450", "0:10", "10:1300", "ten"):
@@ -70,7 +73,8 @@ def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_chan
 def test_a_snapshot_at_every_step_keeps_every_recorded_step(tmp_path):
     """`dynamics snapshot --every-step`: a run recorded at every step keeps all of it (the detectors' false alarms
     need the loss's own resolution); the default snapshot thins it (kept_steps)."""
-    from blocklab.experiments.dynamics import plan as dynamics_plan, read_snapshots, write_snapshot
+    from blocklab.studies.dynamics.aggregate import write_snapshot
+    from blocklab.studies.dynamics.plan import plan as dynamics_plan, read_snapshots
 
     params = _tiny(steps=TINY["sweep"]["steps"], every=1)
     row = dynamics_plan(params).iloc[0]
@@ -213,7 +217,7 @@ def test_skipped_candidates_are_named_by_position_and_batch_so_other_depths_stil
     params = copy.deepcopy(FULL)
     params["copy_model"]["n_layers"] = 3  # the candidates become ...-L3-...; the skip list still names them
     params["sensitivity"]["from_snapshots"] = params["dynamics"]["from_snapshots"] = []  # (recorded at depth 24 only)
-    from blocklab.experiments import inference
+    from blocklab.studies.inference import plan as inference
 
     validate_params(params)
     assert not any(s.startswith(("sinusoidal-b64-", "sinusoidal-b128-")) for s in inference.plan(params)["setting"])
@@ -294,7 +298,7 @@ def test_rates_count_only_runs_that_learned():
 
 
 def test_the_anatomy_dissects_the_first_setting_with_a_collapse_else_a_spike_else_the_default():
-    from blocklab.figures.dynamics import anatomy_setting
+    from blocklab.studies.dynamics.figures import anatomy_setting
 
     def summary(*rows):  # (setting, outcome, in the collapse group)
         return pd.DataFrame([{"setting": s, "outcome": o, "collapse": c} for s, o, c in rows])
@@ -329,7 +333,7 @@ def test_the_plan_reuses_main_sweep_runs_and_lists_each_run_once():
 def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(snake_project):
     import json
 
-    from blocklab.experiments import dynamics as dyn
+    from blocklab.studies.dynamics import plan as dyn
 
     project = snake_project
     planned = dyn.plan(TINY)
@@ -358,14 +362,14 @@ def test_the_tiny_dag_records_diagnostics_for_every_run_and_draws_the_dynamics(s
 
 
 def test_a_dynamics_snapshot_re_aggregates_to_the_same_tables(snake_project, tmp_path):
-    from blocklab.experiments import dynamics as dyn
+    from blocklab.studies.dynamics import aggregate as dyn_agg, plan as dyn
 
     snap = tmp_path / "snap"
-    dyn.write_snapshot(TINY, snap, root=snake_project)
+    dyn_agg.write_snapshot(TINY, snap, root=snake_project)
     params = copy.deepcopy(TINY)
     params["dynamics"]["from_snapshots"] = [str(snap)]
-    from_snap = dyn.aggregate(params, root=snake_project)  # main-sweep runs from their directories, the rest recorded
-    direct = dyn.aggregate(TINY, root=snake_project)
+    from_snap = dyn_agg.aggregate(params, root=snake_project)  # main-sweep runs from their directories, the rest recorded
+    direct = dyn_agg.aggregate(TINY, root=snake_project)
     columns = [c for c in direct["summary"].columns if c != "run_dir"]
     pd.testing.assert_frame_equal(from_snap["summary"][columns], direct["summary"][columns])
     pd.testing.assert_frame_equal(from_snap["rates"], direct["rates"])
@@ -382,7 +386,7 @@ def test_a_dynamics_snapshot_re_aggregates_to_the_same_tables(snake_project, tmp
 
 
 def test_precursors_look_strictly_before_the_event_with_the_fixed_rules():
-    from blocklab.experiments.dynamics import event_precursors
+    from blocklab.studies.dynamics.aggregate import event_precursors
 
     summary = pd.DataFrame({"collapse": True, "setting": "s", "run": ["a", "b"], "seed": [0, 1],
                             "outcome": ["spiked", "collapsed"], "spike_step": [100.0, 100.0], "spike_loss": [0.7, 0.9]})
@@ -409,7 +413,7 @@ def test_a_thinned_snapshot_keeps_every_step_the_tables_figures_and_claims_read(
     the anatomy window of every run of the setting, and drop the rest but every 10th step (so thinning does happen)."""
     import numpy as np
 
-    from blocklab.experiments import dynamics as dyn
+    from blocklab.studies.dynamics import aggregate as dyn_agg
 
     params = copy.deepcopy(TINY)
     params["sweep"].update(steps=1200, warmups=[0, 400])
@@ -427,8 +431,8 @@ def test_a_thinned_snapshot_keeps_every_step_the_tables_figures_and_claims_read(
                for run in summary["run"] for metric in ("attn_logit_max", "attn_entropy")
                for s_ in [np.r_[1, np.arange(7, 1200, 7)]]]  # every 7th step: its last (1197) is not a 10th
     full = pd.concat(frames, ignore_index=True)
-    thinned = dyn.thin(params, summary, full)
-    for f in (dyn.event_precursors, dyn.early_updates):
+    thinned = dyn_agg.thin(params, summary, full)
+    for f in (dyn_agg.event_precursors, dyn_agg.early_updates):
         pd.testing.assert_frame_equal(f(summary, thinned), f(summary, full))
     per_step = thinned[thinned["metric"] == "grad_ffn_out"]
     for run in summary["run"]:
@@ -442,7 +446,7 @@ def test_a_thinned_snapshot_keeps_every_step_the_tables_figures_and_claims_read(
 
 
 def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
-    from blocklab.experiments import inference
+    from blocklab.studies.inference import plan as inference
 
     planned = inference.plan(TINY)
     losses = pd.read_csv(snake_project / inference.LOSSES)
@@ -458,7 +462,7 @@ def test_the_tiny_dag_ranks_its_fitting_runs(snake_project):
 
 
 def test_held_out_seeds_must_be_seeds_no_fitting_run_uses():
-    from blocklab.experiments import inference
+    from blocklab.studies.inference import plan as inference
 
     held = inference.holdout_plan(FULL)
     assert set(held["setting"]) == {"learned-b64-L24-lr0.001-fp32"} and not held["main_sweep"].any()
@@ -470,7 +474,9 @@ def test_held_out_seeds_must_be_seeds_no_fitting_run_uses():
 
 
 def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_the_rest(tmp_path):
-    from blocklab.experiments import inference
+    from blocklab.studies.inference import plan as inference
+    from blocklab.studies.inference import aggregate as inference_agg
+    from blocklab.studies.inference import run as inference_run
 
     params = copy.deepcopy(FULL)
     params["copy_task"]["batch_size"] = 32  # the default cell below is batch 32 (one of the candidates)
@@ -504,19 +510,19 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
     trained_here = own[~own["main_sweep"]]
     assert set(trained_here["run"]) == {"post-w400-s1", "pre-w0-s1"} and set(trained_here["setting"]) == {b16}
     with pytest.raises(ConfigError, match="not trained yet"):
-        inference.collect(params, tmp_path)
+        inference_agg.collect(params, tmp_path)
     for d in trained_here["run_dir"]:
         curve(d, 300, 1.0)
-    runs, losses = inference.collect(params, tmp_path)
+    runs, losses = inference_agg.collect(params, tmp_path)
     assert len(runs) == len(planned) == 8 and losses.groupby(["setting", "run"]).size().eq(300).all()
     by_source = losses.groupby(["setting", "run"])["loss"].first()
     assert by_source[(b16, "pre-w0-s0")] == 0.25 and by_source[(b16, "pre-w0-s1")] == 1.0
     assert by_source[("learned-b32-L24-lr0.001-fp32", "pre-w0-s1")] == 0.5
     # the snapshot command records the fitting runs trained here only
-    runs, _ = inference.collect(params, tmp_path, only_finished=True)
+    runs, _ = inference_agg.collect(params, tmp_path, only_finished=True)
     assert sorted(runs["run"]) == ["post-w400-s1", "pre-w0-s1"]
     # the status names each run's source and state; the projection scales the timed runs' seconds per step by batch
-    state = inference.status(params, tmp_path).set_index(["setting", "run"])
+    state = inference_run.status(params, tmp_path).set_index(["setting", "run"])
     assert state.loc[(b16, "post-w400-s0"), "source"] == "snap" and state.loc[(b16, "post-w400-s0"), "status"] == "recorded"
     assert state.loc[(b16, "pre-w0-s1"), "status"] == "finished" and state.loc[(b16, "pre-w0-s1"), "source"] == "here"
     assert (state["source"] == "main sweep").sum() == 4 and state["steps_left"].eq(0).all()
@@ -609,10 +615,10 @@ def test_the_why_answer_says_only_what_the_step_ratios_and_the_detector_rates_gi
 
 def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_project, tmp_path, monkeypatch):
     from blocklab.cli import main
-    from blocklab.experiments import dynamics as dyn
+    from blocklab.studies.dynamics import aggregate as dyn_agg
 
     snap = tmp_path / "snap"
-    dyn.write_snapshot(TINY, snap, root=snake_project)
+    dyn_agg.write_snapshot(TINY, snap, root=snake_project)
     runs = pd.read_csv(snap / "runs.csv")
     lost = runs[~runs["run_dir"].str.startswith("data/sweep/")].iloc[0]
     runs[runs["run"] != lost["run"]].to_csv(snap / "runs.csv", index=False)  # as if the seed were just added
@@ -676,8 +682,8 @@ def test_the_anatomy_axis_names_only_the_lines_it_draws():
     warm-up's end names both."""
     import matplotlib.pyplot as plt
 
-    from blocklab.experiments import dynamics as dyn
-    from blocklab.figures.dynamics import anatomy_setting, collapse_anatomy_figure
+    from blocklab.studies.dynamics import plan as dyn
+    from blocklab.studies.dynamics.figures import anatomy_setting, collapse_anatomy_figure
 
     data = Path(__file__).resolve().parents[1] / "docs" / "gallery"
     diagnostics = pd.read_parquet(data / dyn.TABLES["diagnostics"])

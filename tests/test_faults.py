@@ -396,7 +396,7 @@ def test_sigkill_during_aggregation_leaves_no_half_table_and_the_rerun_is_identi
 
 
 def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(reference, tmp_path):
-    from blocklab.dynamics_plan import plan
+    from blocklab.studies.dynamics.plan import plan
 
     for run_dir in plan(load_params(TINY))["run_dir"]:  # every planned run finished (the same one, copied)
         shutil.copytree(reference / "whole", tmp_path / run_dir)

@@ -5,6 +5,19 @@ Bottom to top: params and config; model; training; experiments; the block review
 model/, which never imports it; reporting renders its recorded tables); figures and reporting; the command line. The rule is
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
 dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
+
+The studies (issue 35) are one package each, of one shape (studies/README.md), spread over the layers by kind:
+``plan`` at the params level (a plan is made from the parameters alone), ``run`` and ``aggregate`` at the experiments
+level, ``figures`` at the figures level, ``commands`` at the top with reporting; ``studies.cells`` (the cell, a run's
+name and directory) sits below every plan. An aggregation that judges claims (it reads ``reporting.claims``: the
+sensitivity study's claim x setting, the inference study's ranking by the document's numbers) sits at the reporting
+level instead: moving the claims below the experiments would take their checks with them. Inside a study, and from one
+study to another, the same order holds: plan below run below aggregate below figures and commands.
+
+Validating parameters runs each study's checks without ``params.py`` sitting above the studies: ``params.py`` holds the
+schema and the checks of the sections every command reads, and takes more checks as an argument; ``studies.checks``,
+one step above it and the plans, passes each plan's ``check_problems`` (the pipeline, the studies' commands and the
+reporting load parameters from there). So a plan may use anything of the params level, ``params.py`` included.
 """
 import os
 import random
@@ -19,14 +32,20 @@ from blocklab.pipeline import imports_of, package_modules
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 
 # First matching prefix wins (longest first); every module of the package must match one (tested).
+STUDIES = ["sensitivity", "dynamics", "inference"]
+STUDY_MODULES = ["plan", "run", "aggregate", "figures", "commands"]  # bottom to top, inside each study
+JUDGES_CLAIMS = ["blocklab.studies.sensitivity.aggregate", "blocklab.studies.inference.aggregate"]
 LAYERS = {
-    "params": ["blocklab.config", "blocklab.params", "blocklab.study", "blocklab.dynamics_plan", "blocklab.io", "blocklab.provenance",
-               "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity"],
+    "params": ["blocklab.config", "blocklab.params", "blocklab.io", "blocklab.provenance", "blocklab.runtime",
+               "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells", "blocklab.studies.checks",
+               *[f"blocklab.studies.{s}.plan" for s in STUDIES]],
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],
-    "experiments": ["blocklab.experiments", "blocklab.bench"],
+    "experiments": ["blocklab.experiments", "blocklab.bench", "blocklab.studies",  # studies.family: the commands' helper
+                    *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("run", "aggregate")]],
     "reviewer": ["blocklab.review"],
-    "figures and reporting": ["blocklab.figures", "blocklab.reporting"],
+    "figures and reporting": ["blocklab.figures", "blocklab.reporting", *JUDGES_CLAIMS,
+                              *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("figures", "commands")]],
     "cli": ["blocklab.cli", "blocklab.smoke"],
 }
 ORDER = list(LAYERS)
@@ -53,7 +72,7 @@ def test_every_module_is_in_a_layer_and_the_resolver_sees_relative_imports():
     edges = {m: {t for t, _ in imported(m, p, known)} for m, p in known.items()}
     assert "blocklab.figures.style" in edges["blocklab.figures.doc000"]  # from . import style
     assert "blocklab.provenance" in edges["blocklab.training.sweep"]  # from .. import provenance
-    assert "blocklab.study" in edges["blocklab.params"]  # a deferred import, inside a function
+    assert "blocklab.training.sweep" in edges["blocklab.studies.sensitivity.run"]  # deferred imports, inside functions
 
 
 def test_no_module_imports_a_higher_layer():
@@ -62,6 +81,34 @@ def test_no_module_imports_a_higher_layer():
              for module, path in known.items() for target, line in imported(module, path, known)
              if layer(target) > layer(module)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_studies_have_one_shape_and_keep_its_order_inside_and_between_them():
+    """Each study is a package of the same modules (a fourth is a copy of that shape, studies/README.md), whose
+    ``__init__`` re-exports nothing; and a study's module imports another study module only of a lower kind (plan below
+    run below aggregate below figures below commands) or of the same kind in another study."""
+    known = modules()
+    studies = PACKAGE / "studies"
+    found = {d.name: sorted(p.stem for p in d.glob("*.py") if p.stem != "__init__")
+             for d in studies.iterdir() if (d / "__init__.py").is_file()}
+    assert found == {s: sorted(STUDY_MODULES) for s in STUDIES}
+    for s in STUDIES:
+        assert not imported(f"blocklab.studies.{s}", studies / s / "__init__.py", known), s
+    kind = {f"blocklab.studies.{s}.{m}": (s, STUDY_MODULES.index(m)) for s in STUDIES for m in STUDY_MODULES}
+    wrong = [f"{module} imports {target}, line {line}" for module in kind
+             for target, line in imported(module, known[module], known)
+             if target in kind and target != module
+             and kind[target][1] > kind[module][1]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_params_imports_no_study_and_the_whole_validation_runs_every_studys_checks():
+    known = modules()
+    below = {t for t, _ in imported("blocklab.params", known["blocklab.params"], known)}
+    assert not [t for t in below if t.startswith("blocklab.studies")], below
+    from blocklab.studies import checks
+
+    assert sorted(check.__module__ for check in checks.CHECKS) == sorted(f"blocklab.studies.{s}.plan" for s in STUDIES)
 
 
 def test_the_model_never_imports_the_reviewer():
@@ -121,7 +168,8 @@ def test_every_module_imports_alone_in_any_order():
     assert done.returncode == 0, f"order seed {seed}:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("module", ["blocklab.study", "blocklab.reporting.sensitivity", "blocklab.experiments.probe"])
+@pytest.mark.parametrize("module", ["blocklab.studies.sensitivity.plan", "blocklab.studies.sensitivity.commands",
+                                    "blocklab.experiments.probe"])
 def test_a_module_imports_alone_in_a_fresh_process(module):
     """The same, in a truly fresh interpreter, for a module of the params layer and two that sit on long chains."""
     env = {**os.environ, "PYTHONPATH": f"{PACKAGE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -131,8 +179,9 @@ def test_a_module_imports_alone_in_a_fresh_process(module):
 
 
 def test_the_plan_names_runs_as_the_sweep_does():
-    """blocklab.study keeps its own copy of the sweep's run-directory name (the params layer cannot import training)."""
-    from blocklab import study
+    """blocklab.studies.cells keeps its own copy of the sweep's run-directory name (the params layer cannot import
+    training)."""
+    from blocklab.studies import cells as study
     from blocklab.training import sweep
 
     for norm, warmup, seed in [("post", 0, 0), ("pre", 400, 2), ("post", 40, 11)]:

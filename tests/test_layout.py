@@ -102,10 +102,10 @@ def test_every_source_path_the_dag_names_exists():
 
 def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
     """The claims rule's code inputs are what its command imports, transitively: the verdict rules (verdicts.py) and the
-    shared reading of a step (experiments/dynamics.py, imported inside a function) included, so an edit to either
+    shared reading of a step (studies/dynamics/aggregate.py, imported inside a function) included, so an edit to either
     re-judges the claims; a module that does not exist is refused, not silently dropped."""
     closure = code_closure("reporting/claims")
-    for module in ("reporting/claims", "reporting/verdicts", "experiments/dynamics", "params"):
+    for module in ("reporting/claims", "reporting/verdicts", "studies/dynamics/aggregate", "params"):
         assert f"src/blocklab/{module}.py" in closure, module
     assert "src/blocklab/reporting/report.py" not in closure  # claims does not import the report
     assert all((ROOT / path).is_file() for path in closure)

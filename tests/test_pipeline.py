@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from blocklab.dynamics_plan import FIGURES as DYNAMICS_FIGURES
+from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES
 from blocklab.pipeline import FIGURES
 from blocklab.smoke import make_scratch_project
 

@@ -19,7 +19,7 @@ from blocklab.pipeline import FIGURES
 from blocklab.reporting import answers
 from blocklab.reporting.browser import find_chromium, inspect_report
 from blocklab.reporting.claims import Data
-from blocklab.dynamics_plan import FIGURES as DYNAMICS_FIGURES
+from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES
 from blocklab.reporting.report import SENSITIVITY_FIGURES
 
 CHROMIUM = find_chromium()
@@ -78,7 +78,7 @@ def test_every_answer_is_shown_with_the_numbers_of_the_data(seen, snake_project)
 def test_claim_by_setting_table_shows_every_verdict_its_measurement_and_the_agreement(snake_project):
     import html as html_mod
 
-    from blocklab.reporting.sensitivity import robustness
+    from blocklab.studies.sensitivity.aggregate import robustness
 
     data = snake_project / "data" / "sensitivity" / "claims_by_setting.csv"
     if not load_params(snake_project / "params.yaml")["sensitivity"]["in_report"]:

@@ -13,11 +13,14 @@ import yaml
 
 
 from blocklab.config import ConfigError
-from blocklab.experiments import sensitivity as sens
-from blocklab.reporting import sensitivity as study_report  # claim x setting, robustness (the reporting layer)
-from blocklab.params import ParamsError, load_params, validate_params
+from blocklab.params import ParamsError
+from blocklab.studies.checks import load_params, validate_params  # every study's checks too
 from blocklab.reporting import claims
-from blocklab.study import held_batch
+from blocklab.studies import cells as study_cells
+from blocklab.studies.sensitivity import aggregate as study_report  # tables, claim x setting, robustness
+from blocklab.studies.sensitivity import plan as sens
+from blocklab.studies.sensitivity import run as sens_run
+from blocklab.studies.sensitivity.plan import held_batch
 from blocklab.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +32,16 @@ TINY = load_params(ROOT / "configs/tiny.yaml")
 
 
 def test_cell_names_round_trip_and_bad_names_are_refused():
-    cell = sens.Cell("learned", 64, 12, 3e-4, "bf16")
-    assert cell.name == "learned-b64-L12-lr0.0003-bf16" and sens.Cell.parse(cell.name) == cell
+    cell = study_cells.Cell("learned", 64, 12, 3e-4, "bf16")
+    assert cell.name == "learned-b64-L12-lr0.0003-bf16" and study_cells.Cell.parse(cell.name) == cell
     with pytest.raises(Exception, match="not a cell name"):
-        sens.Cell.parse("learned-32")
-    assert re.fullmatch(sens.CELL_PATTERN, cell.name)
+        study_cells.Cell.parse("learned-32")
+    assert re.fullmatch(study_cells.CELL_PATTERN, cell.name)
 
 
 def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     plan = sens.plan(FULL)
-    base = sens.default_cell(FULL).name
+    base = study_cells.default_cell(FULL).name
     main = plan[plan["main_sweep"]]
     # the default cell, seed 0, at both warm-ups and norms: in both families, pointing at data/sweep/runs
     assert set(main["setting"]) == {base} and set(main["seed"]) == {0}
@@ -61,7 +64,7 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     named = len(FULL["sensitivity"]["choices"].get("cells", []))  # single cells beside the grid (batch 64)
     assert len(choices) == (2 * 3 + bf16 + named) * cases  # positions x batch sizes (crossed), + the other precision
     assert set(choices["precision"]) == ({"fp32", "bf16"} if bf16 else {"fp32"})
-    held = sens.Cell.parse(base).__class__(FULL["copy_model"]["position"], 32, 24, 1e-3, "bf16").name
+    held = study_cells.Cell.parse(base).__class__(FULL["copy_model"]["position"], 32, 24, 1e-3, "bf16").name
     assert set(choices.loc[choices["precision"] == "bf16", "setting"]) <= {held}  # at the held batch, as recorded
 
 
@@ -74,11 +77,11 @@ def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from
     deep = planned[(planned["depth"] == 24) & (planned["batch_size"] == 16) & (planned["precision"] == "fp32")].index[0]
     (tmp_path / deep).mkdir(parents=True)
     torch.save({"step": 300, "seconds": 150.0}, tmp_path / deep / "checkpoint.pt")
-    frame = sens.progress(FULL, tmp_path).set_index("run_dir")
+    frame = sens_run.progress(FULL, tmp_path).set_index("run_dir")
     assert frame.loc[finished, "status"] == "finished" and frame.loc[finished, "steps_left"] == 0
     assert frame.loc[deep, ["status", "steps_done", "steps_left", "seconds"]].tolist() == ["checkpointed", 300, steps - 300, 150.0]
     assert (frame.drop([finished, deep])["status"] == "not started").all()
-    left = sens.projected_seconds(frame.reset_index()).set_axis(frame.index)
+    left = sens_run.projected_seconds(frame.reset_index()).set_axis(frame.index)
     assert left[finished] == 0
     # one factor for fp32: the median of the two trained runs' seconds per step per batch x (depth + 1)
     per_unit = sorted([1200.0 / steps / (planned.loc[finished, "batch_size"] * 25), 150.0 / 300 / (16 * 25)])
@@ -89,9 +92,9 @@ def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from
 
 
 def test_only_runs_off_the_documents_size_stop_early():
-    stop, words = sens.early_stop_rule(FULL, sens.Cell("learned", 16, 24, 1e-3))
+    stop, words = sens.early_stop_rule(FULL, study_cells.Cell("learned", 16, 24, 1e-3))
     assert stop is None and words is None  # the document's depth and learning rate: any batch, any position
-    stop, words = sens.early_stop_rule(FULL, sens.Cell("sinusoidal", 32, 6, 3e-3))
+    stop, words = sens.early_stop_rule(FULL, study_cells.Cell("sinusoidal", 32, 6, 3e-3))
     rule = FULL["sensitivity"]["early_stop"]
     n, below = rule["for_steps"], rule["loss_below"]
     assert f"{below:g}" in words and str(n) in words
@@ -116,9 +119,9 @@ def test_identity_changes_with_what_decides_the_numbers_only():
 def test_steps_to_learn_is_the_first_step_of_the_first_long_enough_run_below_the_threshold():
     steps = pd.Series(range(1, 11))
     losses = pd.Series([4, 0.01, 4, 0.01, 0.01, 0.01, 4, 0.01, 0.01, 0.01])
-    assert sens.steps_to_learn(losses, steps, below=0.05, for_steps=3) == 4
-    assert sens.steps_to_learn(losses, steps, below=0.05, for_steps=4) != sens.steps_to_learn(losses, steps, 0.05, 3)
-    assert math.isnan(sens.steps_to_learn(losses, steps, below=0.05, for_steps=4))
+    assert study_report.steps_to_learn(losses, steps, below=0.05, for_steps=3) == 4
+    assert study_report.steps_to_learn(losses, steps, below=0.05, for_steps=4) != study_report.steps_to_learn(losses, steps, 0.05, 3)
+    assert math.isnan(study_report.steps_to_learn(losses, steps, below=0.05, for_steps=4))
 
 
 # ---- early stop in the training loop ---------------------------------------------------------------------------------
@@ -198,7 +201,7 @@ def test_depth_claim_on_hand_made_grids(learned, verdict):
 
 def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Hand-made runs of one choices cell at the document's size: three seeds of every norm x warm-up case."""
-    cell = sens.Cell.parse(setting)
+    cell = study_cells.Cell.parse(setting)
     curves, rows = [], []
     for norm in ("post", "pre"):
         for warmup in (0, 400):
@@ -215,10 +218,10 @@ def _cell_runs(setting: str, post_w0_final: float) -> tuple[pd.DataFrame, pd.Dat
 
 
 def test_claim_by_setting_judges_each_setting_on_its_own_runs():
-    a = sens.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
-    other = next(p for p in ("learned", "sinusoidal") if p != sens.default_cell(FULL).position)
-    b = a.replace(sens.default_cell(FULL).position, other, 1)
-    batch = sens.default_cell(FULL).batch_size
+    a = study_cells.default_cell(FULL).name  # the default setting, and the same cell under the other position signal
+    other = next(p for p in ("learned", "sinusoidal") if p != study_cells.default_cell(FULL).position)
+    b = a.replace(study_cells.default_cell(FULL).position, other, 1)
+    batch = study_cells.default_cell(FULL).batch_size
     c = a.replace(f"-b{batch}-", f"-b{2 * batch}-", 1)  # the default cell at twice the batch
     la, sa = _cell_runs(a, post_w0_final=4.1616)  # post-norm without warm-up stuck, as the document says
     lb, sb = _cell_runs(b, post_w0_final=1e-3)    # ... and here it learned
@@ -288,7 +291,7 @@ def test_gradients_at_init_are_measured_at_every_position_and_batch_the_study_pl
     params = copy.deepcopy(TINY)
     params["gradnorm"]["seeds"] = [0]
     params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32"]  # a named cell at another batch
-    frame = sens.gradnorm_by_choice(params)
+    frame = sens_run.gradnorm_by_choice(params)
     planned = sens.plan(params)
     pairs = set(planned.loc[planned["family"] == "choices", ["position", "batch_size"]].itertuples(index=False, name=None))
     assert set(frame[["position", "batch_size"]].itertuples(index=False, name=None)) == pairs and (("learned", 4) in pairs)
@@ -327,7 +330,7 @@ def test_the_recorded_studies_name_their_batch_so_another_default_batch_keeps_th
 
 def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
     from blocklab.params import schema
-    from blocklab.study import POSITIONS
+    from blocklab.studies.cells import POSITIONS
 
     params = copy.deepcopy(TINY)
     params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32", "learned-b8-L3-lr0.001-fp32"]
@@ -457,7 +460,7 @@ def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake
     table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
     assert judged == cells == study["setting"].nunique() and verdicts(table) == verdicts(study)
     # one run of a non-default cell is not finished (its meta.json is what marks a finished run): that cell drops out
-    base = sens.default_cell(TINY).name
+    base = study_cells.default_cell(TINY).name
     plan = sens.plan(TINY)
     other = plan[(plan["family"] == "choices") & (plan["setting"] != base)].iloc[0]
     (tmp_path / other.run_dir / "meta.json").unlink()
@@ -475,13 +478,13 @@ def test_relapse_is_the_worst_loss_after_the_run_had_learned():
     steps = pd.Series(range(1, 11))
     # learned at step 3 (3 steps below 0.05 from there), spiked at 7, recovered
     losses = pd.Series([4.2, 0.3, 0.01, 0.02, 0.01, 0.03, 5.3, 3.8, 0.02, 0.001])
-    assert sens.relapse(losses, steps, below=0.05, for_steps=3) == (5.3, 7.0)
-    assert sens.relapse(losses.where(steps != 7, 0.04), steps, below=0.05, for_steps=3) == (3.8, 8.0)
+    assert study_report.relapse(losses, steps, below=0.05, for_steps=3) == (5.3, 7.0)
+    assert study_report.relapse(losses.where(steps != 7, 0.04), steps, below=0.05, for_steps=3) == (3.8, 8.0)
     # the streak itself is not a relapse: learned at 3 with for_steps 2, the worst afterwards is at step 7 too
-    assert sens.relapse(losses, steps, below=0.05, for_steps=2) == (5.3, 7.0)
-    never = sens.relapse(pd.Series([4.2, 0.01, 4.0]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
+    assert study_report.relapse(losses, steps, below=0.05, for_steps=2) == (5.3, 7.0)
+    never = study_report.relapse(pd.Series([4.2, 0.01, 4.0]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
     assert all(math.isnan(v) for v in never)
-    last = sens.relapse(pd.Series([4.2, 0.01, 0.01]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
+    last = study_report.relapse(pd.Series([4.2, 0.01, 0.01]), pd.Series([1, 2, 3]), below=0.05, for_steps=2)
     assert all(math.isnan(v) for v in last)  # nothing after the run had learned
 
 
@@ -502,7 +505,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     # the default cell's runs belong to both families: each snapshot recorded them
     assert set(runs["run_dir"]) == set(sens.plan(TINY)["run_dir"])
     assert set(runs["machine"]) == {cpu_name() or "test CPU"}  # meta.json names the processor; --machine fills a gap
-    with pytest.raises(sens.ConfigError, match="more than one snapshot"):
+    with pytest.raises(ConfigError, match="more than one snapshot"):
         sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"])
     shared = pd.read_csv(tmp_path / "depth_lr" / "runs.csv")
     shared[~shared["run_dir"].str.startswith("data/sweep/")].to_csv(tmp_path / "depth_lr" / "runs.csv", index=False)
@@ -522,8 +525,8 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     short = pd.read_csv(tmp_path / "choices" / "runs.csv")
     short.iloc[1:].to_csv(tmp_path / "choices" / "runs.csv", index=False)
     record_snapshot(tmp_path / "choices")
-    with pytest.raises(sens.ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
-        sens.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
+    with pytest.raises(ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
+        study_report.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
 
 
 def test_the_pipeline_makes_the_study_from_snapshots_and_trains_none_of_it(snake_project, tmp_path):

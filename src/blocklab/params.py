@@ -1,4 +1,8 @@
-"""Load params.yaml and refuse bad values before any compute, with one message naming the key and what is allowed."""
+"""Load params.yaml and refuse bad values before any compute, with one message naming the key and what is allowed.
+
+Here: the schema and the cross-field checks of the sections every command reads. Each study's own checks are in its
+plan (``studies.<study>.plan.check_problems``); ``studies.checks`` runs them all, through ``checks`` here, so that this
+module imports no study and every study's plan can sit beside it."""
 from __future__ import annotations
 
 from importlib import resources
@@ -20,7 +24,8 @@ def schema() -> dict:
     return yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
 
 
-def load_params(path: str | Path = "params.yaml") -> dict:
+def load_params(path: str | Path = "params.yaml", checks=()) -> dict:
+    """params.yaml read and validated (``validate_params``); ``checks``: more cross-field checks (``studies.checks``)."""
     path = Path(path)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
@@ -33,11 +38,13 @@ def load_params(path: str | Path = "params.yaml") -> dict:
         params = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
-    return validate_params(params, source=str(path))
+    return validate_params(params, source=str(path), checks=checks)
 
 
-def validate_params(params, source: str = "params.yaml") -> dict:
-    """Schema first (types, names, ranges), then the checks a schema cannot express. Returns ``params``."""
+def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
+    """Schema first (types, names, ranges), then the checks a schema cannot express: this module's, then ``checks``
+    (functions of params giving (key, message) pairs: each study's, ``studies.checks``), all in one message. Returns
+    ``params``."""
     if not isinstance(params, dict):
         got = "an empty file" if params is None else f"a {type(params).__name__} ({params!r:.40})"
         raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
@@ -45,7 +52,7 @@ def validate_params(params, source: str = "params.yaml") -> dict:
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ParamsError(f"{source}: {_describe(best)}{_and_more([_key(e.absolute_path) for e in errors if e is not best])}")
-    problems = _cross_field_problems(params)
+    problems = _cross_field_problems(params) + [problem for check in checks for problem in check(params)]
     if problems:
         (key, message), rest = problems[0], problems[1:]
         raise ParamsError(f"{source}: {key}: {message}{_and_more([k for k, _ in rest])}")
@@ -175,33 +182,6 @@ def _divides(params, section) -> list[tuple[str, str]]:
     return []
 
 
-def _inference_problems(params) -> list[tuple[str, str]]:
-    """``inference.from_snapshots`` holds snapshots; ``inference.skip`` names candidates as ``{position}-b{batch}`` (all
-    at the default depth, learning rate and precision) and leaves at least one."""
-    inf = params.get("inference")
-    if not inf:
-        return []
-    problems = [(f"inference.from_snapshots[{i}]", f"{d!r} has no runs.csv and losses.csv; allowed: directories written "
-                 "by `blocklab inference snapshot` or `blocklab sensitivity snapshot`")
-                for i, d in enumerate(inf.get("from_snapshots", []))
-                if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
-    held = list(inf.get("holdout_seeds", []))
-    used = sorted(set(held) & (set(inf.get("seeds", [])) | set(params["sweep"]["seeds"])))
-    if used:  # the default cell's fitting runs at sweep.seeds are the sweep's own runs: the fit saw those too
-        free = max(list(inf.get("seeds", [])) + list(params["sweep"]["seeds"])) + 1
-        problems.append(("inference.holdout_seeds", f"{used} are seeds a fitting run uses (inference.seeds or "
-                         f"sweep.seeds); allowed: seeds in neither, e.g. {list(range(free, free + 3))}"))
-    if not inf.get("skip"):
-        return problems
-    names = [f"{p}-b{b}" for p in inf["positions"] for b in inf["batch_sizes"]]
-    unknown = [(f"inference.skip[{i}]", f"{name!r} is not a candidate; allowed: {names}")
-               for i, name in enumerate(inf["skip"]) if name not in names]
-    problems += unknown
-    if not unknown and set(inf["skip"]) >= set(names):
-        problems.append(("inference.skip", f"skips every candidate; allowed: a subset of {names}"))
-    return problems
-
-
 def _cross_field_problems(params) -> list[tuple[str, str]]:
     problems = _divides(params, "copy_model") + _divides(params, "activation_norms") + _divides(params, "reverse_copy")
     model = params["copy_model"]
@@ -234,13 +214,6 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
             and (rc["d_model"] // rc["n_heads"]) % 2:
         problems.append(("reverse_copy.n_heads", f"the variants 'rope' and 'modern' need an even head dimension, got "
                          f"d_model/n_heads={rc['d_model'] // rc['n_heads']}; allowed: n_heads giving an even d_model/n_heads"))
-    from .study import check_problems  # the sensitivity section (its plan; the params layer too)
-
-    problems += check_problems(params)
-    problems += _inference_problems(params)
-    from .dynamics_plan import check_problems as dynamics_problems  # diagnostics and dynamics sections
-
-    problems += dynamics_problems(params)
     probe_model = params["probe"]["model"]
     if probe_model != SMOLLM2 and not Path(probe_model).is_dir():
         problems.append(("probe.model", f"{probe_model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from .params import ParamsError, validate_params
+from .params import ParamsError
+from .studies.checks import validate_params
 
 PARAMS_FILE = "params.yaml"
 
@@ -99,7 +100,7 @@ def code_closure(*modules: str, root: str = "src/blocklab") -> list[str]:
 
 def code_files(*modules: str, root: str = "src/blocklab") -> list[str]:
     """Paths (relative to the project) of package modules, for rules whose results depend on that code; a module that is
-    a package (a directory, e.g. experiments/sensitivity) stands for every .py file in it."""
+    a package (a directory, e.g. studies/sensitivity) stands for every .py file in it."""
     paths = []
     for m in modules:
         package = Path(root) / m

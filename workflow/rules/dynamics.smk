@@ -1,7 +1,7 @@
 # Why post-norm fails, measured while it trains (issue 23): the diagnostics of the main sweep's runs and how often
 # post-norm with warm-up collapses after it (`snakemake --cores 4 dynamics`); part of `all` (and so of `dvc repro`)
 # when dynamics.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
-from blocklab.experiments.dynamics import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
+from blocklab.studies.dynamics.plan import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
 from blocklab.experiments.detectors import TABLES as DETECTOR_TABLES
 
 DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *DETECTOR_TABLES.values(),
@@ -10,7 +10,7 @@ DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *DETECTOR_TABLES.v
 
 rule dynamics_plan:
     input:
-        code_files("experiments/dynamics"),
+        code_files("studies/cells", "studies/dynamics/plan"),
     output:
         DYNAMICS_PLAN,
     params:
@@ -45,7 +45,7 @@ rule aggregate_dynamics:
     input:
         # every planned run's meta.json (they train first), or the snapshots of dynamics.from_snapshots (none train)
         dynamics_aggregate_inputs(config),
-        code=code_closure("experiments/dynamics"),
+        code=code_closure("studies/dynamics/aggregate", "studies/dynamics/commands"),
     output:
         *DYNAMICS_TABLES.values(),
     params:
@@ -58,7 +58,7 @@ rule aggregate_dynamics:
 rule dynamics_detectors:
     input:
         DYNAMICS_TABLES["losses"], DYNAMICS_TABLES["diagnostics"], DYNAMICS_TABLES["summary"],
-        code=code_closure("experiments/dynamics", "experiments/detectors"),
+        code=code_closure("studies/dynamics/aggregate", "experiments/detectors"),
     output:
         *DETECTOR_TABLES.values(),
     params:
@@ -70,7 +70,7 @@ rule dynamics_detectors:
 rule dynamics_figures:
     input:
         *DYNAMICS_TABLES.values(),
-        code=code_closure("experiments/dynamics", "figures/dynamics", "figures/style"),
+        code=code_closure("studies/dynamics/figures", "studies/dynamics/commands"),
     output:
         [report(f"figs/{name}.png", caption="../report/dynamics_figure.rst", category="dynamics (document 000)",
                 labels={"figure": name, "data": ", ".join(DYNAMICS_FIGURES[name])}) for name in DYNAMICS_FIGURES],

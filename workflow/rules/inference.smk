@@ -1,14 +1,14 @@
 # The document's unstated setup, inferred (issue 23; the procedure is in docs/dynamics.md, stated before these runs):
 # 300-step fitting runs of every candidate setting, ranked by the document's five early losses.
 # `snakemake --cores 4 inference`; part of `all` when inference.in_report is true.
-from blocklab.experiments.inference import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, HOLDOUT as INFERENCE_HOLDOUT, aggregate_inputs as inference_aggregate_inputs, holdout_plan as inference_holdout_plan, run_identity as inference_identity
+from blocklab.studies.inference.plan import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, HOLDOUT as INFERENCE_HOLDOUT, aggregate_inputs as inference_aggregate_inputs, holdout_plan as inference_holdout_plan, run_identity as inference_identity
 
 INFERENCE_OUTPUTS = [INFERENCE_PLAN, INFERENCE_LOSSES, INFERENCE_RANKING]
 
 
 rule inference_plan:
     input:
-        code_files("experiments/inference"),
+        code_files("studies/cells", "studies/inference/plan"),
     output:
         INFERENCE_PLAN,
     params:
@@ -42,7 +42,7 @@ rule train_inference:
 rule aggregate_inference:
     input:
         inference_aggregate_inputs(config),
-        code=code_closure("experiments/inference", "reporting/inference"),
+        code=code_closure("studies/inference/aggregate", "studies/inference/commands"),
         claims="src/blocklab/reporting/claims.yaml",
     output:
         INFERENCE_LOSSES,
@@ -66,7 +66,7 @@ HOLDOUT_OUTPUTS = [INFERENCE_HOLDOUT] if config["inference"].get("holdout_seeds"
 rule aggregate_holdout:
     input:
         inference_aggregate_inputs(config, inference_holdout_plan(config)),
-        code=code_closure("experiments/inference"),
+        code=code_closure("studies/inference/aggregate", "studies/inference/commands"),
     output:
         INFERENCE_HOLDOUT,
     params:

@@ -33,7 +33,7 @@ rule report:
         INFERENCE_OUTPUTS if config["inference"]["in_report"] else [],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
-        figure_code=code_closure("reporting/report", "reporting/answers", "reporting/inference", "figures/style", "figures/doc000", "figures/doc004",
+        figure_code=code_closure("reporting/report", "reporting/answers", "studies/inference/aggregate", "figures/style", "figures/doc000", "figures/doc004",
                                "figures/params", "figures/probe"),
         answers="src/blocklab/reporting/answers.yaml",
     output:

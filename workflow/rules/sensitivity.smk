@@ -1,7 +1,8 @@
 # What document 000 leaves open (issue 13): the sweep under other position signals, batch sizes and precisions at the
 # document's size, and a depth x learning-rate grid. `snakemake --cores 4 sensitivity`; part of `all` (and so of
 # `dvc repro`) when sensitivity.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
-from blocklab.study import PLAN as SENSITIVITY_PLAN, CELL_PATTERN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, aggregate_inputs as sensitivity_aggregate_inputs, run_identity
+from blocklab.studies.cells import CELL_PATTERN
+from blocklab.studies.sensitivity.plan import PLAN as SENSITIVITY_PLAN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, aggregate_inputs as sensitivity_aggregate_inputs, run_identity
 
 SENSITIVITY_OUTPUTS = [SENSITIVITY_PLAN, *SENSITIVITY_TABLES.values(), *expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES)]
 
@@ -10,7 +11,7 @@ SENSITIVITY_OUTPUTS = [SENSITIVITY_PLAN, *SENSITIVITY_TABLES.values(), *expand("
 # even when the study itself is not part of `all`.
 rule sensitivity_plan:
     input:
-        code_files("study", "experiments/sensitivity"),
+        code_files("studies/cells", "studies/sensitivity/plan"),
     output:
         SENSITIVITY_PLAN,
     params:
@@ -43,7 +44,7 @@ rule train_sensitivity:
 
 rule sensitivity_gradnorm:
     input:
-        code_files(*MODEL_CODE, "experiments/gradnorm", "study", "experiments/sensitivity"),
+        code_files(*MODEL_CODE, "experiments/gradnorm", "studies/cells", "studies/sensitivity/plan", "studies/sensitivity/run"),
     output:
         SENSITIVITY_GRADNORM,
     params:
@@ -59,7 +60,7 @@ rule aggregate_sensitivity:
         # every planned run's meta.json (they train first), or the snapshots of sensitivity.from_snapshots (none train)
         sensitivity_aggregate_inputs(config),
         SENSITIVITY_GRADNORM,
-        code=code_closure("study", "experiments/sensitivity", "reporting/sensitivity", "reporting/claims"),
+        code=code_closure("studies/sensitivity/aggregate", "studies/sensitivity/commands"),
         claims="src/blocklab/reporting/claims.yaml",
     output:
         *SENSITIVITY_TABLES.values(),
@@ -73,7 +74,7 @@ rule sensitivity_figures:
     input:
         *SENSITIVITY_TABLES.values(),
         SENSITIVITY_GRADNORM,
-        code=code_closure("study", "reporting/sensitivity", "figures/sensitivity", "figures/style"),
+        code=code_closure("studies/sensitivity/figures", "studies/sensitivity/commands"),
     output:
         [report(f"figs/{name}.png", caption="../report/sensitivity_figure.rst", category="sensitivity (document 000)",
                 labels={"figure": name, "data": ", ".join(SENSITIVITY_FIGURES[name])}) for name in SENSITIVITY_FIGURES],

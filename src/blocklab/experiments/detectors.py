@@ -33,7 +33,8 @@ import pandas as pd
 
 from ..config import ConfigError
 from ..io import read_table, write_table
-from .dynamics import ADAM_JUMP, events, wilson
+from ..studies.dynamics.aggregate import ADAM_JUMP, wilson
+from ..studies.dynamics.plan import events
 
 WINDOW = 50          # L: the hit window before the onset, and the length of an event-free window
 HISTORY = 20         # the detector's reference: the median over the previous 20 recorded steps
@@ -48,7 +49,7 @@ RESOLUTIONS = {"every step": 1, "every 10th step": 10}
 @dataclass(frozen=True)
 class Detector:
     name: str       # the table's row name
-    metric: str     # the diagnostic (dynamics_plan.METRICS)
+    metric: str     # the diagnostic (studies.dynamics.plan.METRICS)
     fold: str       # how blocks fold into one series: "max" (the block where it is largest) or "min"
     rule: str       # "median" (the generic rule) or "fixed" (the fixed 3x rule of docs/dynamics.md, Adam's ratio)
 
@@ -353,7 +354,7 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> None:
-    from ..params import load_params
+    from ..studies.checks import load_params
 
     params = load_params(args.params)
     sources = args.sources or [Path("data/dynamics")]

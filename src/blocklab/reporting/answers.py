@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..study import snapshots
-from .sensitivity import robustness
+from ..studies.sensitivity.aggregate import robustness
+from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, REPRODUCED, Data
 
@@ -375,7 +375,7 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
     """Problem 11 (c)'s "why", from the diagnostics: how hard the first steps push per case, where the gradient goes at
     step 1, after the first full-rate steps and at step 50, where attention ends, and each precursor as a detector
     (hit and false-alarm rates with intervals): no reading beyond what those numbers give."""
-    from ..experiments.dynamics import VANISHED, early_updates, uniform_entropy
+    from ..studies.dynamics.aggregate import VANISHED, early_updates, uniform_entropy
 
     if not dynamics_present(data):
         return ""
@@ -389,7 +389,7 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
     post0, pre0 = by_case.get(("post", 0)), by_case.get(("pre", 0))
     vanish = ""
     if post0 is not None and post0.grad_out_over_in_later > VANISHED and not (
-            pre0 is not None and pre0.grad_out_over_in_later > VANISHED):  # the rule, fixed in experiments.dynamics
+            pre0 is not None and pre0.grad_out_over_in_later > VANISHED):  # the rule, fixed in studies.dynamics.aggregate
         flat = 1 / FLAT <= post0.init_grad_out_over_in <= FLAT
         vanish = t["why_vanish" if flat else "why_vanish_init"][lang].format(
             init=f"{post0.init_grad_out_over_in:.3g}", step2=f"{post0.grad_out_over_in_step2:.3g}",

@@ -19,7 +19,7 @@ import yaml
 
 from ..config import ConfigError
 from ..io import read_table, write_table
-from ..params import load_params
+from ..studies.checks import load_params
 from . import verdicts
 from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, NotCheckable,  # noqa: F401
                        fisher_exact)
@@ -248,7 +248,7 @@ def depth_gap(data: Data):
 
 
 def _ends_ratio(by_block: pd.Series) -> float:
-    from ..experiments.dynamics import ends_ratio  # the one definition (the mechanism table uses it too)
+    from ..studies.dynamics.aggregate import ends_ratio  # the one definition (the mechanism table uses it too)
 
     return ends_ratio(by_block)
 
@@ -336,7 +336,7 @@ def collapse_shape(data: Data, tail: int):
 def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
     figure step of the compare runs (one ratio per compare seed and step; one part per step)."""
-    from ..experiments.dynamics import WINDOW, at_step, figure_steps  # the figure's own reading of a step
+    from ..studies.dynamics.aggregate import WINDOW, at_step, figure_steps  # the figure's own reading of a step
 
     _require_document_setup(data, warmup)
     summary, _ = _dynamics(data)

@@ -230,8 +230,8 @@ def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -
     and are in no snapshot, from the gallery's sweep: the pipeline counts them from the main sweep, and the collapse
     and spike rules read the loss alone, so the gallery's recorded losses judge them the same way. Only when the
     gallery's run is of the default setting (its params name the same cell)."""
-    from ..params import load_params
-    from ..study import default_cell
+    from ..studies.checks import load_params
+    from ..studies.cells import default_cell
 
     params_file, summary_file, losses_file = (root / p for p in GALLERY_SWEEP)
     empty = pd.DataFrame(), pd.DataFrame()
@@ -256,8 +256,9 @@ def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -
 def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """(runs, their events, rates, params.yaml's dynamics section) of the recorded dynamics runs (every snapshot in
     docs/dynamics/, settings still training included), judged with its thresholds."""
-    from ..experiments.dynamics import events, rates
-    from ..params import load_params
+    from ..studies.dynamics.aggregate import rates
+    from ..studies.dynamics.plan import events
+    from ..studies.checks import load_params
 
     dynamics = load_params(root / "params.yaml")["dynamics"]
     # A run recorded in two snapshots (the same seed trained on two processors: other trajectories) is counted once,
@@ -329,7 +330,7 @@ def _detector_sources(data: Path, root: Path) -> list[Path]:
 
 def _detector_tables(data: Path, root: Path) -> dict:
     from ..experiments.detectors import detector_tables, load_sources, resolution
-    from ..params import load_params
+    from ..studies.checks import load_params
 
     sources = _detector_sources(data, root)
     key = tuple((p.as_posix(), p.stat().st_mtime_ns) for d in sources for p in sorted(d.iterdir()) if p.is_file())
@@ -411,7 +412,7 @@ def dynamics_detectors(data: Path, root: Path) -> str:
 
 
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
-    from .inference import read_losses, score
+    from ..studies.inference.aggregate import read_losses, score
 
     dirs = [root / "docs" / "sensitivity" / "choices"] + [d for d in [root / "docs" / "inference" / "fit"] if d.is_dir()]
     return score(read_losses(dirs, [data / "sweep" / "losses.csv"], "learned-b32-L24-lr0.001-fp32")), dirs
@@ -465,9 +466,9 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
     """The step-4 claims judged on the candidate's runs recorded in docs/sensitivity/*/ (the study's own checks, as
     one more cell of claim x setting) with the gradients at init recorded beside them (``sensitivity-gradnorm``);
     a claim whose runs or gradients are not recorded yet is "not checkable here"."""
-    from ..experiments.sensitivity.aggregation import GRADNORM_COLUMNS, aggregate
-    from ..study import GRADNORM, plan, read_records, with_cells
-    from .sensitivity import claims_by_setting
+    from ..studies.sensitivity.aggregate import aggregate, claims_by_setting
+    from ..studies.sensitivity.plan import GRADNORM, plan, read_records, with_cells
+    from ..studies.sensitivity.run import GRADNORM_COLUMNS
 
     dirs = [f.parent for f in sorted((root / "docs" / "sensitivity").glob("*/runs.csv"))
             if candidate in set(read_table(f)["setting"])]
@@ -490,7 +491,7 @@ def inference_validation(data: Path, root: Path) -> str:
     """Step 4 of the inference procedure for the two best-ranked candidates: each fixed check's document value, what
     the recorded runs measure and its verdict by the claims' own rules (the collapse count by the count rule, ``verdicts.count``,
     pending until every planned seed is recorded), and whether the candidate is validated (no check "not reproduced")."""
-    from ..params import load_params
+    from ..studies.checks import load_params
     from .claims import fisher_exact, load_claims
     from .verdicts import count as count_rule
 

@@ -15,9 +15,9 @@ import pandas as pd
 
 from ..integrity import begin_snapshot, record_snapshot, verify_run
 from ..io import atomic_path, read_json, read_table
-from ..params import load_params
-from ..dynamics_plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
-from ..dynamics_plan import snapshots as dynamics_snapshots
+from ..studies.checks import load_params
+from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
+from ..studies.dynamics.plan import snapshots as dynamics_snapshots
 from ..pipeline import FIGURES
 
 CAPTIONS = {
@@ -104,20 +104,20 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
 
     study = data / "sensitivity" / "summary.csv"
     if study.exists():  # the sensitivity study was run: its figures too
-        from ..study import FIGURES as STUDY_FIGURES
-        from .sensitivity import save_figures
+        from ..studies.sensitivity.figures import save_figures
+        from ..studies.sensitivity.plan import FIGURES as STUDY_FIGURES
 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
     dynamics = data / "dynamics" / "summary.csv"
     if dynamics.exists():  # the training-dynamics family was run: its figures too
-        from ..figures.dynamics import save_figures as save_dynamics_figures
+        from ..studies.dynamics.figures import save_figures as save_dynamics_figures
 
         save_dynamics_figures(shrunk, data, out, lang)
         for name in DYNAMICS_FIGURES:
             sidecars[name] = read_json(out / f"{name}.json")
-    from ..study import snapshots
+    from ..studies.sensitivity.plan import snapshots
 
     from_snapshots = snapshots(params) if "sensitivity" in params else []
     (out / "data").mkdir(parents=True, exist_ok=True)

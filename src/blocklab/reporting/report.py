@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
-from .sensitivity import robustness
-from ..params import load_params
+from ..studies.sensitivity.aggregate import robustness
+from ..studies.checks import load_params
 from ..pipeline import FIGURES
 from . import answers as answers_mod
 from .claims import DOCUMENT_SETUP, INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
@@ -323,7 +323,8 @@ class Report:
     def dynamics(self) -> str:
         """The training dynamics (issue 23): both figures, the collapse rate with its interval, the precursors of every
         spike or collapse, and the compare runs' first steps."""
-        from ..experiments.dynamics import FIGURES as DYNAMICS_FIGURES, early_updates, event_precursors
+        from ..studies.dynamics.aggregate import early_updates, event_precursors
+        from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES
 
         head = f'<h4 id="sec-dynamics">{html.escape(self.t("dynamics_title"))}</h4>'
         if not answers_mod.dynamics_present(self.data):
@@ -376,7 +377,7 @@ class Report:
 
     def inference(self) -> str:
         """The document's unstated setup, inferred (issue 23): the fitting runs' ranking by the pre-registered score."""
-        from .inference import FIT_CLAIMS
+        from ..studies.inference.aggregate import FIT_CLAIMS
 
         head = f'<h4 id="sec-inference">{html.escape(self.t("inference_title"))}</h4>'
         path = "inference/ranking.csv"

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import torch
 
-from ..dynamics_plan import COLUMNS, METRICS, MODEL_BLOCK, Metric, check_settings  # noqa: F401  (names live there)
+from ..studies.dynamics.plan import COLUMNS, METRICS, MODEL_BLOCK, Metric, check_settings  # noqa: F401  (names live there)
 
 
 class Recorder:

@@ -1,24 +1,28 @@
-"""The study's tables from its runs: per-step losses and one summary row per run (outcome, losses at steps 100/200/300,
-steps to learn, relapse after learning, why it stopped), read from the trained runs or from snapshots in git; and
-snapshots of finished runs (``record_runs``), small enough for git."""
+"""The sensitivity study's tables from its runs: per-step losses and one summary row per run (outcome, losses at steps
+100/200/300, steps to learn, relapse after learning, why it stopped), read from the trained runs or from snapshots in
+git; snapshots of finished runs (``record_runs``), small enough for git; and its verdicts: every sweep claim re-judged
+under every setting of the open choices (claim x setting) by the claims' own checks (``reporting.claims``), and which
+verdicts are robust.
+
+The reporting level (it judges claims, as the inference study's ranking does); see tests/test_layers.py."""
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from ...config import ConfigError
-from ...integrity import read_run
-from ...io import read_json, read_table
-from ...study import RUN_KEY, plan, unrecorded
+from ...integrity import begin_snapshot, read_run, record_snapshot
+from ...io import read_table, write_table
+from ...reporting import claims
+from ...reporting.claims import NOT_CHECKABLE
+from ..cells import Cell, cell_params, default_cell
+from .plan import GRADNORM, RUN_KEY, plan, unrecorded
 
 LOSS_AT = (100, 200, 300)
 # What a run's summary needs from its meta.json besides its losses: a snapshot (``record_runs``) keeps exactly these,
 # so a reader can re-aggregate and re-judge the study from git without the trained runs.
-# The columns of the study's gradients at init (``gradnorm_by_choice``, ``sensitivity gradnorm``).
-GRADNORM_COLUMNS = ["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]
 RECORD_FIELDS = ("vocab_size", "diverged_step", "stopped_step", "stop_reason", "wall_time_s", "machine", "git_commit")
 
 
@@ -131,6 +135,30 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     return runs, losses, summary
 
 
+def write_snapshot(params: dict, out: Path, root: str | Path = ".", planned: pd.DataFrame | None = None,
+                   machine: str | None = None) -> pd.DataFrame:
+    """Record the finished runs among ``planned`` (default: the whole plan) in the snapshot directory ``out`` (kept in
+    git; ``record_runs``), whole: refused when it would drop a run ``out`` records that did not finish here. Returns
+    the runs recorded."""
+    out = Path(out)
+    runs, losses, summary = record_runs(params, root, planned, machine=machine)
+    if (out / "runs.csv").is_file():  # a snapshot is rewritten whole: never drop a run it records
+        lost = read_table(out / "runs.csv").merge(runs[["setting", "run"]], how="left", indicator=True)
+        lost = lost[lost["_merge"] == "left_only"]
+        if len(lost):
+            raise ConfigError(f"--out={out}: it records {len(lost)} run(s) that did not finish here "
+                              f"({', '.join(lost['setting'] + '/' + lost['run'])}), which rewriting it would drop; "
+                              "allowed: a new --out directory (list both in sensitivity.from_snapshots), or the "
+                              "project root that holds those runs (--root)")
+    out.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
+    write_table(runs, out / "runs.csv")
+    write_table(losses, out / "losses.csv")
+    write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), out / "summary.csv")
+    record_snapshot(out)  # last: the checksums of what was written
+    return runs
+
+
 def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
     """One choices cell's runs in the main sweep's table layout, so the sweep's claim checks read them unchanged."""
     # both tables already name each run as the main sweep does (sweep.run_name), so the checks match them unchanged
@@ -139,18 +167,69 @@ def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
     return l, s.sort_values(["norm", "warmup", "seed"], ignore_index=True)
 
 
-def gradnorm_by_choice(params: dict) -> pd.DataFrame:
-    """Gradient norms at init (the gradnorm section's init, norms and seeds) at every (position signal, batch size) of
-    the study's open-choice cells: the one batch each seed draws has the cell's own size, so a cell's claim check reads
-    the gradients its own runs started from."""
-    from ..gradnorm import gradnorm_frame
+# ---- claim x setting ---------------------------------------------------------------------------------------------------
 
+
+def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame, gradnorm: pd.DataFrame) -> pd.DataFrame:
+    """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs,
+    by the claims' own rules (``reporting.verdicts``: with one seed a value has no spread, its margin is the
+    document's rounding alone; a count is Fisher's test over the cell's runs), with each verdict's margin."""
+    rows = []
+    settings = summary.loc[summary["family"] == "choices", ["setting", "position", "batch_size", "precision"]]
+    for setting in settings.drop_duplicates("setting").itertuples(index=False):
+        cell = Cell.parse(setting.setting)
+        sweep_losses, sweep_summary = as_sweep_tables(losses, summary, setting.setting)
+        tables = {"sweep/losses.csv": sweep_losses, "sweep/summary.csv": sweep_summary,
+                  "gradnorm/gradnorm.csv": at_cell(gradnorm, cell)}
+        data = claims.Data(".", cell_params(params, cell), tables=tables)
+        table = claims.evaluate_data(data, only=claims.SWEEP_CHECKS)
+        seeds = sorted(sweep_summary["seed"].unique())
+        for claim in table.itertuples(index=False):
+            rows.append({"id": claim.id, "where": claim.where, "claim": claim.claim, "setting": setting.setting,
+                         "position": setting.position, "batch_size": setting.batch_size,
+                         "precision": setting.precision, "seeds": len(seeds),
+                         "default": setting.setting == default_cell(params).name, "kind": claim.kind,
+                         "measured": claim.measured, "margin": claim.margin, "verdict": claim.verdict,
+                         "seeds_to_decide": claim.seeds_to_decide})
+    return pd.DataFrame(rows)
+
+
+def at_cell(gradnorm: pd.DataFrame, cell: Cell) -> pd.DataFrame:
+    """The gradients at init a cell's runs started from: its position signal and its batch size (the table of
+    ``sensitivity gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
+    if "batch_size" not in gradnorm.columns:
+        raise ConfigError(f"{GRADNORM} has no batch_size column (written before gradients were measured per batch); "
+                          "rerun `blocklab sensitivity gradnorm` (Snakemake does so by itself)")
+    return gradnorm[(gradnorm["position"] == cell.position) & (gradnorm["batch_size"] == cell.batch_size)]
+
+
+def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim: its verdict under the default setting (else the commonest), how many settings agree with
+    it, the settings that do not, and ``robust``: judged ("not checkable here" is no verdict) under at least one
+    setting, and the same verdict under every setting."""
+    rows = []
+    for claim_id, group in by_setting.groupby("id", sort=False):
+        default = group[group["default"].astype(bool)]
+        ref = default["verdict"].iloc[0] if len(default) else group["verdict"].mode().iloc[0]
+        checkable = bool((group["verdict"] != NOT_CHECKABLE).any())
+        rows.append({"id": claim_id, "default_verdict": ref,
+                     "settings": len(group), "agree": int((group["verdict"] == ref).sum()), "checkable": checkable,
+                     "robust": checkable and bool((group["verdict"] == ref).all()),
+                     "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in group[group["verdict"] != ref].itertuples())})
+    return pd.DataFrame(rows)
+
+
+def finished_verdicts(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, int, int]:
+    """Claim x setting for the open-choice cells whose runs have all finished, while the study is still training:
+    (the table, cells judged, cells planned). The same aggregation and checks as the study's own table."""
+    root = Path(root)
     planned = plan(params)
-    pairs = planned.loc[planned["family"] == "choices", ["position", "batch_size"]].drop_duplicates()
-    parts = []
-    for position, batch in pairs.itertuples(index=False):
-        p = copy.deepcopy(params)
-        p["copy_model"]["position"] = position
-        p["copy_task"]["batch_size"] = int(batch)
-        parts.append(gradnorm_frame(p).assign(position=position, batch_size=int(batch)))
-    return pd.concat(parts, ignore_index=True)[GRADNORM_COLUMNS]
+    choices = planned[planned["family"] == "choices"]
+    # finished: its meta.json is written (as ``record_runs`` and ``run.progress`` tell a finished run)
+    complete = choices.groupby("setting")["run_dir"].agg(lambda dirs: all((root / d / "meta.json").is_file() for d in dirs))
+    cells = choices["setting"].nunique()
+    judged = choices[choices["setting"].map(complete)]
+    if judged.empty or not (root / GRADNORM).exists():
+        return pd.DataFrame(), 0, cells
+    losses, summary = aggregate(params, root, planned=judged)
+    return claims_by_setting(params, losses, summary, read_table(root / GRADNORM)), judged["setting"].nunique(), cells

@@ -1,5 +1,5 @@
-"""The document's unstated setup, inferred rather than tuned (issue 23, docs/dynamics.md): the fitting score of the
-procedure stated there before any fitting run.
+"""The inference study's tables: the document's unstated setup, inferred rather than tuned (issue 23, docs/dynamics.md),
+by the fitting score of the procedure stated there before any fitting run.
 
 For each candidate setting and each of the document's five early losses (the ``loss_at_step`` claims named in
 ``FIT_CLAIMS``, with the document's values as claims.yaml gives them), the distance in ln(loss) from the median over
@@ -7,6 +7,10 @@ the setting's seeds to the document's value or range (0 inside it); the setting'
 is better. The per-seed scores' range is reported beside it, so that ties within the seed spread show as ties.
 ``blocklab inference score`` ranks whatever recorded runs it is given (snapshots of the sensitivity study, the main
 sweep's losses); it trains nothing and says how many seeds each score rests on.
+
+Also the fitting runs' losses (``collect``: from snapshots or run directories), the held-out runs' losses, and
+snapshots of finished fitting runs. The reporting level (it reads the fitted claims, ``reporting.claims``); see
+tests/test_layers.py.
 """
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import NORM_POSITIONS
-from ..integrity import verify_snapshot
-from ..io import read_table, write_table
-from .claims import load_claims
+from ...config import NORM_POSITIONS, ConfigError
+from ...integrity import begin_snapshot, read_run, record_snapshot, verify_snapshot
+from ...io import read_table, write_table
+from ...reporting.claims import load_claims
+from .plan import holdout_plan, plan, sources
 
 FIT_CLAIMS = ("d000-post-warm-step100", "d000-post-warm-step200", "d000-post-warm-step300", "d000-pre-nowarm-step100",
               "d000-pre-nowarm-step200")
@@ -106,38 +111,57 @@ def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], set
     return losses.drop_duplicates(["setting", "run", "step"], keep="last")
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("aggregate", help="the fitting runs' losses and the ranking of the candidates")
-    p.add_argument("--params", default="params.yaml")
-    p.set_defaults(func=_aggregate_main)
-
-    p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
-    p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
-    p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
-    p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")
-    p.add_argument("--out", type=Path, default=None)
-    p.set_defaults(func=_main)
+# ---- the fitting runs' losses ----------------------------------------------------------------------------------------
 
 
-def _aggregate_main(args) -> None:
-    from ..experiments.inference import LOSSES, RANKING, collect
-    from ..params import load_params
+def collect(params: dict, root: str | Path = ".", only_finished: bool = False,
+            planned: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, losses up to ``fit_steps``) of the planned runs (default ``plan``): from ``inference.from_snapshots``
+    where they record them, else from the run directories. ``only_finished``: the finished fitting runs trained here
+    only (what ``inference snapshot`` records: the ranking's and the held-out ones)."""
+    root = Path(root)
+    if only_finished:
+        own = pd.concat([plan(params), holdout_plan(params)], ignore_index=True) if planned is None else planned
+        own, runs, losses = own[~own["main_sweep"]], pd.DataFrame(), pd.DataFrame()
+    else:
+        own, runs, losses = sources(params, root, planned)
+    records, curves = [], []
+    for row in own.itertuples(index=False):
+        meta_path = root / row.run_dir / "meta.json"
+        if not meta_path.is_file():
+            if only_finished:
+                continue
+            raise ConfigError(f"{row.run_dir}: not trained yet; `snakemake --cores 4 inference` trains it")
+        meta, loss = read_run(root / row.run_dir)  # checked against its checksums and recorded steps
+        records.append({"setting": row.setting, "run": row.run, "wall_time_s": meta.get("wall_time_s"),
+                        "machine": meta.get("libraries", {}).get("cpu"),
+                        "git_commit": meta.get("code", {}).get("git_commit")})
+        curves.append(loss[["step", "loss"]].assign(setting=row.setting, run=row.run))
+    columns = ["setting", "run", "step", "loss"]
+    runs = pd.concat([frame for frame in (pd.DataFrame(records), runs) if len(frame)], ignore_index=True) \
+        if len(records) or len(runs) else pd.DataFrame(columns=["setting", "run"])
+    losses = pd.concat([frame[columns] for frame in (*curves, losses) if len(frame)], ignore_index=True) \
+        if curves or len(losses) else pd.DataFrame(columns=columns)
+    losses = losses[losses["step"] <= params["inference"]["fit_steps"]].reset_index(drop=True)
+    return runs, losses
 
-    params = load_params(args.params)
-    _, losses = collect(params)
-    write_table(losses, LOSSES)
-    warmup = max(params["sweep"]["warmups"])
-    document_warmup = next(t["warmup"] for t in targets() if t["norm"] == "post")
-    if warmup != document_warmup:
-        print(f"note: post-norm runs use warm-up {warmup}, the document {document_warmup}: this ranking is not about "
-              "the document's setup")
-    ranked = score(losses, post_warmup=warmup)
-    write_table(ranked, RANKING)
-    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+def holdout_table(params: dict, root: str | Path = ".") -> pd.DataFrame:
+    """The held-out runs' losses up to ``fit_steps``, one row per run and step, with norm, warm-up and seed."""
+    planned = holdout_plan(params)
+    _, losses = collect(params, root, planned=planned)
+    ident = planned[["setting", "run", "norm", "warmup", "seed"]]
+    return ident.merge(losses, on=["setting", "run"]).sort_values(["norm", "seed", "step"], ignore_index=True)
 
 
-def _main(args) -> None:
-    ranked = score(read_losses(args.snapshots, args.sweep_losses, args.sweep_setting))
-    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    if args.out:
-        write_table(ranked, args.out)
+def write_snapshot(params: dict, out: str | Path) -> pd.DataFrame:
+    """Record the finished fitting runs trained here (the ranking's and the held-out ones) in ``out``, a directory kept
+    in git; returns the runs recorded."""
+    runs, losses = collect(params, only_finished=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again
+    write_table(runs, out / "runs.csv")
+    write_table(losses, out / "losses.csv")
+    record_snapshot(out)  # last: the checksums of what was written
+    return runs

@@ -12,10 +12,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from ..experiments.dynamics import ANATOMY_AFTER, ANATOMY_BEFORE, at_step, figure_steps
-from . import style
-from .doc000 import NORM_COLORS, norm_label, warmup_label
-from .style import log_y, text
+from ...figures import style
+from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
+from ...figures.style import log_y, text
+from ...io import read_table
+from .aggregate import ANATOMY_AFTER, ANATOMY_BEFORE, at_step, figure_steps
+from .plan import FIGURES, TABLES
 
 
 ANATOMY = [  # (metric, how the blocks are folded into one line, Korean label, English label, log scale)
@@ -175,13 +177,10 @@ def _outcome(outcome: str, lang: str) -> str:
     return text(lang, ko.get(outcome, outcome), outcome)
 
 
-# ---- all figures of the family, with sidecars ----------------------------------------------------------------------
+# ---- all figures of the study, with sidecars -------------------------------------------------------------------------
 
 
 def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
-    from ..experiments.dynamics import FIGURES, TABLES
-    from ..io import read_table
-
     lang = lang or params["figures"]["lang"]
     data = Path(data)
     where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731
@@ -203,18 +202,3 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
                               sources=[str(where(s)) for s in FIGURES[name]],
                               params={"figures": params["figures"], "lang": lang, "dynamics": dyn}))
     return out
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("figures", help="draw the training-dynamics figures from data/dynamics")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--data", default="data")
-    p.add_argument("--figs", default="figs")
-    p.add_argument("--lang", choices=list(style.LANGS), default=None)
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> None:
-    from ..params import load_params
-
-    save_figures(load_params(args.params), args.data, args.figs, args.lang)

@@ -1,7 +1,9 @@
-"""Figures of the sensitivity study (what document 000 leaves open). Each function takes tidy frames and ``lang``."""
+"""Figures of the sensitivity study (what document 000 leaves open). Each function takes tidy frames and ``lang``;
+``save_figures`` draws them all from the study's tables, with sidecars."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -9,9 +11,12 @@ import pandas as pd
 from matplotlib.colors import Normalize
 from matplotlib.lines import Line2D
 
-from . import style
-from .doc000 import NORM_COLORS, norm_label, warmup_label
-from .style import log_y, text
+from ...figures import style
+from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
+from ...figures.style import log_y, text
+from ...io import read_table
+from ..cells import default_cell
+from .plan import FIGURES, GRADNORM, TABLES
 
 POSITION_COLORS = {"learned": "#2a9d8f", "sinusoidal": "#e76f51", "rope": "#6d597a", "none": "#8d99ae"}
 
@@ -145,3 +150,32 @@ def gradnorm_by_position_figure(gradnorm: pd.DataFrame, lang: str = "ko"):
                  y=1.02)
     fig.tight_layout()
     return fig
+
+
+def at_batch(gradnorm: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """The gradients at init at params.yaml's batch size (the figure compares position signals at one batch)."""
+    return gradnorm[gradnorm["batch_size"] == params["copy_task"]["batch_size"]]
+
+
+def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
+    lang = lang or params["figures"]["lang"]
+    data = Path(data)
+    where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731  (the tables' paths under another data dir)
+    table = lambda rel: read_table(where(rel))  # noqa: E731
+    vocab = params["copy_task"]["vocab_size"]
+    rule = params["sensitivity"]["early_stop"]
+    made = {
+        "sensitivity_phase": lambda: phase_figure(table(TABLES["summary"]), lang=lang, budget=params["sweep"]["steps"],
+                                                  rule=rule),
+        "sensitivity_loss_curves": lambda: loss_curves_by_setting_figure(table(TABLES["losses"]), lang=lang,
+                                                                         vocab_size=vocab,
+                                                                         default=default_cell(params).name),
+        "sensitivity_gradnorm": lambda: gradnorm_by_position_figure(at_batch(table(GRADNORM), params), lang=lang),
+    }
+    out = []
+    for name, build in made.items():
+        style.setup(lang)
+        out.append(style.save(build(), Path(figs) / f"{name}.png", dpi=params["figures"]["dpi"],
+                              sources=[str(where(s)) for s in FIGURES[name]],
+                              params={"figures": params["figures"], "lang": lang, "sensitivity": params["sensitivity"]}))
+    return out

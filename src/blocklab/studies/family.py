@@ -1,13 +1,14 @@
-"""The command line the three studies share (sensitivity, dynamics, inference: ``blocklab <study> <verb>``): each
-study's register() makes its verbs with these, so that ``train``, ``plan``, ``status`` and ``snapshot`` take the same
-options in every study and a fourth study gets them by calling the same functions."""
+"""The command line the studies share (sensitivity, dynamics, inference: ``blocklab <study> <verb>``): each study's
+``commands.register()`` makes its verbs with these, so that ``train``, ``plan``, ``status`` and ``snapshot`` take the
+same options (``--params``, ``--root``, ``--out``) in every study and a fourth study gets them by calling the same
+functions. The studies' data paths are ``cells.study_paths``."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..config import NORM_POSITIONS
 from ..io import write_table
-from ..params import load_params
+from .checks import load_params
 
 
 def add_command(subparsers, verb: str, help: str, func, root: bool = False):
@@ -38,4 +39,16 @@ def add_plan(subparsers, help: str, plan, out: str | None = None):
     """``plan``: every run of the study and its directory, as a table written to --out (default ``out``)."""
     p = add_command(subparsers, "plan", help, lambda args: write_table(plan(load_params(args.params)), args.out))
     p.add_argument("--out", type=Path, required=out is None, default=None if out is None else Path(out))
+    return p
+
+
+def add_status(subparsers, help: str, func):
+    """``status``: where each planned run stands (read under --root); returns it for the study's own options."""
+    return add_command(subparsers, "status", help, func, root=True)
+
+
+def add_snapshot(subparsers, help: str, func, root: bool = False):
+    """``snapshot``: record the study's finished runs in --out, a directory kept in git."""
+    p = add_command(subparsers, "snapshot", help, func, root=root)
+    p.add_argument("--out", required=True, type=Path)
     return p

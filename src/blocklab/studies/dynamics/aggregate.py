@@ -1,42 +1,20 @@
-"""Why post-norm fails, measured while it trains (issue 23): the training-time diagnostics of the copy-task runs, and
-how often post-norm with warm-up collapses after its warm-up, over enough seeds to give the rate an interval.
-
-Two groups of runs, each an ordinary sweep run (``sweep.train_copy_run``) with its diagnostics:
-- ``compare``: the default cell's norm x warm-up runs at ``dynamics.compare_seeds`` (the main sweep's own runs), for
-  Xiong et al.'s Fig. 3 through training;
-- ``collapse``: post-norm with warm-up at each setting of ``dynamics.collapse.settings`` (sensitivity's cell names)
-  and ``dynamics.collapse.seeds``, for the collapse rate. Such a run stops once it has collapsed (``dynamics.events``):
-  a run that never collapses trains the full ``sweep.steps``.
-
-A run identical to a main-sweep run is that run (``data/sweep/runs``); the others are in
-``data/dynamics/runs/<cell>/<run>/``. Events are judged from the loss alone, with thresholds fixed in params.yaml
-before any of these runs trained:
-- learned: the loss below ``learned_below`` for ``learned_for`` consecutive steps (the first of them: the step it learned);
-- collapse: after learning, the loss at or above ``collapse_at`` x ln(vocab) (chance) for ``collapse_for`` steps in a row;
-- spike: after learning, the loss above ``spike_above`` at some step, without a collapse (it came back).
+"""The dynamics study's tables from its runs: per-step losses, the training-time diagnostics, one summary row per run
+with its events (judged with ``dynamics.events``: ``plan.events``) and the collapse rates with their intervals; read
+from the runs' directories or from snapshots in git, and snapshots of finished runs (thinned to the steps that are
+read). Also the one reading of a step that the figures, the claims and the mechanism table share (``at_step``,
+``ends_ratio``), and what the diagnostics say about why: the precursors of each event and the first steps' updates.
 """
 from __future__ import annotations
 
-import copy
-import logging
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from ..config import ConfigError
-from ..dynamics_plan import (FIGURES, PLAN, PLAN_COLUMNS, ROOT, RUNS, SNAPSHOT_FILES, TABLES,  # noqa: F401  (re-exported)
-                             aggregate_inputs, check_problems, from_records, from_runs, plan, read_snapshots, snapshots,
-                             unrecorded)
-from .family import add_command, add_plan, add_train
-from ..integrity import begin_snapshot, interrupted, read_run, record_snapshot, snapshot_file, verify_unfinished
-from ..io import read_json, read_table, write_table
-from ..params import load_params
-from ..study import Cell, cell_params, default_cell, require_cell_names
+from ...config import ConfigError
+from ...integrity import begin_snapshot, interrupted, read_run, record_snapshot, snapshot_file, verify_unfinished
+from .plan import SNAPSHOT_FILES, events, from_records, from_runs, plan, read_snapshots, snapshots, unrecorded
 
-log = logging.getLogger("blocklab.dynamics")
-
-OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
 WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)
 ANATOMY_BEFORE, ANATOMY_AFTER = 150, 100  # the anatomy figure's window around an event (steps before, after)
 EARLY, THIN = 60, 10  # a snapshot keeps every diagnostic step up to EARLY, and every THIN-th after it (kept_steps)
@@ -68,83 +46,7 @@ def figure_steps(warmup: int, steps: int) -> list[int]:
     return sorted({1, max(1, warmup // 2), max(1, warmup), min(steps, 2 * max(warmup, 1))})
 
 
-
-# ---- the plan ----------------------------------------------------------------------------------------------------------
-
-
-def collapse_params(params: dict, cell_name: str) -> dict:
-    """params.yaml with the cell's choices in place (what a collapse run trains)."""
-    return cell_params(params, Cell.parse(cell_name))
-
-
-def run_identity(params: dict, cell_name: str) -> dict:
-    """What decides a collapse run's numbers (Snakemake params of its rule): the cell and the events that stop it."""
-    p = collapse_params(params, cell_name)
-    training = {k: v for k, v in p["sweep"].items() if k not in ("norms", "warmups", "seeds", "checkpoint_every",
-                                                                   "compile", "fast_path", "batched")}
-    return {"model": p["copy_model"], "task": p["copy_task"], "training": training,
-            "events": params["dynamics"]["events"]}
-
-
-# ---- events --------------------------------------------------------------------------------------------------------
-
-
-def _first_streak(flags, steps, length: int, start: int = 0) -> int | None:
-    """Index of the first element of the first run of ``length`` True flags at or after index ``start``."""
-    streak = 0
-    for i in range(start, len(flags)):
-        streak = streak + 1 if flags[i] else 0
-        if streak == length:
-            return i - length + 1
-    return None
-
-
-def events(losses, steps, rule: dict, vocab_size: int) -> dict:
-    """The run's outcome (never learned | stable | spiked | collapsed) and the steps of its events (NaN: none)."""
-    losses, steps = list(map(float, losses)), list(map(int, steps))
-    chance = math.log(vocab_size)
-    nan = float("nan")
-    out = {"outcome": "never learned", "learned_step": nan, "spike_step": nan, "spike_loss": nan, "collapse_step": nan,
-           "max_after_learned": nan, "reached_chance": False}
-    learned = _first_streak([x < rule["learned_below"] for x in losses], steps, rule["learned_for"])
-    if learned is None:
-        return out
-    out["learned_step"] = steps[learned]
-    after = learned + rule["learned_for"]
-    if after >= len(losses):
-        out["outcome"] = "stable"
-        return out
-    worst = max(range(after, len(losses)), key=lambda i: losses[i])
-    out["max_after_learned"] = losses[worst]
-    # back at chance for at least one step after learning, whether it stayed there (a collapse) or recovered: the
-    # document's "4.32 at step 460" as far as a single number shows (a reading added after the first runs; see rates)
-    out["reached_chance"] = losses[worst] >= rule["collapse_at"] * chance
-    collapse = _first_streak([x >= rule["collapse_at"] * chance for x in losses], steps, rule["collapse_for"], after)
-    spike = next((i for i in range(after, len(losses)) if losses[i] > rule["spike_above"]), None)
-    if collapse is not None:
-        out.update(outcome="collapsed", collapse_step=steps[collapse])
-    elif spike is not None:
-        out["outcome"] = "spiked"
-    else:
-        out["outcome"] = "stable"
-    if spike is not None:
-        out.update(spike_step=steps[spike], spike_loss=losses[spike])
-    return out
-
-
-def collapse_stop(params: dict):
-    """(callable, words): stop a run once it has collapsed (it learned, then sat at chance for ``collapse_for`` steps)."""
-    rule, vocab = params["dynamics"]["events"], params["copy_task"]["vocab_size"]
-
-    def stop(losses: list[float]) -> bool:
-        tail = rule["collapse_for"]
-        if len(losses) < tail or losses[-1] < rule["collapse_at"] * math.log(vocab):
-            return False
-        return events(losses, range(1, len(losses) + 1), rule, vocab)["outcome"] == "collapsed"
-
-    words = (f"collapsed: learned (loss < {rule['learned_below']:g} for {rule['learned_for']} steps), then loss >= "
-             f"{rule['collapse_at']:g} x ln {vocab} for {rule['collapse_for']} steps")
-    return stop, words
+# ---- collapse rates --------------------------------------------------------------------------------------------------
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -201,7 +103,7 @@ def _record(meta: dict) -> dict:
 def collect(planned: pd.DataFrame, root: str | Path = ".", only_finished: bool = False):
     """(runs, losses, diagnostics) of the planned runs from their directories; a missing run is an error unless
     ``only_finished`` (a snapshot of the runs finished so far)."""
-    from ..training.diagnostics import table
+    from ...training.diagnostics import table
 
     root = Path(root)
     records, curves, diags = [], [], []
@@ -329,131 +231,6 @@ def write_snapshot(params: dict, out: str | Path, root: str | Path = ".", thinne
         diagnostics.to_parquet(tmp, index=False, compression="zstd")
     record_snapshot(out)  # last: the checksums of what was written
     return runs
-
-
-# ---- the command line: blocklab dynamics <verb> ----------------------------------------------------------------------
-
-
-def register(subparsers) -> None:
-    p = add_train(subparsers, "train one collapse-rate run (post-norm with warm-up, a setting, a seed)", _train_main,
-                  norm_and_warmup=False)
-    p.add_argument("--follow", action="store_true",
-                   help="train to the last step (sweep.steps) instead of stopping once it collapsed: what happens after")
-    p.add_argument("--dense", default=None, metavar="FIRST:LAST",
-                   help="also record the forward diagnostics at every step from FIRST to LAST (the steps before an event)")
-    add_plan(subparsers, "every run of the dynamics family and its directory", plan, PLAN)
-    add_command(subparsers, "aggregate", "the dynamics family's tables (losses, diagnostics, events, rates)", _aggregate_main)
-    p = add_command(subparsers, "status", "which dynamics runs are finished, checkpointed, recorded or to do", _status_main,
-                    root=True)
-    p.add_argument("--add-setting", action="append", default=[], dest="setting",
-                   help="also list this collapse setting's runs, before params.yaml lists it (repeatable)")
-    p = add_command(subparsers, "snapshot", "record the finished dynamics runs in a directory kept in git", _snapshot_main)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--add-setting", action="append", default=[], dest="setting",
-                   help="also record this collapse setting (a sensitivity cell name) at dynamics.collapse.seeds, "
-                        "before params.yaml lists it (repeatable)")
-    p.add_argument("--every-step", action="store_true",
-                   help="keep every recorded diagnostic step (no thinning): runs recorded at every step, for the "
-                        "detectors' false alarms at the loss's own resolution")
-
-
-def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
-    """Every planned run: finished here, checkpointed (at which step), recorded in a snapshot, or still to train."""
-    from ..training.sweep import run_state
-
-    root = Path(root)
-    recorded = set()
-    for d in snapshots(params) or []:
-        if (root / d / "runs.csv").is_file():
-            runs = read_table(root / d / "runs.csv")
-            recorded |= set(zip(runs["setting"], runs["run"]))
-    rows = []
-    for row in plan(params).itertuples(index=False):
-        got = run_state(root / row.run_dir, params["sweep"]["steps"])
-        state = f"checkpointed at step {got['steps_done']}" if got["status"] == "checkpointed" else \
-            "to do" if got["status"] == "not started" else "finished"
-        wall = got["seconds"] if state == "finished" else None
-        rows.append({"setting": row.setting, "run": row.run, "state": state,
-                     "in_snapshot": (row.setting, row.run) in recorded, "wall_time_s": wall})
-    return pd.DataFrame(rows)
-
-
-def _status_main(args) -> None:
-    params = load_params(args.params)
-    settings = params["dynamics"]["collapse"]["settings"]
-    settings += [name for name in require_cell_names(args.setting, "--add-setting") if name not in settings]
-    frame = status(params, args.root)
-    print(frame.to_string(index=False))
-    done = frame["state"].eq("finished") | frame["in_snapshot"]
-    print(f"{int(done.sum())} of {len(frame)} planned runs finished or recorded; "
-          f"{int((~done).sum())} to train (`snakemake --cores 4 dynamics`)")
-
-
-def _train_main(args) -> None:
-    from ..runtime import set_threads
-    from ..training.sweep import train_copy_run
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    params = load_params(args.params)
-    Cell.parse(args.cell)
-    if args.seed < 0:
-        raise ConfigError(f"--seed={args.seed} is not allowed; choose an integer >= 0")
-    dense = parse_window(args.dense, params["sweep"]["steps"])
-    set_threads(args.threads or params["threads_per_run"])
-    stop, words = (None, None) if args.follow else collapse_stop(params)
-    p = collapse_params(params, args.cell)
-    extra = {"follow": True} if args.follow else {}
-    meta = train_copy_run(p, "post", params["dynamics"]["collapse"]["warmup"], args.seed, args.out_dir, params["device"],
-                          stop_when=stop, stop_rule=words, dense_steps=dense, setting=args.cell, **extra)
-    log.info("%s %s in %.1f s (%s)", meta["run"], meta["status"], meta["wall_time_s"], meta["stop_reason"])
-
-
-def parse_window(text: str | None, steps: int) -> tuple[int, int] | None:
-    """``--dense FIRST:LAST`` checked: 1 <= FIRST <= LAST <= steps (None: no window)."""
-    if text is None:
-        return None
-    try:
-        first, last = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise ConfigError(f"--dense={text!r} is not allowed; choose FIRST:LAST, two step numbers, e.g. 450:600") from None
-    if not 1 <= first <= last <= steps:
-        raise ConfigError(f"--dense={text!r} is not allowed; choose 1 <= FIRST <= LAST <= {steps} (sweep.steps)")
-    return first, last
-
-
-def _aggregate_main(args) -> None:
-    params = load_params(args.params)
-    tables = aggregate(params)
-    for name, frame in tables.items():
-        path = Path(TABLES[name])
-        if name == "diagnostics":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            from ..io import atomic_path
-
-            with atomic_path(path) as tmp:
-                frame.to_parquet(tmp, index=False, compression="zstd")
-        else:
-            write_table(frame, path)
-    log.info("%d runs; rates: %s", len(tables["summary"]), tables["rates"].to_dict("records"))
-
-
-def _snapshot_main(args) -> None:
-    """Record every finished planned run, including seeds just added to the plan that ``from_snapshots`` does not yet
-    cover (so the parameters are checked with it cleared: recording is how a new seed gets covered), and the runs of
-    any ``--add-setting`` not yet in the plan (a setting whose seeds are still training)."""
-    import yaml
-
-    from ..params import validate_params
-
-    raw = yaml.safe_load(Path(args.params).read_text(encoding="utf-8"))
-    if isinstance(raw, dict) and isinstance(raw.get("dynamics"), dict):
-        raw["dynamics"]["from_snapshots"] = []
-        settings = raw["dynamics"].get("collapse", {}).get("settings")
-        if args.setting and isinstance(settings, list):
-            settings += [s for s in args.setting if s not in settings]
-    params = validate_params(raw, str(args.params))
-    runs = write_snapshot(params, args.out, thinned=not args.every_step)
-    print(f"{len(runs)} run(s) recorded in {args.out} (finished here, and kept from its earlier record)")
 
 
 # ---- what the diagnostics say about why ------------------------------------------------------------------------------

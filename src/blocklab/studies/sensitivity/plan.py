@@ -2,79 +2,46 @@
 every run and its directory, the snapshots the study may be read from, and the cross-field checks of the
 ``sensitivity`` section (``params.validate_params`` runs them before any compute).
 
-The params layer: it imports nothing above ``runtime``, so validating parameters never imports the experiments.
-A *cell* is one setting of the open choices, named ``{position}-b{batch}-L{depth}-lr{lr}-{precision}``; each of its
-runs (norm x warm-up x seed) is an ordinary sweep run in ``data/sensitivity/runs/<cell>/<norm>-w<warmup>-s<seed>/``,
-or, identical to a main-sweep run, that run (``data/sweep/runs/...``). Training, aggregation and status are in
-``blocklab.experiments.sensitivity``; the study's claims and figures in ``blocklab.reporting.sensitivity``.
+The params level: it imports nothing above ``runtime``, so validating parameters never imports the experiments.
+A *cell* (``studies.cells``) is one setting of the open choices, named ``{position}-b{batch}-L{depth}-lr{lr}-{precision}``;
+each of its runs (norm x warm-up x seed) is an ordinary sweep run in ``data/sensitivity/runs/<cell>/<norm>-w<warmup>-s<seed>/``,
+or, identical to a main-sweep run, that run (``data/sweep/runs/...``). Training, gradients at init and status are in
+``run``; the tables and claim x setting in ``aggregate``; the figures in ``figures``; the command line in ``commands``.
+
+What document 000 leaves open: the copy-task sweep under other position signals, batch sizes and precisions at the
+document's size, and a depth x learning-rate grid (the document's "the difference grows with depth"). Runs at the
+document's size (its depth and learning rate, i.e. ``copy_model.n_layers`` and ``sweep.lr``) train the full
+``sweep.steps``; the other depth x lr cells stop early once the loss has stayed below
+``sensitivity.early_stop.loss_below`` for ``for_steps`` steps in a row.
 """
 from __future__ import annotations
 
 import copy
 import logging
 import math
-import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
-from .config import ConfigError
-from .integrity import verify_snapshot
-from .io import read_table
-from .runtime import bf16_support, resolve_device
+from ...config import ConfigError
+from ...integrity import verify_snapshot
+from ...io import read_table
+from ...runtime import bf16_support, resolve_device
+from ..cells import (Cell, cell_params, cell_problems, default_cell, require_cell_names, run_dir, run_name, study_paths,
+                     training_identity)
 
 log = logging.getLogger("blocklab.sensitivity")
 
-ROOT = "data/sensitivity"
-RUNS = f"{ROOT}/runs"
+ROOT, RUNS, PLAN = study_paths("sensitivity")  # PLAN: every planned run and its directory (made by every pipeline run)
 TABLES = {"losses": f"{ROOT}/losses.csv", "summary": f"{ROOT}/summary.csv",
           "claims_by_setting": f"{ROOT}/claims_by_setting.csv"}
 GRADNORM = f"{ROOT}/gradnorm.csv"
-PLAN = f"{ROOT}/plan.csv"  # every planned run and its directory: made by every pipeline run, studied or not
 FIGURES = {  # figure -> the tables it is drawn from
     "sensitivity_phase": [TABLES["summary"]],
     "sensitivity_loss_curves": [TABLES["losses"]],
     "sensitivity_gradnorm": [GRADNORM],
 }
-CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
-
-
-def run_name(norm: str, warmup: int, seed: int) -> str:
-    """A sweep run's directory name (the same as ``training.sweep.run_name``; tests/test_layers.py checks they agree)."""
-    return f"{norm}-w{warmup}-s{seed}"
-
-
-@dataclass(frozen=True)
-class Cell:
-    position: str
-    batch_size: int
-    depth: int
-    lr: float
-    precision: str = "fp32"
-
-    @property
-    def name(self) -> str:
-        return f"{self.position}-b{self.batch_size}-L{self.depth}-lr{self.lr:g}-{self.precision}"
-
-    @classmethod
-    def parse(cls, name: str) -> "Cell":
-        match = re.fullmatch(r"([a-z]+)-b(\d+)-L(\d+)-lr([0-9.e+-]+)-(fp32|bf16)", name)
-        if not match:
-            raise ConfigError(f"--cell={name!r} is not a cell name; allowed: {{position}}-b{{batch}}-L{{depth}}-lr{{lr}}-"
-                              "{fp32|bf16}, e.g. learned-b32-L24-lr0.001-fp32")
-        position, batch, depth, lr, precision = match.groups()
-        return cls(position, int(batch), int(depth), float(lr), precision)
-
-
-def default_precision(params: dict) -> str:
-    return params["sweep"].get("precision", "fp32")
-
-
-def default_cell(params: dict) -> Cell:
-    """The main sweep's own setting."""
-    return Cell(params["copy_model"]["position"], params["copy_task"]["batch_size"], params["copy_model"]["n_layers"],
-                params["sweep"]["lr"], default_precision(params))
 
 
 def held_batch(params: dict) -> int:
@@ -89,26 +56,11 @@ def at_document_size(params: dict, cell: Cell) -> bool:
     return cell.depth == params["copy_model"]["n_layers"] and cell.lr == params["sweep"]["lr"]
 
 
-def cell_params(params: dict, cell: Cell) -> dict:
-    """params.yaml with the cell's choices in place: what ``train_copy_run`` trains."""
-    out = copy.deepcopy(params)
-    out["copy_model"]["position"] = cell.position
-    out["copy_model"]["n_layers"] = cell.depth
-    out["copy_task"]["batch_size"] = cell.batch_size
-    out["sweep"]["lr"] = cell.lr
-    if cell.precision != "fp32" or "precision" in out["sweep"]:
-        out["sweep"]["precision"] = cell.precision
-    return out
-
-
 def run_identity(params: dict, cell_name: str) -> dict:
     """Everything that decides a cell's numbers (Snakemake's params for the training rule): a change retrains it."""
     cell = Cell.parse(cell_name)
-    p = cell_params(params, cell)
-    training = {k: v for k, v in p["sweep"].items() if k not in ("norms", "warmups", "seeds", "checkpoint_every",
-                                                                   "compile", "fast_path", "batched")}
     early = None if at_document_size(params, cell) else params["sensitivity"]["early_stop"]
-    return {"model": p["copy_model"], "task": p["copy_task"], "training": training, "early_stop": early}
+    return {**training_identity(cell_params(params, cell)), "early_stop": early}
 
 
 def early_stop_rule(params: dict, cell: Cell):
@@ -171,22 +123,11 @@ def plan(params: dict) -> pd.DataFrame:
     for family, cell, norm, warmup, seed in rows:
         in_main = (cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"])
         run = run_name(norm, warmup, seed)
-        run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
         records.append({"family": family, "setting": cell.name, **asdict(cell), "norm": norm, "warmup": warmup,
-                        "seed": seed, "run": run, "run_dir": run_dir, "main_sweep": in_main})
+                        "seed": seed, "run": run, "run_dir": run_dir(RUNS, cell, run, in_main), "main_sweep": in_main})
     columns = ["family", "setting", "position", "batch_size", "depth", "lr", "precision", "norm", "warmup", "seed",
                "run", "run_dir", "main_sweep"]
     return pd.DataFrame(records, columns=columns)
-
-
-def require_planned(planned: pd.DataFrame, cell: Cell, norm: str, warmup: int, seed: int, what: str) -> None:
-    """Refuse, before any compute, a run that is not in ``planned`` (a plan with setting, norm, warmup, seed columns):
-    the error names the run, ``what`` it is not a run of, and the planned cells."""
-    mine = planned[(planned["setting"] == cell.name) & (planned["norm"] == norm) & (planned["warmup"] == warmup)
-                   & (planned["seed"] == seed)]
-    if mine.empty:
-        raise ConfigError(f"--cell={cell.name} --norm={norm} --warmup={warmup} --seed={seed} is not a run of {what}; "
-                          f"allowed cells: {sorted(planned['setting'].unique())}")
 
 
 def run_dirs(params: dict) -> list[str]:
@@ -247,7 +188,7 @@ def unrecorded(records: pd.DataFrame, planned: pd.DataFrame) -> str | None:
 
 
 def check_problems(params: dict) -> list[tuple[str, str]]:
-    """Cross-field checks of the sensitivity section (params.validate_params calls this): (key, message) pairs."""
+    """Cross-field checks of the sensitivity section (``studies.checks`` runs them with the others): (key, message) pairs."""
     sens = params.get("sensitivity")
     if sens is None:
         return []
@@ -272,31 +213,6 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         problems.append(("sensitivity.choices.positions", f"'rope' needs an even head dimension d_model/n_heads={d // heads}; "
                          "allowed: another position or an even head dimension"))
     return problems
-
-
-POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
-
-
-def cell_problems(names, key: str) -> list[tuple[str, str]]:
-    """Cell names given whole (``sensitivity.choices.cells``, ``--add-cell``): each parses and names a known position."""
-    problems = []
-    for i, name in enumerate(names):
-        try:
-            position = Cell.parse(name).position
-        except ConfigError as why:
-            problems.append((f"{key}[{i}]", str(why).replace("--cell=", "")))
-            continue
-        if position not in POSITIONS:
-            problems.append((f"{key}[{i}]", f"{name!r}: unknown position {position!r}; allowed: {', '.join(POSITIONS)}"))
-    return problems
-
-
-def require_cell_names(names, key: str) -> list[str]:
-    """The canonical names of ``names``, each once; a bad one is a ConfigError naming ``key[i]`` and what is allowed."""
-    problems = cell_problems(names, key)
-    if problems:
-        raise ConfigError("; ".join(f"{k}: {why}" for k, why in problems))
-    return list(dict.fromkeys(Cell.parse(name).name for name in names))
 
 
 def with_cells(params: dict, names, key: str = "--add-cell") -> dict:

@@ -1,7 +1,25 @@
-"""The dynamics family's plan, from the parameters alone (the params layer, as ``blocklab.study`` for the sensitivity
-study): which runs it has and where, the snapshots it may be read from, the names of the training-time diagnostics,
-and the cross-field checks of the ``diagnostics`` and ``dynamics`` sections (``params.validate_params`` runs them before
-any compute). Training, events, rates and aggregation are in ``blocklab.experiments.dynamics``.
+"""The dynamics study's plan, from the parameters alone (the params level): which runs it has and where, the snapshots
+it may be read from, the names of the training-time diagnostics, the events of a run's loss (``events``, and the stop
+rule ``collapse_stop`` built on them, as the sensitivity plan's ``early_stop_rule``), and the cross-field checks of the
+``diagnostics`` and ``dynamics`` sections (``studies.checks`` runs them before any compute). The runs are in ``run``;
+the tables, rates and precursors in ``aggregate``; the figures in ``figures``; the command line in ``commands``.
+
+Why post-norm fails, measured while it trains (issue 23): the training-time diagnostics of the copy-task runs, and
+how often post-norm with warm-up collapses after its warm-up, over enough seeds to give the rate an interval.
+
+Two groups of runs, each an ordinary sweep run (``sweep.train_copy_run``) with its diagnostics:
+- ``compare``: the default cell's norm x warm-up runs at ``dynamics.compare_seeds`` (the main sweep's own runs), for
+  Xiong et al.'s Fig. 3 through training;
+- ``collapse``: post-norm with warm-up at each setting of ``dynamics.collapse.settings`` (sensitivity's cell names)
+  and ``dynamics.collapse.seeds``, for the collapse rate. Such a run stops once it has collapsed (``dynamics.events``):
+  a run that never collapses trains the full ``sweep.steps``.
+
+A run identical to a main-sweep run is that run (``data/sweep/runs``); the others are in
+``data/dynamics/runs/<cell>/<run>/``. Events are judged from the loss alone, with thresholds fixed in params.yaml
+before any of these runs trained:
+- learned: the loss below ``learned_below`` for ``learned_for`` consecutive steps (the first of them: the step it learned);
+- collapse: after learning, the loss at or above ``collapse_at`` x ln(vocab) (chance) for ``collapse_for`` steps in a row;
+- spike: after learning, the loss above ``spike_above`` at some step, without a collapse (it came back).
 """
 from __future__ import annotations
 
@@ -11,14 +29,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import ConfigError
-from .integrity import verify_snapshot
-from .io import read_table
-from .study import Cell, default_cell, run_name
+from ...config import ConfigError
+from ...integrity import verify_snapshot
+from ...io import read_table
+from ..cells import Cell, cell_params, default_cell, run_dir, run_name, study_paths, training_identity
 
-ROOT = "data/dynamics"
-RUNS = f"{ROOT}/runs"
-PLAN = f"{ROOT}/plan.csv"
+ROOT, RUNS, PLAN = study_paths("dynamics")
 TABLES = {"losses": f"{ROOT}/losses.csv", "diagnostics": f"{ROOT}/diagnostics.parquet",
           "summary": f"{ROOT}/summary.csv", "rates": f"{ROOT}/rates.csv"}
 SNAPSHOT_FILES = ("runs.csv", "losses.csv", "diagnostics.parquet")
@@ -86,12 +102,88 @@ def plan(params: dict) -> pd.DataFrame:
     for group, cell, norm, warmup, seed in rows:
         in_main = cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"]
         run = run_name(norm, warmup, seed)
-        run_dir = f"data/sweep/runs/{run}" if in_main else f"{RUNS}/{cell.name}/{run}"
-        record = records.setdefault(run_dir, {"setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
-                                              "run": run, "run_dir": run_dir, "main_sweep": in_main,
-                                              "compare": False, "collapse": False})
+        where = run_dir(RUNS, cell, run, in_main)
+        record = records.setdefault(where, {"setting": cell.name, "norm": norm, "warmup": warmup, "seed": seed,
+                                            "run": run, "run_dir": where, "main_sweep": in_main,
+                                            "compare": False, "collapse": False})
         record[group] = True  # a run can be in both groups (post-norm with warm-up at a compare seed): listed once
     return pd.DataFrame(list(records.values()), columns=PLAN_COLUMNS)
+
+
+def collapse_params(params: dict, cell_name: str) -> dict:
+    """params.yaml with the cell's choices in place (what a collapse run trains)."""
+    return cell_params(params, Cell.parse(cell_name))
+
+
+def run_identity(params: dict, cell_name: str) -> dict:
+    """What decides a collapse run's numbers (Snakemake params of its rule): the cell and the events that stop it."""
+    return {**training_identity(collapse_params(params, cell_name)), "events": params["dynamics"]["events"]}
+
+
+# ---- events: judged from the loss alone, with the thresholds of dynamics.events --------------------------------------
+
+OUTCOMES = ("never learned", "stable", "spiked", "collapsed")
+
+
+def _first_streak(flags, steps, length: int, start: int = 0) -> int | None:
+    """Index of the first element of the first run of ``length`` True flags at or after index ``start``."""
+    streak = 0
+    for i in range(start, len(flags)):
+        streak = streak + 1 if flags[i] else 0
+        if streak == length:
+            return i - length + 1
+    return None
+
+
+def events(losses, steps, rule: dict, vocab_size: int) -> dict:
+    """The run's outcome (never learned | stable | spiked | collapsed) and the steps of its events (NaN: none)."""
+    losses, steps = list(map(float, losses)), list(map(int, steps))
+    chance = math.log(vocab_size)
+    nan = float("nan")
+    out = {"outcome": "never learned", "learned_step": nan, "spike_step": nan, "spike_loss": nan, "collapse_step": nan,
+           "max_after_learned": nan, "reached_chance": False}
+    learned = _first_streak([x < rule["learned_below"] for x in losses], steps, rule["learned_for"])
+    if learned is None:
+        return out
+    out["learned_step"] = steps[learned]
+    after = learned + rule["learned_for"]
+    if after >= len(losses):
+        out["outcome"] = "stable"
+        return out
+    worst = max(range(after, len(losses)), key=lambda i: losses[i])
+    out["max_after_learned"] = losses[worst]
+    # back at chance for at least one step after learning, whether it stayed there (a collapse) or recovered: the
+    # document's "4.32 at step 460" as far as a single number shows (a reading added after the first runs; see rates)
+    out["reached_chance"] = losses[worst] >= rule["collapse_at"] * chance
+    collapse = _first_streak([x >= rule["collapse_at"] * chance for x in losses], steps, rule["collapse_for"], after)
+    spike = next((i for i in range(after, len(losses)) if losses[i] > rule["spike_above"]), None)
+    if collapse is not None:
+        out.update(outcome="collapsed", collapse_step=steps[collapse])
+    elif spike is not None:
+        out["outcome"] = "spiked"
+    else:
+        out["outcome"] = "stable"
+    if spike is not None:
+        out.update(spike_step=steps[spike], spike_loss=losses[spike])
+    return out
+
+
+def collapse_stop(params: dict):
+    """(callable, words): stop a run once it has collapsed (it learned, then sat at chance for ``collapse_for`` steps)."""
+    rule, vocab = params["dynamics"]["events"], params["copy_task"]["vocab_size"]
+
+    def stop(losses: list[float]) -> bool:
+        tail = rule["collapse_for"]
+        if len(losses) < tail or losses[-1] < rule["collapse_at"] * math.log(vocab):
+            return False
+        return events(losses, range(1, len(losses) + 1), rule, vocab)["outcome"] == "collapsed"
+
+    words = (f"collapsed: learned (loss < {rule['learned_below']:g} for {rule['learned_for']} steps), then loss >= "
+             f"{rule['collapse_at']:g} x ln {vocab} for {rule['collapse_for']} steps")
+    return stop, words
+
+
+# ---- snapshots -------------------------------------------------------------------------------------------------------
 
 
 def read_snapshots(dirs, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -148,7 +240,8 @@ def aggregate_inputs(params: dict) -> list[str]:
 
 
 def check_problems(params: dict) -> list[tuple[str, str]]:
-    """Cross-field checks of ``dynamics`` and ``diagnostics`` (params.validate_params calls this): (key, message)."""
+    """Cross-field checks of ``dynamics`` and ``diagnostics`` (``studies.checks`` runs them with the others): (key,
+    message)."""
     problems = []
     try:
         check_settings(params.get("diagnostics"))

@@ -1,0 +1,2 @@
+"""The dynamics study: why post-norm fails, measured while it trains (``plan``, ``run``, ``aggregate``, ``figures``,
+``commands``)."""

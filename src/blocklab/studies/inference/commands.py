@@ -1,0 +1,87 @@
+"""The inference study's command line, ``blocklab inference <verb>``: ``plan``, ``train`` (one fitting run),
+``status``, ``snapshot``, ``aggregate`` (the fitting runs' losses and the ranking), ``aggregate-holdout`` and
+``score`` (rank any recorded runs)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ...io import write_table
+from ..checks import load_params
+from ..cells import Cell
+from ..family import add_command, add_plan, add_snapshot, add_status, add_train
+from .aggregate import collect, holdout_table, read_losses, score, targets, write_snapshot
+from .plan import HOLDOUT, LOSSES, PLAN, RANKING, plan
+from .run import status, train
+
+log = logging.getLogger("blocklab.inference")
+
+
+def register(subparsers) -> None:
+    add_train(subparsers, "train one fitting run of the inferred-setup procedure", _train_main)
+    p = add_command(subparsers, "aggregate-holdout", "the held-out fitting runs' losses (inference.holdout_seeds)",
+                    _holdout_main)
+    p.add_argument("--out", type=Path, default=Path(HOLDOUT))
+    add_plan(subparsers, "every fitting run of the inferred-setup procedure", plan, PLAN)
+    add_status(subparsers, "which fitting runs are recorded, finished or to do; hours left", _status_main)
+    add_snapshot(subparsers, "record the finished fitting runs in a directory kept in git", _snapshot_main)
+    add_command(subparsers, "aggregate", "the fitting runs' losses and the ranking of the candidates", _aggregate_main)
+    p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
+    p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
+    p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
+    p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")
+    p.add_argument("--out", type=Path, default=None)
+    p.set_defaults(func=_score_main)
+
+
+def _train_main(args) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cell = Cell.parse(args.cell)
+    meta = train(load_params(args.params), cell, args.norm, args.warmup, args.seed, args.out_dir, args.threads,
+                 source=args.params)
+    log.info("%s/%s %s in %.1f s", cell.name, meta["run"], meta["status"], meta["wall_time_s"])
+
+
+def _status_main(args) -> None:
+    frame = status(load_params(args.params), args.root)
+    shown = frame.assign(minutes=(frame["seconds"] / 60).round(1), projected_min=(frame["projected_s"] / 60).round(1))
+    print(shown[["setting", "run", "source", "status", "steps_done", "minutes", "projected_min"]].to_string(index=False))
+    left = frame[(frame["steps_left"] > 0) & (frame["source"] == "here")]
+    main = frame[(frame["steps_left"] > 0) & (frame["source"] == "main sweep")]
+    hours = float(left["projected_s"].sum()) / 3600
+    print(f"{len(frame) - len(left) - len(main)} of {len(frame)} fitting runs recorded or finished; {len(left)} to train "
+          f"(`snakemake --cores 4 inference`): ~{hours:.1f} run-hours, ~{hours / 2:.1f} wall-hours with two side by side"
+          + (f"; and {len(main)} main-sweep runs the default pipeline trains anyway" if len(main) else ""))
+
+
+def _snapshot_main(args) -> None:
+    runs = write_snapshot(load_params(args.params), args.out)
+    print(f"{len(runs)} finished fitting run(s) recorded in {args.out}")
+
+
+def _holdout_main(args) -> None:
+    params = load_params(args.params)
+    table = holdout_table(params)
+    write_table(table, args.out)
+    log.info("%d held-out runs, %d rows: %s", table["run"].nunique(), len(table), sorted(table["run"].unique()))
+
+
+def _aggregate_main(args) -> None:
+    params = load_params(args.params)
+    _, losses = collect(params)
+    write_table(losses, LOSSES)
+    warmup = max(params["sweep"]["warmups"])
+    document_warmup = next(t["warmup"] for t in targets() if t["norm"] == "post")
+    if warmup != document_warmup:
+        print(f"note: post-norm runs use warm-up {warmup}, the document {document_warmup}: this ranking is not about "
+              "the document's setup")
+    ranked = score(losses, post_warmup=warmup)
+    write_table(ranked, RANKING)
+    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _score_main(args) -> None:
+    ranked = score(read_losses(args.snapshots, args.sweep_losses, args.sweep_setting))
+    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.out:
+        write_table(ranked, args.out)
