@@ -52,6 +52,22 @@ def test_losses_are_bit_identical_with_and_without_diagnostics(tmp_path, norm, w
         assert counts[name] == per_step * steps, name
 
 
+def test_the_metric_list_is_the_one_list_the_schema_and_the_recorder_follow(tmp_path):
+    """A new metric is one entry of ``METRICS`` (name, when it is read, how): params.schema.yaml's enum must name the
+    same metrics in the same order, and the Recorder reads each wanted metric at its moment in that order."""
+    schema = yaml.safe_load((ROOT / "src/blocklab/params.schema.yaml").read_text(encoding="utf-8"))
+    enum = schema["properties"]["diagnostics"]["properties"]["metrics"]["items"]["enum"]
+    assert enum == list(METRICS)
+    assert {m.when for m in METRICS.values()} <= {"gradient", "optimizer", "update", "forward", "output"}
+    train_copy_run(_tiny(steps=2, every=1), "post", 0, 0, tmp_path)
+    table = pd.read_parquet(tmp_path / "diagnostics.parquet")
+    step = table[table["step"] == 2]
+    moments = ["forward", "output", "gradient", "optimizer", "update"]  # as a step reaches them
+    order = [name for when in moments for name, m in METRICS.items() if m.when == when]
+    first_rows = step.drop_duplicates("metric")["metric"].tolist()
+    assert [m for m in order if m in first_rows] == first_rows  # grouped by moment, in METRICS order
+
+
 def test_a_dense_window_records_the_forward_metrics_at_every_step_of_it_and_changes_no_loss(tmp_path):
     """The re-run of the steps before an event (`dynamics train --dense FIRST:LAST`): every forward metric at every step
     of the window, on the usual cadence elsewhere; the losses bit-identical to the run without the window."""

@@ -49,7 +49,7 @@ RESOLUTIONS = {"every step": 1, "every 10th step": 10}
 @dataclass(frozen=True)
 class Detector:
     name: str       # the table's row name
-    metric: str     # the diagnostic (studies.dynamics.plan.METRICS)
+    metric: str     # the diagnostic (training.diagnostics.METRICS)
     fold: str       # how blocks fold into one series: "max" (the block where it is largest) or "min"
     rule: str       # "median" (the generic rule) or "fixed" (the fixed 3x rule of docs/dynamics.md, Adam's ratio)
 

@@ -1,7 +1,8 @@
 """The dynamics study's plan, from the parameters alone (the params level): which runs it has and where, the snapshots
-it may be read from, the names of the training-time diagnostics, the events of a run's loss (``events``, and the stop
-rule ``collapse_stop`` built on them, as the sensitivity plan's ``early_stop_rule``), and the cross-field checks of the
-``diagnostics`` and ``dynamics`` sections (``studies.checks`` runs them before any compute). The runs are in ``run``;
+it may be read from, the events of a run's loss (``events``, and the stop rule ``collapse_stop`` built on them, as the
+sensitivity plan's ``early_stop_rule``), and the cross-field checks of the ``dynamics`` section (``studies.checks``
+runs them before any compute; the diagnostics themselves, their names and how each is read, are
+``training.diagnostics.METRICS``). The runs are in ``run``;
 the tables, rates and precursors in ``aggregate``; the figures in ``figures``; the command line in ``commands``.
 
 Why post-norm fails, measured while it trains (issue 23): the training-time diagnostics of the copy-task runs, and
@@ -24,7 +25,6 @@ before any of these runs trained:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -42,47 +42,6 @@ FIGURES = {  # figure -> the tables it is drawn from
     "dynamics_gradnorm": [TABLES["diagnostics"], TABLES["summary"]],
     "dynamics_collapse": [TABLES["diagnostics"], TABLES["losses"], TABLES["summary"]],
 }
-
-
-@dataclass(frozen=True)
-class Metric:
-    scope: str      # "block" (one value per block) or "model"
-    cadence: str    # "step" (every step) or "every" (every `every` steps: read from the step's forward by hooks)
-    label: str      # what it is, in words (figure axes, the README)
-
-
-METRICS = {
-    "grad_ffn_out": Metric("block", "step", "gradient norm of the block's second MLP weight (Xiong et al. 2020, Fig. 3)"),
-    "grad_attn": Metric("block", "step", "gradient norm of the attention sub-layer (its norm included)"),
-    "grad_ffn": Metric("block", "step", "gradient norm of the MLP sub-layer (its norm included)"),
-    "update_ratio": Metric("block", "step", "Adam's relative update ||dtheta|| / ||theta|| of the block"),
-    "adam_rms": Metric("block", "step", "sqrt(mean(g^2 / v_hat)) over the block, v_hat before the step (Wortsman et al. 2023)"),
-    "stream_norm": Metric("block", "every", "mean L2 norm of the residual stream entering the block"),
-    "attn_entropy": Metric("block", "every", "mean attention entropy of the block's heads (nats; Zhai et al. 2023)"),
-    "attn_logit_max": Metric("block", "every", "largest attention logit q.k/sqrt(d_head) of the block"),
-    "output_logit_max": Metric("model", "every", "largest output logit of the model"),
-}
-MODEL_BLOCK = -1  # the block index of whole-model metrics
-COLUMNS = ["step", "block", "metric", "value"]
-
-
-def check_settings(settings: dict | None, key: str = "diagnostics") -> dict:
-    """The ``diagnostics`` section of params.yaml, checked: unknown metric names and a non-positive interval fail here,
-    naming the key and the allowed values, before anything trains."""
-    settings = dict(settings or {"enabled": False})
-    allowed = {"enabled", "every", "metrics"}
-    unknown = set(settings) - allowed
-    if unknown:
-        raise ConfigError(f"{key}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    every = settings.get("every", 10)
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        raise ConfigError(f"{key}.every={every!r} is not allowed; choose an integer >= 1 (steps between forward metrics)")
-    metrics = settings.get("metrics", list(METRICS))
-    bad = [m for m in metrics if m not in METRICS]
-    if bad or not metrics or len(set(metrics)) != len(metrics):
-        why = f"unknown {bad}" if bad else "empty" if not metrics else "repeated names"
-        raise ConfigError(f"{key}.metrics: {why}; allowed: {list(METRICS)} (each at most once)")
-    return {"enabled": bool(settings.get("enabled", False)), "every": every, "metrics": list(metrics)}
 
 
 PLAN_COLUMNS = ["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep", "compare", "collapse"]
@@ -240,13 +199,9 @@ def aggregate_inputs(params: dict) -> list[str]:
 
 
 def check_problems(params: dict) -> list[tuple[str, str]]:
-    """Cross-field checks of ``dynamics`` and ``diagnostics`` (``studies.checks`` runs them with the others): (key,
-    message)."""
+    """Cross-field checks of ``dynamics`` (``studies.checks`` runs them with the others): (key, message). The
+    ``diagnostics`` section needs none beyond the schema's (its enum is ``training.diagnostics.METRICS``, tested)."""
     problems = []
-    try:
-        check_settings(params.get("diagnostics"))
-    except ConfigError as why:
-        problems.append(("diagnostics", str(why)))
     dyn = params.get("dynamics")
     if dyn is None:
         return problems
