@@ -409,3 +409,26 @@ def test_a_rule_described_without_data_names_its_scale():
     ratio, _ = verdicts.describe({"kind": "trend", "direction": "grows"})
     difference, _ = verdicts.describe({"kind": "trend", "direction": "grows", "scale": "difference"})
     assert "the ratio (on its log)" in ratio and "the difference last − first" in difference
+
+
+def test_the_claims_rule_waits_for_the_tables_its_checks_declare_and_a_check_cannot_read_another(document_params,
+                                                                                                   tmp_path):
+    """The `claims` rule's inputs are made from each check's declared tables (workflow/rules/report.smk), so a claim
+    whose check reads a table it does not declare must fail loudly, never be judged before that table exists."""
+    tables = claims.inputs(document_params)
+    assert "data/sweep/losses.csv" in tables and "data/dynamics/diagnostics.parquet" in tables
+    assert "data/inference/holdout.csv" in tables and "data/sensitivity/summary.csv" in tables
+    assert set(tables) == {f"data/{t}" for c in claims.load_claims() for t in claims.READS[c["check"]]}
+    off = copy.deepcopy(document_params)
+    off["dynamics"]["in_report"] = off["sensitivity"]["in_report"] = False
+    off["inference"]["holdout_seeds"] = []
+    assert not [t for t in claims.inputs(off) if t.startswith(("data/dynamics/", "data/sensitivity/", "data/inference/"))]
+    write(tmp_path, "sweep/summary.csv", pd.DataFrame({"run": ["a"]}))
+    data = claims.Data(tmp_path, document_params)
+    data.declared = claims.READS["residual_sim"]
+    with pytest.raises(RuntimeError, match=r"'sweep/summary.csv'.*residual_sim/curve.csv"):
+        data.table("sweep/summary.csv")
+    with pytest.raises(RuntimeError, match="does not declare"):
+        data.exists("sweep/summary.csv")
+    data.declared = None  # outside a check (answers.yaml's text): any table
+    assert list(data.table("sweep/summary.csv")["run"]) == ["a"]

@@ -1,6 +1,8 @@
 # The claims table, then the analysis notebook (papermill) that redraws every figure from the cached data.
 # report(): `snakemake --report report.html` lists every figure with the rule, inputs, parameters and code that made it.
 
+from blocklab.reporting.claims import inputs as claims_inputs
+
 report: "../report/workflow.rst"
 
 FIGURE_DOCUMENT = {name: "004" if name in ("param_counts", "activation_norms", "residual_ablation", "reverse_copy") else "000"
@@ -13,10 +15,7 @@ ANALYSIS_DATA = sorted({path for sources in FIGURES.values() for path in sources
 
 rule claims:
     input:
-        ANALYSIS_DATA,
-        SENSITIVITY_TABLES["summary"] if config["sensitivity"]["in_report"] else [],  # the depth claim
-        [DYNAMICS_TABLES["summary"], DYNAMICS_TABLES["rates"], DYNAMICS_TABLES["diagnostics"]] if config["dynamics"]["in_report"] else [],
-        HOLDOUT_OUTPUTS,  # the fitted claims' held-out seeds
+        claims_inputs(config),  # the tables the checks of claims.yaml declare they read (those of studies in the run)
         claims="src/blocklab/reporting/claims.yaml",
         code=code_closure("reporting/claims"),
     output:

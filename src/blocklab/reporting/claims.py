@@ -25,11 +25,31 @@ from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPR
                        fisher_exact)
 
 CHECKS = {}
+READS = {}  # check -> the tables (under the data root) it reads: the `claims` rule's inputs are made from these
 
 
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
+def check(*tables: str):
+    """Register a check with the tables it reads (``Data`` refuses any other while the check runs), so that a claim
+    whose check reads a new table makes the pipeline wait for that table (``inputs``) instead of judging without it."""
+    def register(fn):
+        CHECKS[fn.__name__], READS[fn.__name__] = fn, tables
+        return fn
+
+    return register
+
+
+# A table that exists only when its study is part of the run: the claims wait for it only then (their checks say
+# "not checkable" without it).
+ONLY_WHEN = {"sensitivity/": lambda params: params["sensitivity"]["in_report"],
+             "dynamics/": lambda params: params["dynamics"]["in_report"],
+             "inference/holdout.csv": lambda params: bool(params["inference"].get("holdout_seeds"))}
+
+
+def inputs(params: dict, root: str = "data") -> list[str]:
+    """Every table the claims of claims.yaml read in a run of ``params``: the ``claims`` rule's inputs."""
+    tables = {t for claim in load_claims() for t in READS[claim["check"]]}
+    wanted = [t for t in tables if all(when(params) for prefix, when in ONLY_WHEN.items() if t.startswith(prefix))]
+    return sorted(f"{root}/{t}" for t in wanted)
 
 
 # What a check measures for one part, and the kinds of rule that can judge it.
@@ -56,13 +76,21 @@ class Data:
     def __init__(self, root: str | Path, params: dict, tables: dict[str, pd.DataFrame] | None = None):
         self.root, self.params = Path(root), params
         self.tables = tables or {}  # tables given in memory (e.g. one sensitivity cell's runs) instead of files
+        self.declared: tuple[str, ...] | None = None  # while a check runs: the tables it declared (``check``)
+
+    def _declared(self, relative: str) -> None:
+        if self.declared is not None and relative not in self.declared:
+            raise RuntimeError(f"a claims check read {relative!r}, which it does not declare; declare it in its "
+                               f"@check(...) (declared: {list(self.declared)}) so that the claims rule waits for it")
 
     def table(self, relative: str) -> pd.DataFrame:
+        self._declared(relative)
         if relative not in self.tables:
             self.tables[relative] = read_table(self.root / relative)
         return self.tables[relative]
 
     def exists(self, relative: str) -> bool:
+        self._declared(relative)
         return relative in self.tables or (self.root / relative).exists()
 
 
@@ -153,7 +181,7 @@ def _require_document_setup(data: Data, warmup: int | None = None):
         raise NotCheckable("this run is not the document's setup: " + ", ".join(differ))
 
 
-@check
+@check("sweep/summary.csv", "sweep/losses.csv")
 def final_losses_near_chance(data: Data, norm: str, warmup: int):
     """How many runs stay near chance: above 0.9 ln V at every step after the first tenth (a count)."""
     _require_document_setup(data, warmup)
@@ -168,7 +196,7 @@ def final_losses_near_chance(data: Data, norm: str, warmup: int):
     return measured, [part("count", k=sum(stuck), n=len(stuck), key=f"{norm}-norm runs with warm-up {warmup}")]
 
 
-@check
+@check("sweep/summary.csv", "sweep/losses.csv", "inference/holdout.csv")
 def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = False):
     """Each seed's loss at ``step`` ("last": the last step); a diverged run has no loss at later steps (NaN).
     ``held_out`` (the five numbers the inferred setup was fitted to): judged on the held-out runs
@@ -203,7 +231,7 @@ def _outcome(part_kind: str, k: int, runs: pd.DataFrame, key: str) -> list[dict]
     return [part(part_kind, k=k, n=len(runs), key=key)]
 
 
-@check
+@check("sweep/summary.csv")
 def outcome_count(data: Data, norm: str, warmup: int, outcome: str):
     _require_document_setup(data, warmup)
     runs = _runs(data, norm, warmup)
@@ -212,7 +240,7 @@ def outcome_count(data: Data, norm: str, warmup: int, outcome: str):
     return measured, _outcome("count", count, runs, f"{norm}-norm runs with warm-up {warmup}")
 
 
-@check
+@check("sweep/summary.csv")
 def failed_runs(data: Data, norm: str):
     _require_document_setup(data)
     runs = _runs(data, norm)
@@ -221,7 +249,7 @@ def failed_runs(data: Data, norm: str):
     return measured, _outcome("count", failed, runs, f"{norm}-norm runs")
 
 
-@check
+@check("sensitivity/summary.csv")
 def depth_gap(data: Data):
     """'The post-/pre-norm difference grows as blocks are stacked deeper': in the depth x learning-rate grid, the gap
     (pre-norm learned minus post-norm learned, 1, 0 or -1) of each pairing of learning rate, warm-up and seed, at the
@@ -253,7 +281,7 @@ def _ends_ratio(by_block: pd.Series) -> float:
     return ends_ratio(by_block)
 
 
-@check
+@check("gradnorm/gradnorm.csv")
 def gradnorm_trend(data: Data, norm: str):
     """Per seed: output end / input end (the trend) and the last block's gradient norm (the value)."""
     _require_document_setup(data)
@@ -279,7 +307,7 @@ def _dynamics(data: Data) -> tuple[pd.DataFrame, pd.DataFrame]:
     return data.table("dynamics/summary.csv"), data.table("dynamics/rates.csv")
 
 
-@check
+@check("dynamics/summary.csv", "dynamics/rates.csv")
 def collapse_rate(data: Data):
     """The collapse count at the default setting (k collapsed of n learned runs), for the count rule."""
     _, rates = _dynamics(data)
@@ -296,7 +324,7 @@ def collapse_rate(data: Data):
     return measured, [part("count", k=k, n=n, key=f"dynamics.collapse.settings[0] ({setting})")]
 
 
-@check
+@check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/losses.csv")
 def collapse_shape(data: Data, tail: int):
     """The shape of a collapse, judged on the recorded collapsed runs that were followed to the last step: the lowest
     loss before the event (the document: 0.0104 near step 300) and the mean loss over the last ``tail`` steps (the
@@ -332,7 +360,7 @@ def collapse_shape(data: Data, tail: int):
                               part("samples", f"mean of the last {tail} steps", samples=tail_mean)]
 
 
-@check
+@check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/diagnostics.parquet")
 def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
     figure step of the compare runs (one ratio per compare seed and step; one part per step)."""
@@ -345,7 +373,7 @@ def gradnorm_trend_training(data: Data, norm: str, warmup: int):
                    & summary["seed"].isin(seeds)]
     if runs.empty:
         raise NotCheckable(f"no compare run {norm}-w{warmup} among dynamics.compare_seeds {seeds}")
-    frame = pd.read_parquet(data.root / "dynamics/diagnostics.parquet")
+    frame = data.table("dynamics/diagnostics.parquet")
     frame = frame[frame["metric"] == "grad_ffn_out"]
     per_step = {}
     for r in runs.itertuples():
@@ -373,7 +401,7 @@ def _trials(data: Data) -> int:
     return trials
 
 
-@check
+@check("residual_sim/curve.csv")
 def residual_sim(data: Data, blocks: int):
     """The mean stream length after ``blocks`` blocks, with its standard error over the trials (a value)."""
     curve = data.table("residual_sim/curve.csv").set_index("blocks")
@@ -385,7 +413,7 @@ def residual_sim(data: Data, blocks: int):
     return measured, [part("mean", mean=float(row["mean_length"]), se=float(se), n=_trials(data))]
 
 
-@check
+@check("residual_sim/curve.csv")
 def residual_sim_sqrt(data: Data):
     """Mean length / √(L+1) at every depth L >= 1 of the simulation, each with its standard error (a flat trend)."""
     curve = data.table("residual_sim/curve.csv")
@@ -403,7 +431,7 @@ def residual_sim_sqrt(data: Data):
 # ---- problem 9 -------------------------------------------------------------------------------------------------------
 
 
-@check
+@check("problem9/scores.csv")
 def problem9_student(data: Data, student: str):
     """The student's three standardized scores, computed (one value each, no randomness)."""
     scores = data.table("problem9/scores.csv")
@@ -411,7 +439,7 @@ def problem9_student(data: Data, student: str):
     return f"({fmt(got)})", [part("samples", f"score {i + 1}", samples=[float(v)]) for i, v in enumerate(got)]
 
 
-@check
+@check("problem9/scores.csv")
 def problem9_subject(data: Data):
     """Per-subject standardization of A and B: A = +1 and B = -1 in every subject (to 1e-9)."""
     scores = data.table("problem9/scores.csv").dropna(subset=["per_subject_pair"])
@@ -422,7 +450,7 @@ def problem9_subject(data: Data):
     return measured, [part("fact", holds=ok, what="A = +1 and B = −1 in every subject (to 1e-9)")]
 
 
-@check
+@check("probe/lm.csv")
 def qwen_residual(data: Data, layers: list):
     lm = data.table("probe/lm.csv")
     qwen = lm[lm["model"].str.contains("qwen", case=False)]
@@ -437,7 +465,7 @@ def qwen_residual(data: Data, layers: list):
     return f"{fmt(got)}; {beside}", [part("samples", f"layer {l}", samples=[v]) for l, v in zip(layers, got)]
 
 
-@check
+@check("probe/lm.csv")
 def trained_growth(data: Data):
     """Per probed model and prompt: the median token norm's growth from block 1 to the last block over √(L+1)'s."""
     lm = data.table("probe/lm.csv")
@@ -457,7 +485,7 @@ def trained_growth(data: Data):
 # ---- document 004: parameter counts ------------------------------------------------------------------------------------
 
 
-@check
+@check()
 def encdec_shapes(data: Data):
     """Steps 3-4 computed here and now: cheap, and the shape is the claim."""
     import torch
@@ -477,7 +505,7 @@ def encdec_shapes(data: Data):
         part("fact", holds=ok, what="every shape (5, 13)")]
 
 
-@check
+@check("param_counts/blocks.csv")
 def exercise1(data: Data):
     blocks = data.table("param_counts/blocks.csv")
     rows = blocks[blocks["case"] == "exercise1"].set_index("variant")
@@ -488,7 +516,7 @@ def exercise1(data: Data):
         part("fact", holds=built_ok, what="the built block's numel equals the closed form")]
 
 
-@check
+@check("param_counts/audit.csv")
 def arithmetic_audit(data: Data):
     audit = data.table("param_counts/audit.csv")
     wrong = audit[audit["verdict"] == "wrong"]
@@ -501,7 +529,7 @@ def arithmetic_audit(data: Data):
     return measured, [part("fact", holds=not len(wrong), what=f"{len(wrong)} of {len(audit)} steps wrong")]
 
 
-@check
+@check("param_counts/models.csv")
 def llama_scale(data: Data):
     """The document's configuration counted (billions): "roughly Llama 3 8B" (8) and "matches the published count"
     (8.03), two values computed without randomness."""
@@ -525,7 +553,7 @@ def llama_scale(data: Data):
 # ---- document 004: exercises 2 and 3, residuals ----------------------------------------------------------------------
 
 
-@check
+@check("activation_norms/norms.csv")
 def activation_norms(data: Data):
     """Per depth: each seed's growth (last block's mean token norm over the input's), post-norm's arm against
     pre-norm's (a contrast on the logarithm: "post explodes while pre stays bounded" claims post above pre)."""
@@ -544,7 +572,7 @@ def activation_norms(data: Data):
     return "; ".join(words) + " (post-norm is LayerNorm'd to √d at every block by construction)", parts
 
 
-@check
+@check("activation_norms/residual_ablation.csv")
 def residual_ablation(data: Data, threshold: float):
     """Per seed: the layers below the top at which the gradient of a normalized block without residual connections
     first falls below ``threshold`` of the top's (inf: never within the stack); the other wirings are shown beside."""
@@ -571,7 +599,7 @@ def residual_ablation(data: Data, threshold: float):
     return "; ".join(words), [part("samples", samples=per_seed)]
 
 
-@check
+@check("reverse_copy/summary.csv")
 def swap_effect(data: Data, variant: str, quantity: str):
     """Per seed, the swapped block's final loss (``quantity: loss``) or perplexity (``ppl``: exp of the final loss)
     against the classic block's (a contrast)."""
@@ -625,6 +653,7 @@ def evaluate_data(data: Data, only=None) -> pd.DataFrame:
         kind = " + ".join(dict.fromkeys(p["kind"] for p in rule_parts(claim)))
         rule, margin, seeds = "", "", None
         try:
+            data.declared = READS[claim["check"]]
             measured, measures = CHECKS[claim["check"]](data, **claim.get("args", {}))
             kind, judged = judge_claim(claim, measures)
             verdict, rule, margin, seeds = judged.verdict, judged.rule, judged.margin, judged.seeds_to_decide
@@ -632,6 +661,8 @@ def evaluate_data(data: Data, only=None) -> pd.DataFrame:
             measured, verdict = f"— ({why})", NOT_CHECKABLE
         except FileNotFoundError as missing:
             measured, verdict = f"— (no data: {Path(missing.filename).name if missing.filename else missing})", NOT_CHECKABLE
+        finally:
+            data.declared = None
         if verdict == NOT_CHECKABLE:  # how it would be judged, from the claim's words alone
             described = [verdicts.describe(p) for p in rule_parts(claim)]
             rule = "; ".join(dict.fromkeys(r for r, _ in described))
