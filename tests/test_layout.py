@@ -141,3 +141,27 @@ def test_every_list_of_norm_positions_names_config_norm_positions():
             "blocklab inference train"} <= set(choices)
     assert all(found == positions for found in choices.values()), choices
     assert 'norm="|".join(NORM_POSITIONS)' in (ROOT / "workflow" / "rules" / "doc000.smk").read_text(encoding="utf-8")
+
+
+def test_every_list_of_model_choices_names_the_config_list():
+    """One list per extension point (issue 35): the FFN kinds, norm kinds, position kinds and init schemes are the
+    tuples of blocklab.config. The schema's enums are checked against them, and a new FFN kind must come with its
+    figure name, its matrix count for the parameter audit, and a closed-form count equal to the built model's."""
+    import yaml
+
+    from blocklab import config
+    from blocklab.experiments.param_counts import FFN_MATRICES
+    from blocklab.figures.params import FFN_NAMES
+    from blocklab.model.counting import decoder_lm_params
+    from blocklab.model.models import DecoderLM
+
+    schema = yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
+    model = schema["properties"]["copy_model"]["properties"]
+    assert model["ffn_kind"]["enum"] == list(config.FFN_KINDS)
+    assert model["norm_kind"]["enum"] == list(config.NORM_KINDS)
+    assert model["init"]["enum"] == list(config.INIT_SCHEMES)
+    assert schema["$defs"]["position"]["enum"] == list(config.POSITION_KINDS)
+    assert set(FFN_NAMES) == set(FFN_MATRICES) == set(config.FFN_KINDS)
+    for kind in config.FFN_KINDS:
+        cfg = config.ModelConfig(d_model=16, n_heads=2, n_layers=2, vocab_size=11, max_len=8, ffn_kind=kind)
+        assert decoder_lm_params(cfg) == sum(p.numel() for p in DecoderLM(cfg).parameters()), kind
