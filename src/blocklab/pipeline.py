@@ -30,8 +30,8 @@ FIGURES = {
 
 _SOURCE = Path(__file__).resolve().parent
 # Source files whose change alters a trained model (so Snakemake retrains); figure code is not among them.
-MODEL_CODE = ["config", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks", "training/train",
-              "training/sweep"]
+MODEL_CODE = ["config", "settings", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks",
+              "training/train", "training/copy_model", "training/sweep"]
 
 
 def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
