@@ -506,7 +506,9 @@ def test_batched_setting_picks_the_job_layout():
     from blocklab.pipeline import sweep_batched
 
     def config(batched, device):
-        return {"sweep": {"batched": batched}, "device": device}
+        params = load_params(TINY)
+        params["sweep"]["batched"], params["device"] = batched, device
+        return params
 
     assert sweep_batched(config(True, "cpu")) and not sweep_batched(config(False, "auto"))
     assert not sweep_batched(config("auto", "cpu"))
