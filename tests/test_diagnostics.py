@@ -18,7 +18,8 @@ from blocklab.params import ParamsError
 from blocklab.studies.checks import load_params, validate_params  # every study's checks too
 from blocklab.integrity import record_snapshot
 from blocklab.training.diagnostics import METRICS, Recorder
-from blocklab.training.sweep import build_copy_model, train_copy_run
+from blocklab.training.copy_model import build_copy_model
+from blocklab.training.sweep import train_copy_run
 from blocklab.training.tasks import copy_batch, copy_loss
 from blocklab.training.train import train
 

@@ -15,9 +15,11 @@ from matplotlib.figure import Figure
 
 from blocklab import ConfigError, DecoderLM, ModelConfig
 from blocklab.cli import main
-from blocklab.experiments.gradnorm import copy_model_config, gradnorm_frame, measure_gradnorms
+from blocklab.experiments.gradnorm import gradnorm_frame, measure_gradnorms
 from blocklab.experiments.problem9 import standardized_scores
 from blocklab.experiments.residual_sim import curve_frame, report_table, simulate_streams
+from blocklab.settings import CopyTask
+from blocklab.training.copy_model import copy_model_config
 from blocklab.figures import doc000, style
 
 TASK = {"batch_size": 4, "seq_len": 5, "vocab_size": 8}
@@ -64,7 +66,7 @@ def reference_gradnorms(cfg, seed, masked=True):
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_gradnorms_match_autograd_on_masked_copy_loss(norm_position):
     cfg = tiny_cfg(norm_position)
-    measured = measure_gradnorms(cfg, TASK, seed=3)
+    measured = measure_gradnorms(cfg, CopyTask(**TASK), seed=3)
     loss, expected = reference_gradnorms(cfg, seed=3)
     assert list(measured["block"]) == [1, 2, 3]
     # Two code paths (cross_entropy vs log_softmax + gather by hand): fp32 rounding of a mean over 8 x 8 terms and of

@@ -33,7 +33,8 @@ from blocklab.model.fastpath import (PLAIN, FastPath, FusedLayerNorm, ShortCausa
 from blocklab.model.layers import Attention, LayerNorm
 from blocklab.params import load_params
 from blocklab.training import sweep
-from blocklab.training.sweep import build_copy_model, copy_model_config, train_copy_run
+from blocklab.training.copy_model import build_copy_model, copy_model_config
+from blocklab.training.sweep import train_copy_run
 from blocklab.training.tasks import copy_batch, copy_loss
 from blocklab.training.train import train
 
@@ -440,10 +441,10 @@ def test_batched_runs_give_each_runs_own_losses():
 
 def test_batched_runs_isolate_a_diverging_member(monkeypatch):
     """A member that goes non-finite stops where train.train stops, keeps its weights, and leaves the others alone."""
-    import blocklab.training.sweep
+    import blocklab.training.copy_model
     from blocklab.training.batched import train_copy_group_batched
 
-    original = blocklab.training.sweep.build_copy_model
+    original = blocklab.training.copy_model.build_copy_model
 
     def poisoned(cfg, seed):
         model = original(cfg, seed)
@@ -454,9 +455,9 @@ def test_batched_runs_isolate_a_diverging_member(monkeypatch):
 
     steps, runs = 6, [(0, 0), (0, 1)]
     params = _params(steps)
-    monkeypatch.setattr(blocklab.training.sweep, "build_copy_model", poisoned)
+    monkeypatch.setattr(blocklab.training.copy_model, "build_copy_model", poisoned)
     healthy, sick = train_copy_group_batched(params, "pre", runs, steps)
-    monkeypatch.setattr(blocklab.training.sweep, "build_copy_model", original)
+    monkeypatch.setattr(blocklab.training.copy_model, "build_copy_model", original)
     alone = train_copy_steps(params, "pre", 0, 0, steps, PLAIN)
     torch.testing.assert_close(torch.tensor(healthy["losses"]), torch.tensor(alone["losses"]), rtol=LOSS_RTOL, atol=0)
     assert sick["diverged_step"] == 1 and sick["losses"] == []
@@ -505,7 +506,9 @@ def test_batched_setting_picks_the_job_layout():
     from blocklab.pipeline import sweep_batched
 
     def config(batched, device):
-        return {"sweep": {"batched": batched}, "device": device}
+        params = load_params(TINY)
+        params["sweep"]["batched"], params["device"] = batched, device
+        return params
 
     assert sweep_batched(config(True, "cpu")) and not sweep_batched(config(False, "auto"))
     assert not sweep_batched(config("auto", "cpu"))

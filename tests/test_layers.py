@@ -36,8 +36,9 @@ STUDIES = ["sensitivity", "dynamics", "inference"]
 STUDY_MODULES = ["plan", "run", "aggregate", "figures", "commands"]  # bottom to top, inside each study
 JUDGES_CLAIMS = ["blocklab.studies.sensitivity.aggregate", "blocklab.studies.inference.aggregate"]
 LAYERS = {
-    "params": ["blocklab.config", "blocklab.params", "blocklab.io", "blocklab.provenance", "blocklab.runtime",
-               "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells", "blocklab.studies.checks",
+    "params": ["blocklab.config", "blocklab.params", "blocklab.settings", "blocklab.io", "blocklab.provenance",
+               "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
+               "blocklab.studies.checks",
                *[f"blocklab.studies.{s}.plan" for s in STUDIES]],
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],

@@ -78,7 +78,7 @@ def test_bf16_losses_track_fp32_within_rounding(tmp_path, norm, device):
 
 @needs_cpu_bf16
 def test_bf16_autocast_keeps_weights_and_loss_fp32():
-    from blocklab.training.sweep import build_copy_model, copy_model_config
+    from blocklab.training.copy_model import build_copy_model, copy_model_config
     from blocklab.training.tasks import copy_batch, copy_loss
 
     params = _params("bf16")

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from .params import ParamsError
+from .settings import Sweep
 from .studies.checks import validate_params
 
 PARAMS_FILE = "params.yaml"
@@ -30,8 +31,8 @@ FIGURES = {
 
 _SOURCE = Path(__file__).resolve().parent
 # Source files whose change alters a trained model (so Snakemake retrains); figure code is not among them.
-MODEL_CODE = ["config", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks", "training/train",
-              "training/sweep"]
+MODEL_CODE = ["config", "settings", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks",
+              "training/train", "training/copy_model", "training/sweep"]
 
 
 def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
@@ -114,7 +115,7 @@ def sweep_batched(config: dict) -> bool:
     Decided where Snakemake plans the DAG; torch is imported (to look for CUDA) only when the setting is auto and the
     device may be CUDA. On a cluster whose submit host has no GPU, set ``sweep.batched: true``.
     """
-    setting = config["sweep"]["batched"]
+    setting = Sweep.from_params(config).batched
     if setting != "auto":
         return bool(setting)
     if config["device"] == "cpu":
@@ -126,8 +127,8 @@ def sweep_batched(config: dict) -> bool:
 
 def sweep_group_files(config: dict, name: str) -> list[str]:
     """One file of every run of a norm position (``{norm}`` left as a wildcard): a batched job's outputs."""
-    return [f"data/sweep/runs/{{norm}}-w{warmup}-s{seed}/{name}"
-            for warmup in config["sweep"]["warmups"] for seed in config["sweep"]["seeds"]]
+    sweep = Sweep.from_params(config)
+    return [f"data/sweep/runs/{{norm}}-w{warmup}-s{seed}/{name}" for warmup in sweep.warmups for seed in sweep.seeds]
 
 
 # Keys added after runs were cached, with the value every earlier run had: left out of the identity at that value, so

@@ -33,12 +33,13 @@ def code_version() -> dict:
     return version
 
 
-# The source files that decide a copy-task run's numbers (model, its initialization and fast path, the data, the
-# training loop and precision): a checkpoint written by other code of these is not resumed (training.train); an edit
-# anywhere else (reporting, figures, the reviewer, docs) leaves a multi-session run's checkpoints valid.
-NUMBERS_CODE = ("config.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
+# The source files that decide a copy-task run's numbers (model, its initialization and fast path, the settings read
+# from params, the data, the training loop and precision): a checkpoint written by other code of these is not resumed
+# (training.train); an edit anywhere else (reporting, figures, the reviewer, docs) leaves a multi-session run's
+# checkpoints valid.
+NUMBERS_CODE = ("config.py", "settings.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
                 "model/fastpath.py", "training/train.py", "training/tasks.py", "training/precision.py",
-                "training/sweep.py")
+                "training/copy_model.py", "training/sweep.py")
 
 
 def numbers_code_version(package: Path | None = None, extra: tuple[str, ...] = ()) -> str:

@@ -14,7 +14,8 @@ import time
 import torch
 
 from ..model.fastpath import FastPath, apply_fast_path
-from ..training import sweep
+from ..settings import CopyTask, Sweep
+from ..training.copy_model import build_copy_model, copy_model_config
 from ..training.tasks import copy_batch, copy_loss
 
 MATMUL_SIZE = 2048
@@ -100,10 +101,10 @@ def capture_step_gemms(params: dict, norm: str, fast: FastPath, device="cpu") ->
                               "flops": _gemm_flops(name, [tuple(t.shape) for t in tensors])})
             return func(*args, **(kwargs or {}))
 
-    task, settings = params["copy_task"], params["sweep"]
-    model = apply_fast_path(sweep.build_copy_model(sweep.copy_model_config(params, norm), 0).to(device), fast)
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"], fused=fast.fused_adam or None)
-    inputs, targets = copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], torch.Generator().manual_seed(0), device=device)
+    task, settings = CopyTask.from_params(params), Sweep.from_params(params)
+    model = apply_fast_path(build_copy_model(copy_model_config(params, norm), 0).to(device), fast)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, fused=fast.fused_adam or None)
+    inputs, targets = copy_batch(task.batch_size, task.seq_len, task.vocab_size, torch.Generator().manual_seed(0), device=device)
     with Recorder():
         copy_loss(model(inputs), targets).backward()
         optimizer.step()

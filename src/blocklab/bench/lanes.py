@@ -11,7 +11,8 @@ import torch
 
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.peer import build_peer_model
-from ..training import sweep
+from ..settings import CopyTask, Sweep
+from ..training.copy_model import build_copy_model, copy_model_config
 from ..training.precision import check_precision
 from ..training.tasks import copy_batch, copy_loss
 from ..training.train import train
@@ -75,8 +76,8 @@ def default_lanes(workers: int, threads: int, fast: FastPath, layout_reference: 
 
 def sweep_runs(params: dict, n: int) -> list[tuple[str, int, int]]:
     """The sweep's runs, seed-major so that any prefix mixes both norm positions (both graphs get compiled)."""
-    settings = params["sweep"]
-    runs = [(norm, warmup, seed) for seed, warmup, norm in itertools.product(settings["seeds"], settings["warmups"], settings["norms"])]
+    settings = Sweep.from_params(params)
+    runs = [(norm, warmup, seed) for seed, warmup, norm in itertools.product(settings.seeds, settings.warmups, settings.norms)]
     return runs[:n]
 
 
@@ -90,21 +91,21 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
     Adam and compile); ``precision`` as ``sweep.precision``; ``diagnostics`` records params' diagnostics (on) as a
     pipeline run does.
     """
-    task, settings = params["copy_task"], params["sweep"]
+    task, settings = CopyTask.from_params(params), Sweep.from_params(params)
     torch._dynamo.reset()  # a pipeline job is a fresh process: it compiles again (the on-disk caches still count)
     began = time.perf_counter()
-    cfg = sweep.copy_model_config(params, norm)
+    cfg = copy_model_config(params, norm)
     check_precision(precision, device)
     if model_kind == "peer":
         model = build_peer_model(cfg, seed).to(device)
     else:
-        model = sweep.build_copy_model(cfg, seed).to(device)
+        model = build_copy_model(cfg, seed).to(device)
         apply_fast_path(model, fast)
     step_starts = []
 
     def next_batch(gen):
         step_starts.append(time.perf_counter())
-        return copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], gen, device=device)
+        return copy_batch(task.batch_size, task.seq_len, task.vocab_size, gen, device=device)
 
     def loss_fn(m, batch):
         inputs, targets = batch
@@ -117,7 +118,7 @@ def train_copy_steps(params: dict, norm: str, warmup: int, seed: int, steps: int
         settings_d = check_settings(params.get("diagnostics") or {"enabled": True})
         recorder = Recorder(model, settings_d["metrics"], settings_d["every"])
     result = train(
-        model, next_batch, loss_fn, steps=steps, lr=settings["lr"], warmup=warmup,
+        model, next_batch, loss_fn, steps=steps, lr=settings.lr, warmup=warmup,
         generator=torch.Generator().manual_seed(seed), compile=fast.compile, fused_adam=fast.fused_adam,
         precision=precision, desc=f"bench {norm}-w{warmup}-s{seed}", diagnostics=recorder,
     )

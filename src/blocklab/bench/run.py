@@ -16,7 +16,8 @@ import torch
 
 from ..params import load_params
 from ..runtime import resolve_device
-from ..training import sweep
+from ..settings import CopyTask, Sweep
+from ..training.copy_model import copy_model_config
 from .flops import MATMUL_SIZE, copy_step_flops
 from .lanes import Lane, sweep_runs
 from .report import Measurements, summarise
@@ -66,8 +67,8 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
     params = load_params(params_path)
     device = str(resolve_device(device))
     todo = sweep_runs(params, runs)
-    task = params["copy_task"]
-    flops = copy_step_flops(sweep.copy_model_config(params, "pre"), task["batch_size"], task["seq_len"])
+    task = CopyTask.from_params(params)
+    flops = copy_step_flops(copy_model_config(params, "pre"), task.batch_size, task.seq_len)
     info = machine_info()
     scratch = Path(tempfile.mkdtemp(prefix="blocklab-bench-"))
     echo(f"bench: {len(todo)} runs x ({warmup_steps} warm-up + {steps} timed) steps; lanes: "
@@ -84,7 +85,7 @@ def run_bench(params_path: str, *, steps: int, warmup_steps: int, runs: int, lan
                 worker.close()
     shutil.rmtree(scratch, ignore_errors=True)  # kept only when something failed: its logs say what
     return summarise(lanes, Measurements(device=device, runs=len(todo), steps=steps, warmup_steps=warmup_steps,
-                                         full_steps=params["sweep"]["steps"], flops=flops, machine=info, **measured))
+                                         full_steps=Sweep.from_params(params).steps, flops=flops, machine=info, **measured))
 
 
 def _start_workers(lanes: list[Lane], scratch: Path, pools: dict) -> None:

@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..config import ConfigError
 from ..io import read_table, write_table
+from ..settings import CopyTask
 from ..studies.dynamics.aggregate import ADAM_JUMP, wilson
 from ..studies.dynamics.plan import events
 
@@ -358,7 +359,7 @@ def _main(args) -> None:
 
     params = load_params(args.params)
     sources = args.sources or [Path("data/dynamics")]
-    tables = detector_tables(sources, params["dynamics"]["events"], params["copy_task"]["vocab_size"])
+    tables = detector_tables(sources, params["dynamics"]["events"], CopyTask.from_params(params).vocab_size)
     write_tables(tables, args.out)
     print(tables["detectors"][["detector", "resolution", "hits", "events_evaluable", "false_alarms", "windows"]]
           .to_string(index=False))

@@ -15,11 +15,12 @@ from ..model.models import DecoderLM
 from ..params import load_params
 from ..provenance import stamp
 from ..runtime import set_threads
-from ..training.sweep import copy_model_config
+from ..settings import CopyTask
+from ..training.copy_model import copy_model_config
 from ..training.tasks import copy_batch, copy_loss
 
 
-def measure_gradnorms(model_cfg: ModelConfig, task: dict, seed: int) -> pd.DataFrame:
+def measure_gradnorms(model_cfg: ModelConfig, task: CopyTask, seed: int) -> pd.DataFrame:
     """Frobenius norm of d(copy loss)/d(blocks[i].ffn.sublayer.down.weight) for every block i (1-based).
 
     The initial loss is kept in ``frame.attrs["loss"]`` as a sanity check (near ln(vocab) for a sane init).
@@ -27,7 +28,7 @@ def measure_gradnorms(model_cfg: ModelConfig, task: dict, seed: int) -> pd.DataF
     torch.manual_seed(seed)
     model = DecoderLM(model_cfg)
     generator = torch.Generator().manual_seed(seed)
-    inputs, targets = copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], generator)
+    inputs, targets = copy_batch(task.batch_size, task.seq_len, task.vocab_size, generator)
     loss = copy_loss(model(inputs), targets)
     loss.backward()
     norms = [block.ffn.sublayer.down.weight.grad.norm().item() for block in model.blocks]
@@ -38,12 +39,12 @@ def measure_gradnorms(model_cfg: ModelConfig, task: dict, seed: int) -> pd.DataF
 
 def gradnorm_frame(params: dict) -> pd.DataFrame:
     """Tidy frame (norm, seed, block, grad_norm, loss) over every norm position and seed of params["gradnorm"]."""
-    section = params["gradnorm"]
+    section, task = params["gradnorm"], CopyTask.from_params(params)
     parts = []
     for norm in section["norms"]:
         cfg = copy_model_config(params, norm, section["init"])
         for seed in section["seeds"]:
-            one = measure_gradnorms(cfg, params["copy_task"], seed)
+            one = measure_gradnorms(cfg, task, seed)
             parts.append(one.assign(norm=norm, seed=seed, loss=one.attrs["loss"]))
     frame = pd.concat(parts, ignore_index=True)
     return frame[["norm", "seed", "block", "grad_norm", "loss"]]

@@ -220,7 +220,7 @@ def load_trained_weights(model: nn.Module, path: Path) -> nn.Module:
 def probe_copy_run(run_dir, batch_seed: int = COPY_BATCH_SEED, build=None) -> pd.DataFrame:
     """Stream statistics of one sweep run at initialization and after training, on the same copy-task batch.
 
-    ``build(cfg, seed)`` rebuilds the initial model; by default the sweep's own ``build_copy_model``.
+    ``build(cfg, seed)`` rebuilds the initial model; by default ``training.copy_model.build_copy_model``, as the sweep built it.
     """
     run_dir = Path(run_dir)
     meta_path, weights = run_dir / "meta.json", run_dir / "model.safetensors"
@@ -230,7 +230,7 @@ def probe_copy_run(run_dir, batch_seed: int = COPY_BATCH_SEED, build=None) -> pd
     meta = verify_run(run_dir)  # its weights checked against their checksum
     cfg, seed = ModelConfig.from_dict(meta["model_config"]), int(meta["seed"])
     if build is None:
-        from ..training.sweep import build_copy_model as build
+        from ..training.copy_model import build_copy_model as build
     tokens = copy_probe_tokens(meta["copy_task"], batch_seed)
     init = measure_copy_model(build(cfg, seed), tokens).assign(state="init")
     trained = measure_copy_model(load_trained_weights(DecoderLM(cfg), weights), tokens).assign(state="trained")

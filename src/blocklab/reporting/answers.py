@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..settings import CopyModel, CopyTask, Sweep
 from ..studies.sensitivity.aggregate import robustness
 from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
@@ -222,7 +223,7 @@ def first_below(curve: pd.DataFrame, threshold: float) -> float:
 def _p11a(data: Data, t: dict, lang: str) -> dict:
     summary = data.table("sweep/summary.csv")
     losses = data.table("sweep/losses.csv")
-    vocab = data.params["copy_task"]["vocab_size"]
+    vocab = CopyTask.from_params(data.params).vocab_size
     chance = math.log(vocab)
     runs = summary[(summary["norm"] == "post") & (summary["warmup"] == 0)].sort_values("seed")
     labels = texts()["labels"]
@@ -231,7 +232,7 @@ def _p11a(data: Data, t: dict, lang: str) -> dict:
         curve = losses[losses["run"] == run]["loss"]
         stuck += bool((curve.iloc[len(curve) // 10:] > 0.9 * chance).all())
     finals = ", ".join(labels["seed_item"][lang].format(seed=r.seed, value=num(r.final_loss, 4)) for r in runs.itertuples())
-    return {"steps": integer(data.params["sweep"]["steps"]), "finals": finals, "vocab": vocab, "chance": num(chance),
+    return {"steps": integer(Sweep.from_params(data.params).steps), "finals": finals, "vocab": vocab, "chance": num(chance),
             "stuck": len(runs), "stuck_count": stuck, "outcomes": _outcomes(runs, lang)}
 
 
@@ -239,7 +240,7 @@ def _p11a(data: Data, t: dict, lang: str) -> dict:
 def _p11b(data: Data, t: dict, lang: str) -> dict:
     summary = data.table("sweep/summary.csv")
     losses = data.table("sweep/losses.csv")
-    vocab = data.params["copy_task"]["vocab_size"]
+    vocab = CopyTask.from_params(data.params).vocab_size
     threshold = 0.1 * math.log(vocab)  # sweep.classify's "learned" line
     labels = texts()["labels"]
     items, at = [], []
@@ -251,7 +252,7 @@ def _p11b(data: Data, t: dict, lang: str) -> dict:
                   for seed, step in zip(runs["seed"], steps)]
         text = labels["all_never"][lang] if all(math.isnan(s) for s in steps) else ", ".join(firsts)
         items.append(t["item"][lang].format(case=_case(lang, norm, warmup), steps=text))
-        if (norm, warmup) in {("post", max(data.params["sweep"]["warmups"])), ("pre", 0)}:
+        if (norm, warmup) in {("post", max(Sweep.from_params(data.params).warmups)), ("pre", 0)}:
             for step in doc_steps:
                 row = losses[(losses["norm"] == norm) & (losses["warmup"] == warmup) & (losses["step"] == step)]
                 at.append(t["step_item"][lang].format(case=_case(lang, norm, warmup), step=step,
@@ -308,7 +309,7 @@ def _collapse_at(rates: pd.DataFrame, summary: pd.DataFrame, setting: str, data:
         spike_rate=pct(r["spiked_rate"]), spike_low=pct(r["spiked_low"]), spike_high=pct(r["spiked_high"]), where=where,
         chance=int(r["to_chance"]), chance_rate=pct(r["to_chance_rate"]), chance_low=pct(r["to_chance_low"]),
         chance_high=pct(r["to_chance_high"]), at=f'{data.params["dynamics"]["events"]["collapse_at"]:g}',
-        vocab=data.params["copy_task"]["vocab_size"])
+        vocab=CopyTask.from_params(data.params).vocab_size)
 
 
 DETECTORS = "dynamics/detectors.csv"
@@ -325,7 +326,7 @@ def detector_table(data: Data) -> pd.DataFrame:
     if not data.exists("dynamics/losses.csv"):
         return pd.DataFrame()
     return from_frames(data.table(DYNAMICS["summary"]), data.table("dynamics/losses.csv"), dynamics_diagnostics(data),
-                       data.params["dynamics"]["events"], data.params["copy_task"]["vocab_size"])["detectors"]
+                       data.params["dynamics"]["events"], CopyTask.from_params(data.params).vocab_size)["detectors"]
 
 
 def _rate(k, n, low, high) -> str:
@@ -384,7 +385,7 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
     if early.empty:
         return ""
     case = lambda r: _case(lang, r.norm, int(r.warmup))  # noqa: E731
-    uniform = uniform_entropy(2 * data.params["copy_task"]["seq_len"] - 1)
+    uniform = uniform_entropy(2 * CopyTask.from_params(data.params).seq_len - 1)
     by_case = {(r.norm, int(r.warmup)): r for r in early.itertuples()}
     post0, pre0 = by_case.get(("post", 0)), by_case.get(("pre", 0))
     vanish = ""
@@ -413,12 +414,11 @@ def sensitivity_present(data: Data) -> bool:
 @computes
 def _p11c(data: Data, t: dict, lang: str) -> dict:
     summary = data.table("sweep/summary.csv")
-    p = data.params
+    model, sweep = CopyModel.from_params(data.params), Sweep.from_params(data.params)
     post = summary[summary["norm"] == "post"]
     pre = summary[(summary["norm"] == "pre") & (summary["warmup"] == 0)]
     scope = t["scope"][lang].format(
-        layers=p["copy_model"]["n_layers"], width=p["copy_model"]["d_model"], lr=f"{p['sweep']['lr']:g}",
-        steps=integer(p["sweep"]["steps"]), seeds=summary["seed"].nunique(), post_runs=len(post),
+        layers=model.n_layers, width=model.d_model, lr=f"{sweep.lr:g}", steps=integer(sweep.steps), seeds=summary["seed"].nunique(), post_runs=len(post),
         post_failed=int((post["outcome"] != "learned").sum()), pre_runs=len(pre),
         pre_learned=int((pre["outcome"] == "learned").sum()))
     why = _why_text(data, t, lang)
@@ -475,7 +475,7 @@ def _relapse_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> st
     relapse columns (made before they existed)."""
     if "relapse_loss" not in summary:
         return ""
-    vocab = params["copy_task"]["vocab_size"]
+    vocab = CopyTask.from_params(params).vocab_size
     line = 0.1 * math.log(vocab)
     learned = summary[summary["relapse_loss"].notna()]
     counts = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
+from ..settings import CopyTask
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not checkable here")
@@ -248,7 +249,7 @@ def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -
     if wanted.empty:
         return empty
     runs = wanted[["run", "norm", "warmup", "seed", "wall_time_s"]].assign(
-        setting=setting, vocab_size=gallery["copy_task"]["vocab_size"], machine="the gallery's run (main sweep)")
+        setting=setting, vocab_size=CopyTask.from_params(gallery).vocab_size, machine="the gallery's run (main sweep)")
     losses = read_table(losses_file)
     return runs, losses[losses["run"].isin(set(wanted["run"]))].assign(setting=setting)
 
@@ -337,7 +338,7 @@ def _detector_tables(data: Path, root: Path) -> dict:
     if key not in _DETECTOR_CACHE:
         params = load_params(root / "params.yaml")
         rel = [d.relative_to(root) if d.is_relative_to(root) else d for d in sources]
-        vocab = params["copy_task"]["vocab_size"]
+        vocab = CopyTask.from_params(params).vocab_size
         tables = detector_tables([root / d for d in rel], params["dynamics"]["events"], vocab)
         runs, _, diagnostics = load_sources([root / d for d in rel], vocab)
         tables["resolution"] = resolution(runs, diagnostics)

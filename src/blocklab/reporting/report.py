@@ -21,6 +21,7 @@ from ..io import atomic_path, read_table
 from ..studies.sensitivity.aggregate import robustness
 from ..studies.checks import load_params
 from ..pipeline import FIGURES
+from ..settings import CopyModel, CopyTask, Sweep
 from . import answers as answers_mod
 from .claims import DOCUMENT_SETUP, INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
 
@@ -79,7 +80,7 @@ def build_figure(name: str, params: dict, data: str | Path = "data", lang: str |
     lang = lang or params["figures"]["lang"]
     style.setup(lang)
     frames = _frames(Path(data), name)
-    vocab = params["copy_task"]["vocab_size"]
+    vocab = CopyTask.from_params(params).vocab_size
     draw = {
         "gradnorm_at_init": lambda f: doc000.gradnorm_figure(f[0], lang=lang),
         "loss_curves": lambda f: doc000.loss_curves_figure(f[0], lang=lang, vocab_size=vocab),
@@ -176,11 +177,10 @@ class Report:
     def header(self) -> str:
         from ..provenance import code_version
 
-        p = self.params
+        p, model, sweep = self.params, CopyModel.from_params(self.params), Sweep.from_params(self.params)
         commit = (code_version().get("git_commit") or "?")[:10]
         run = self.t("run", params=self.params_path.name, hash=self.hash, commit=commit, lang=self.lang,
-                     layers=p["copy_model"]["n_layers"], width=p["copy_model"]["d_model"], steps=p["sweep"]["steps"],
-                     seeds=len(p["sweep"]["seeds"]))
+                     layers=model.n_layers, width=model.d_model, steps=sweep.steps, seeds=len(sweep.seeds))
         differ = [f"{k}={p[k.split('.')[0]][k.split('.')[1]]} ({v})" for k, v in DOCUMENT_SETUP.items()
                   if p[k.split(".")[0]][k.split(".")[1]] != v]
         note = f'<p class="note">{html.escape(self.t("not_document", differ=", ".join(differ)))}</p>' if differ else ""

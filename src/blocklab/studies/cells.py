@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..config import ConfigError
+from ..settings import CopyModel, CopyTask, Sweep
 
 CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
 POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
@@ -58,14 +59,10 @@ class Cell:
         return cls(position, int(batch), int(depth), float(lr), precision)
 
 
-def default_precision(params: dict) -> str:
-    return params["sweep"].get("precision", "fp32")
-
-
 def default_cell(params: dict) -> Cell:
     """The main sweep's own setting."""
-    return Cell(params["copy_model"]["position"], params["copy_task"]["batch_size"], params["copy_model"]["n_layers"],
-                params["sweep"]["lr"], default_precision(params))
+    model, sweep = CopyModel.from_params(params), Sweep.from_params(params)
+    return Cell(model.position, CopyTask.from_params(params).batch_size, model.n_layers, sweep.lr, sweep.precision)
 
 
 def cell_params(params: dict, cell: Cell) -> dict:

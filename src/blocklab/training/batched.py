@@ -21,7 +21,8 @@ from ..config import NORM_POSITIONS
 from ..model.fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
-from . import sweep
+from ..settings import CopyTask, Sweep
+from . import copy_model, sweep
 from .precision import autocast, check_precision
 from .tasks import copy_batch, copy_loss
 from .diagnostics import table as diagnostics_table
@@ -77,10 +78,10 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
     """
     from torch.func import functional_call, stack_module_state, vmap
 
-    task, settings = params["copy_task"], params["sweep"]
+    task, settings = CopyTask.from_params(params), Sweep.from_params(params)
     began = time.perf_counter()
-    cfg = sweep.copy_model_config(params, norm)
-    models = [sweep.build_copy_model(cfg, seed).to(device) for _, seed in runs]
+    cfg = copy_model.copy_model_config(params, norm)
+    models = [copy_model.build_copy_model(cfg, seed).to(device) for _, seed in runs]
     for model in models:
         use_math_attention(model)  # attention vmap can batch, on every device
         if fast.fused_layernorm:
@@ -100,7 +101,7 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
     losses, diverged, frozen, state, step_starts = [[] for _ in runs], [None] * len(runs), {}, {}, []
     for step in range(1, steps + 1):
         step_starts.append(time.perf_counter())
-        batches = [copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], g, device=device) for g in generators]
+        batches = [copy_batch(task.batch_size, task.seq_len, task.vocab_size, g, device=device) for g in generators]
         inputs, targets = (torch.stack(parts) for parts in zip(*batches))
         with autocast(precision, device):
             member_losses = batched_loss(stacked, buffers, inputs, targets)
@@ -112,7 +113,7 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
                 frozen[k] = flat[k].clone()
             elif diverged[k] is None:
                 losses[k].append(value)
-        lrs = torch.tensor([settings["lr"] * warmup_factor(step, w) for w, _ in runs], device=device)
+        lrs = torch.tensor([settings.lr * warmup_factor(step, w) for w, _ in runs], device=device)
         adam_members(flat, grad, state, lrs, step)
         if len(frozen) == len(runs):
             break
@@ -133,7 +134,8 @@ def train_copy_group_batched(params: dict, norm: str, runs: list[tuple[int, int]
 
 def group_runs(params: dict) -> list[tuple[int, int]]:
     """The (warm-up, seed) pairs one norm position's batched job trains, in a fixed order."""
-    return [(warmup, seed) for warmup in params["sweep"]["warmups"] for seed in params["sweep"]["seeds"]]
+    settings = Sweep.from_params(params)
+    return [(warmup, seed) for warmup in settings.warmups for seed in settings.seeds]
 
 
 def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu") -> list[dict]:
@@ -143,21 +145,21 @@ def train_copy_group(params: dict, norm: str, out_root: Path, device: str = "cpu
     same numbers up to float rounding (tests/test_fast_path.py). There are no checkpoints: on the GPU this job is
     meant for, the whole group takes seconds, and an interrupted group is trained again from the start.
     """
-    settings = params["sweep"]
+    settings = Sweep.from_params(params)
     device = resolve_device(device)
-    precision = check_precision(settings.get("precision", "fp32"), device)
+    precision = check_precision(settings.precision, device)
     runs = group_runs(params)
-    fast = replace(FastPath() if settings["fast_path"] else PLAIN, compile=settings["compile"])
-    members = train_copy_group_batched(params, norm, runs, settings["steps"], str(device), fast, precision)
-    cfg = sweep.copy_model_config(params, norm)
+    fast = replace(FastPath() if settings.fast_path else PLAIN, compile=settings.compile)
+    members = train_copy_group_batched(params, norm, runs, settings.steps, str(device), fast, precision)
+    cfg = copy_model.copy_model_config(params, norm)
     group = [sweep.run_name(norm, warmup, seed) for warmup, seed in runs]
     group_seconds = sum(member["total_s"] for member in members)
     metas = []
     for (warmup, seed), member in zip(runs, members):
         steps = list(range(1, len(member["losses"]) + 1))
         result = TrainResult(steps=steps, losses=member["losses"], diverged_step=member["diverged_step"],
-                             lrs=[settings["lr"] * warmup_factor(step, warmup) for step in steps], seconds=member["total_s"])
-        model = sweep.build_copy_model(cfg, seed)
+                             lrs=[settings.lr * warmup_factor(step, warmup) for step in steps], seconds=member["total_s"])
+        model = copy_model.build_copy_model(cfg, seed)
         missing, unexpected = model.load_state_dict(member["weights"], strict=False)
         buffers = {name for name, _ in model.named_buffers()}
         if unexpected or set(missing) - buffers:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -13,10 +14,11 @@ from ..config import NORM_POSITIONS, ConfigError, ModelConfig
 from ..integrity import read_run
 from ..io import read_json
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
-from ..model.models import DecoderLM
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
+from ..settings import CopyTask, Sweep
 from .commands import add_aggregate, add_train
+from .copy_model import build_copy_model, copy_model_config
 from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table
 from .precision import check_precision
 from .tasks import copy_batch, copy_loss
@@ -31,46 +33,29 @@ def run_name(norm: str, warmup: int, seed: int) -> str:
     return f"{norm}-w{warmup}-s{seed}"
 
 
-def copy_model_config(params: dict, norm: str, init: str | None = None) -> ModelConfig:
-    """The copy-task model of params.yaml with the given norm position (and optionally another init scheme)."""
-    model = dict(params["copy_model"])
-    if init is not None:
-        model["init"] = init
-    task = params["copy_task"]
-    return ModelConfig(
-        **model, norm_position=norm, vocab_size=task["vocab_size"], max_len=2 * task["seq_len"]
-    )
-
-
-def build_copy_model(cfg: ModelConfig, seed: int) -> DecoderLM:
-    """The run's model at initialization: the same seed always gives the same weights."""
-    torch.manual_seed(seed)
-    return DecoderLM(cfg)
-
-
 def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu",
                    stop_when=None, stop_rule: str | None = None, dense_steps: tuple[int, int] | None = None,
                    **extra_meta) -> dict:
     """Train one run of the sweep and write its artifacts into ``out_dir``; resumes from ``out_dir/checkpoint.pt``.
 
     ``stop_when`` (losses so far -> bool) may end the run early; ``stop_rule`` says in words what it tests (meta.json).
-    ``params["sweep"]["precision"]`` (fp32 | bf16; absent: fp32) is checked against the device before anything runs.
+    ``sweep.precision`` (fp32 | bf16; absent: fp32) is checked against the device before anything runs.
     ``dense_steps`` (first, last): the forward diagnostics at every step of that window too (it changes no number).
     """
     provenance.code_version()  # taken now, at launch (it is cached): the code that trains, not the tree at the end
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    task, sweep = params["copy_task"], params["sweep"]
+    task, settings = CopyTask.from_params(params), Sweep.from_params(params)
     cfg = copy_model_config(params, norm)
     device = resolve_device(device)
-    precision = check_precision(sweep.get("precision", "fp32"), device)
+    precision = check_precision(settings.precision, device)
     model = build_copy_model(cfg, seed).to(device)
-    fast = FastPath() if sweep["fast_path"] else PLAIN
+    fast = FastPath() if settings.fast_path else PLAIN
     apply_fast_path(model, fast)
     generator = torch.Generator().manual_seed(seed)
 
     def next_batch(gen):
-        return copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], gen, device=device)
+        return copy_batch(task.batch_size, task.seq_len, task.vocab_size, gen, device=device)
 
     def loss_fn(m, batch):
         inputs, targets = batch
@@ -78,11 +63,11 @@ def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Pat
 
     recorder = diagnostics_recorder(params, model, dense_steps)
     checkpoint = out_dir / "checkpoint.pt"
-    identity = {"run": run_name(norm, warmup, seed), "model_config": cfg.to_dict(), "copy_task": dict(task),
-                "lr": sweep["lr"], "code": provenance.numbers_code_version()}
+    identity = {"run": run_name(norm, warmup, seed), "model_config": cfg.to_dict(), "copy_task": asdict(task),
+                "lr": settings.lr, "code": provenance.numbers_code_version()}
     result = train(
-        model, next_batch, loss_fn, steps=sweep["steps"], lr=sweep["lr"], warmup=warmup, generator=generator,
-        checkpoint=checkpoint, checkpoint_every=sweep["checkpoint_every"], compile=sweep["compile"],
+        model, next_batch, loss_fn, steps=settings.steps, lr=settings.lr, warmup=warmup, generator=generator,
+        checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every, compile=settings.compile,
         fused_adam=fast.fused_adam, precision=precision, stop_when=stop_when,
         desc=run_name(norm, warmup, seed), diagnostics=recorder, identity=identity,
     )
@@ -137,8 +122,8 @@ def run_meta(params: dict, cfg: ModelConfig, norm: str, warmup: int, seed: int, 
         run=run_name(norm, warmup, seed), norm=norm, warmup=warmup, seed=seed, device=str(device),
         threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
         diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
-        **extra, model_config=cfg.to_dict(), copy_task=params["copy_task"],
-        sweep={k: v for k, v in params["sweep"].items() if k not in ("norms", "warmups", "seeds")},
+        **extra, model_config=cfg.to_dict(), copy_task=asdict(CopyTask.from_params(params)),
+        sweep={k: v for k, v in asdict(Sweep.from_params(params)).items() if k not in ("norms", "warmups", "seeds")},
     )
 
 
@@ -198,8 +183,9 @@ def register(subparsers) -> None:
 def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params(args.params)
-    if args.warmup < 0 or args.warmup > params["sweep"]["steps"]:
-        raise ConfigError(f"--warmup={args.warmup} is not allowed; choose 0..{params['sweep']['steps']} (sweep.steps)")
+    steps = Sweep.from_params(params).steps
+    if args.warmup < 0 or args.warmup > steps:
+        raise ConfigError(f"--warmup={args.warmup} is not allowed; choose 0..{steps} (sweep.steps)")
     if args.seed < 0:
         raise ConfigError(f"--seed={args.seed} is not allowed; choose an integer >= 0")
     set_threads(args.threads or params["threads_per_run"])

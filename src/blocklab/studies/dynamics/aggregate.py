@@ -13,6 +13,7 @@ import pandas as pd
 
 from ...config import ConfigError
 from ...integrity import begin_snapshot, interrupted, read_run, record_snapshot, snapshot_file, verify_unfinished
+from ...settings import Sweep
 from .plan import SNAPSHOT_FILES, events, from_records, from_runs, plan, read_snapshots, snapshots, unrecorded
 
 WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)
@@ -180,7 +181,8 @@ def kept_steps(params: dict, summary: pd.DataFrame, steps) -> pd.Series:
     figure, which shows a calm seed of the same setting on the same axis). ``thin`` adds each metric's last step."""
     steps = pd.Series(steps).astype(int).reset_index(drop=True)
     keep = (steps <= EARLY) | (steps % THIN == 0)
-    for at in figure_steps(max(params["sweep"]["warmups"]), params["sweep"]["steps"]):
+    sweep = Sweep.from_params(params)
+    for at in figure_steps(max(sweep.warmups), sweep.steps):
         keep |= (steps - at).abs() <= WINDOW
     for e in pd.concat([summary["spike_step"], summary["collapse_step"]]).dropna():
         keep |= (steps >= e - ANATOMY_BEFORE) & (steps <= e + ANATOMY_AFTER)

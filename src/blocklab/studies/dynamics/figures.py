@@ -16,6 +16,7 @@ from ...figures import style
 from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
 from ...figures.style import log_y, text
 from ...io import read_table
+from ...settings import Sweep
 from .aggregate import ANATOMY_AFTER, ANATOMY_BEFORE, at_step, figure_steps
 from .plan import FIGURES, TABLES
 
@@ -189,7 +190,7 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
     dyn = params["dynamics"]
     made = {
         "dynamics_gradnorm": lambda: gradnorm_through_training_figure(diagnostics, summary, lang=lang,
-                                                                      steps=params["sweep"]["steps"],
+                                                                      steps=Sweep.from_params(params).steps,
                                                                       seed=dyn["compare_seeds"][0]),
         "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics, losses, summary,
                                                              anatomy_setting(summary, dyn["collapse"]["settings"]),

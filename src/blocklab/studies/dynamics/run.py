@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...config import ConfigError
 from ...io import read_table
+from ...settings import Sweep
 from ..cells import Cell
 from .plan import collapse_params, collapse_stop, plan, snapshots
 
@@ -36,7 +37,7 @@ def train(params: dict, cell_name: str, seed: int, out_dir: Path, threads: int |
     Cell.parse(cell_name)
     if seed < 0:
         raise ConfigError(f"--seed={seed} is not allowed; choose an integer >= 0")
-    window = parse_window(dense, params["sweep"]["steps"])
+    window = parse_window(dense, Sweep.from_params(params).steps)
     set_threads(threads or params["threads_per_run"])
     stop, words = (None, None) if follow else collapse_stop(params)
     p = collapse_params(params, cell_name)
@@ -55,9 +56,9 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
         if (root / d / "runs.csv").is_file():
             runs = read_table(root / d / "runs.csv")
             recorded |= set(zip(runs["setting"], runs["run"]))
-    rows = []
+    rows, steps = [], Sweep.from_params(params).steps
     for row in plan(params).itertuples(index=False):
-        got = run_state(root / row.run_dir, params["sweep"]["steps"])
+        got = run_state(root / row.run_dir, steps)
         state = f"checkpointed at step {got['steps_done']}" if got["status"] == "checkpointed" else \
             "to do" if got["status"] == "not started" else "finished"
         wall = got["seconds"] if state == "finished" else None

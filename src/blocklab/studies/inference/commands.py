@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from ...io import write_table
+from ...settings import Sweep
 from ..checks import load_params
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
@@ -70,7 +71,7 @@ def _aggregate_main(args) -> None:
     params = load_params(args.params)
     _, losses = collect(params)
     write_table(losses, LOSSES)
-    warmup = max(params["sweep"]["warmups"])
+    warmup = max(Sweep.from_params(params).warmups)
     document_warmup = next(t["warmup"] for t in targets() if t["norm"] == "post")
     if warmup != document_warmup:
         print(f"note: post-norm runs use warm-up {warmup}, the document {document_warmup}: this ranking is not about "

@@ -20,6 +20,7 @@ import pandas as pd
 from ...config import ConfigError
 from ...integrity import verify_snapshot
 from ...io import read_table
+from ...settings import Sweep
 from ..cells import Cell, cell_params, default_cell, run_dir, run_name, study_paths, training_identity
 
 ROOT, RUNS, PLAN = study_paths("inference")
@@ -41,17 +42,15 @@ def plan(params: dict) -> pd.DataFrame:
     """Every fitting run: setting, norm, warm-up, seed, run, its directory and whether it is a main-sweep run (the
     default cell at a seed of ``sweep.seeds``, trained by the pipeline anyway at ``sweep.steps`` >= ``fit_steps``: its
     first ``fit_steps`` steps are the fitting run's, so it is read from ``data/sweep/runs`` and not trained again)."""
-    warmup = max(params["sweep"]["warmups"])
-    sweep, base = params["sweep"], default_cell(params)
-    reuse = sweep["steps"] >= params["inference"]["fit_steps"]
+    sweep, base = Sweep.from_params(params), default_cell(params)
+    warmup, reuse = max(sweep.warmups), sweep.steps >= params["inference"]["fit_steps"]
     rows = []
     for cell in candidates(params):
         for norm, w in CASES:
             w = warmup if w is None else w
             for seed in params["inference"]["seeds"]:
                 run = run_name(norm, w, seed)
-                main = (reuse and cell == base and norm in sweep["norms"] and w in sweep["warmups"]
-                        and seed in sweep["seeds"])
+                main = (reuse and cell == base and norm in sweep.norms and w in sweep.warmups and seed in sweep.seeds)
                 rows.append({"setting": cell.name, "norm": norm, "warmup": w, "seed": seed, "run": run,
                              "run_dir": run_dir(RUNS, cell, run, main), "main_sweep": main})
     return pd.DataFrame(rows, columns=["setting", "norm", "warmup", "seed", "run", "run_dir", "main_sweep"])
@@ -61,7 +60,7 @@ def holdout_plan(params: dict) -> pd.DataFrame:
     """The held-out fitting runs (issue 33): the default cell's two fitted cases at ``inference.holdout_seeds``, seeds
     no fitting run used, for ``fit_steps`` steps, so that the five fitted numbers are judged on runs the fit never saw.
     Never part of the ranking. Columns as ``plan`` (``main_sweep`` always False: a held-out seed is not a sweep seed)."""
-    warmup, base = max(params["sweep"]["warmups"]), default_cell(params)
+    warmup, base = max(Sweep.from_params(params).warmups), default_cell(params)
     rows = [{"setting": base.name, "norm": norm, "warmup": warmup if w is None else w, "seed": seed,
              "run": run_name(norm, warmup if w is None else w, seed), "main_sweep": False}
             for norm, w in CASES for seed in params["inference"].get("holdout_seeds", [])]
@@ -141,9 +140,10 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
                 for i, d in enumerate(inf.get("from_snapshots", []))
                 if not all((Path(d) / name).is_file() for name in ("runs.csv", "losses.csv"))]
     held = list(inf.get("holdout_seeds", []))
-    used = sorted(set(held) & (set(inf.get("seeds", [])) | set(params["sweep"]["seeds"])))
+    sweep_seeds = list(Sweep.from_params(params).seeds)
+    used = sorted(set(held) & (set(inf.get("seeds", [])) | set(sweep_seeds)))
     if used:  # the default cell's fitting runs at sweep.seeds are the sweep's own runs: the fit saw those too
-        free = max(list(inf.get("seeds", [])) + list(params["sweep"]["seeds"])) + 1
+        free = max(list(inf.get("seeds", [])) + sweep_seeds) + 1
         problems.append(("inference.holdout_seeds", f"{used} are seeds a fitting run uses (inference.seeds or "
                          f"sweep.seeds); allowed: seeds in neither, e.g. {list(range(free, free + 3))}"))
     if not inf.get("skip"):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...settings import Sweep
 from ..cells import Cell, require_planned
 from ..sensitivity.run import projected_seconds
 from .plan import fit_params, holdout_plan, plan, read_snapshots, snapshots
@@ -40,7 +41,7 @@ def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
     rows = []
     for row in planned.itertuples(index=False):
         cell = Cell.parse(row.setting)
-        steps = params["sweep"]["steps"] if row.main_sweep else fit
+        steps = Sweep.from_params(params).steps if row.main_sweep else fit
         base = {"setting": row.setting, "run": row.run, "batch_size": cell.batch_size, "depth": cell.depth,
                 "precision": cell.precision}
         hit = None if row.main_sweep else where.get((row.setting, row.run))

@@ -15,6 +15,7 @@ from ...figures import style
 from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
 from ...figures.style import log_y, text
 from ...io import read_table
+from ...settings import CopyTask, Sweep
 from ..cells import default_cell
 from .plan import FIGURES, GRADNORM, TABLES
 
@@ -154,7 +155,7 @@ def gradnorm_by_position_figure(gradnorm: pd.DataFrame, lang: str = "ko"):
 
 def at_batch(gradnorm: pd.DataFrame, params: dict) -> pd.DataFrame:
     """The gradients at init at params.yaml's batch size (the figure compares position signals at one batch)."""
-    return gradnorm[gradnorm["batch_size"] == params["copy_task"]["batch_size"]]
+    return gradnorm[gradnorm["batch_size"] == CopyTask.from_params(params).batch_size]
 
 
 def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
@@ -162,10 +163,10 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
     data = Path(data)
     where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731  (the tables' paths under another data dir)
     table = lambda rel: read_table(where(rel))  # noqa: E731
-    vocab = params["copy_task"]["vocab_size"]
+    vocab, steps = CopyTask.from_params(params).vocab_size, Sweep.from_params(params).steps
     rule = params["sensitivity"]["early_stop"]
     made = {
-        "sensitivity_phase": lambda: phase_figure(table(TABLES["summary"]), lang=lang, budget=params["sweep"]["steps"],
+        "sensitivity_phase": lambda: phase_figure(table(TABLES["summary"]), lang=lang, budget=steps,
                                                   rule=rule),
         "sensitivity_loss_curves": lambda: loss_curves_by_setting_figure(table(TABLES["losses"]), lang=lang,
                                                                          vocab_size=vocab,

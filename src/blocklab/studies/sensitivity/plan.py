@@ -28,6 +28,7 @@ from ...config import ConfigError
 from ...integrity import verify_snapshot
 from ...io import read_table
 from ...runtime import bf16_support, resolve_device
+from ...settings import CopyModel, CopyTask, Sweep
 from ..cells import (Cell, cell_params, cell_problems, default_cell, require_cell_names, run_dir, run_name, study_paths,
                      training_identity)
 
@@ -48,12 +49,12 @@ def held_batch(params: dict) -> int:
     """``sensitivity.batch_size``: the batch of the study's cells off its batch axis (the depth x learning-rate grid and
     the other precisions). Named, not the default batch, so that runs recorded at one batch are never judged as
     another's when the default changes (absent: the default batch, ``copy_task.batch_size``)."""
-    return int(params["sensitivity"].get("batch_size") or params["copy_task"]["batch_size"])
+    return int(params["sensitivity"].get("batch_size") or CopyTask.from_params(params).batch_size)
 
 
 def at_document_size(params: dict, cell: Cell) -> bool:
     """The document's depth and learning rate: such runs never stop early (its claims include what follows learning)."""
-    return cell.depth == params["copy_model"]["n_layers"] and cell.lr == params["sweep"]["lr"]
+    return cell.depth == CopyModel.from_params(params).n_layers and cell.lr == Sweep.from_params(params).lr
 
 
 def run_identity(params: dict, cell_name: str) -> dict:
@@ -92,7 +93,7 @@ def available_precisions(params: dict, precisions: list[str]) -> list[str]:
 
 def plan(params: dict) -> pd.DataFrame:
     """Every run of the study: family (choices | depth_lr), the cell, norm, warm-up, seed and its run directory."""
-    sens, sweep = params["sensitivity"], params["sweep"]
+    sens, sweep = params["sensitivity"], Sweep.from_params(params)
     base = default_cell(params)
     rows = []
     choices = sens["choices"]
@@ -107,8 +108,8 @@ def plan(params: dict) -> pd.DataFrame:
     # and each cell named whole (a candidate under validation, e.g. a batch size the crossed grid leaves out)
     cells += [Cell.parse(name) for name in choices.get("cells", [])]
     for cell in dict.fromkeys(cells):
-        for norm in sweep["norms"]:
-            for warmup in sweep["warmups"]:
+        for norm in sweep.norms:
+            for warmup in sweep.warmups:
                 for seed in choices["seeds"]:
                     rows.append(("choices", cell, norm, warmup, seed))
     grid = sens["depth_lr"]
@@ -121,7 +122,7 @@ def plan(params: dict) -> pd.DataFrame:
                         rows.append(("depth_lr", cell, norm, warmup, seed))
     records = []
     for family, cell, norm, warmup, seed in rows:
-        in_main = (cell == base and norm in sweep["norms"] and warmup in sweep["warmups"] and seed in sweep["seeds"])
+        in_main = (cell == base and norm in sweep.norms and warmup in sweep.warmups and seed in sweep.seeds)
         run = run_name(norm, warmup, seed)
         records.append({"family": family, "setting": cell.name, **asdict(cell), "norm": norm, "warmup": warmup,
                         "seed": seed, "run": run, "run_dir": run_dir(RUNS, cell, run, in_main), "main_sweep": in_main})
@@ -193,8 +194,8 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
     if sens is None:
         return []
     problems = []
-    chance = math.log(params["copy_task"]["vocab_size"])
-    rule, steps = sens["early_stop"], params["sweep"]["steps"]
+    chance = math.log(CopyTask.from_params(params).vocab_size)
+    rule, steps = sens["early_stop"], Sweep.from_params(params).steps
     if rule["loss_below"] >= chance:
         problems.append(("sensitivity.early_stop.loss_below",
                          f"{rule['loss_below']} is not below chance ln(copy_task.vocab_size) = {chance:.3f}, so it would "
@@ -208,7 +209,8 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         if warmup > steps:
             problems.append((f"sensitivity.depth_lr.warmups[{i}]", f"{warmup} is longer than training (sweep.steps={steps}); "
                              f"allowed: 0..{steps}"))
-    d, heads = params["copy_model"]["d_model"], params["copy_model"]["n_heads"]
+    model = CopyModel.from_params(params)
+    d, heads = model.d_model, model.n_heads
     if "rope" in sens["choices"]["positions"] and not d % heads and (d // heads) % 2:
         problems.append(("sensitivity.choices.positions", f"'rope' needs an even head dimension d_model/n_heads={d // heads}; "
                          "allowed: another position or an even head dimension"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...settings import Sweep
 from ..cells import Cell, cell_params, require_planned
 from .plan import early_stop_rule, plan
 
@@ -58,7 +59,7 @@ def progress(params: dict, root: str | Path = ".") -> pd.DataFrame:
     """
     from ...training.sweep import run_state
 
-    root, steps = Path(root), params["sweep"]["steps"]
+    root, steps = Path(root), Sweep.from_params(params).steps
     rows = []
     for row in plan(params).drop_duplicates("run_dir").itertuples(index=False):
         state = run_state(root / row.run_dir, steps)
