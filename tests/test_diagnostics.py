@@ -716,3 +716,23 @@ def test_the_anatomy_axis_names_only_the_lines_it_draws():
         assert event in label and warm not in label, label
         label = axis_label(lang, 500)  # the warm-up's end inside the window
         assert event in label and warm in label, label
+
+
+def test_a_followed_run_goes_past_the_collapse_stop_with_the_same_losses_and_says_so(tmp_path):
+    """`dynamics train --follow` (issue 33: does the loss stay at chance after a collapse?): the same run as the
+    early-stopped one, bit for bit over their common steps, then on to the last step; its record says it was followed.
+    The event rule is loosened so that a 40-step tiny run "collapses" (learned below 10 nats, then 5 steps at or above
+    0.01 x ln V), which makes the stop fire without hours of training."""
+    from blocklab.studies.dynamics.aggregate import _record
+    from blocklab.studies.dynamics.run import train as train_collapse
+
+    params = _tiny(steps=40, every=1)
+    params["dynamics"]["events"].update(learned_below=10.0, learned_for=2, collapse_at=0.01, collapse_for=5)
+    cell = params["dynamics"]["collapse"]["settings"][0]
+    stopped = train_collapse(params, cell, 0, tmp_path / "stopped", threads=1)
+    followed = train_collapse(params, cell, 0, tmp_path / "followed", threads=1, follow=True)
+    short, full = (pd.read_csv(tmp_path / d / "loss.csv") for d in ("stopped", "followed"))
+    assert stopped["stopped_step"] and stopped["stopped_step"] < 40 and len(short) == stopped["stopped_step"]
+    assert len(full) == 40 and followed.get("follow") is True and not followed["stopped_step"]
+    assert (full["loss"].iloc[: len(short)].to_numpy() == short["loss"].to_numpy()).all()
+    assert "followed" in _record(followed)["stop_reason"] and "followed" not in _record(stopped)["stop_reason"]

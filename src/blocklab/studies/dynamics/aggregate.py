@@ -94,8 +94,11 @@ RECORD_FIELDS = ("vocab_size", "diverged_step", "stopped_step", "stop_reason", "
 
 def _record(meta: dict) -> dict:
     diagnostics = meta.get("diagnostics")
+    reason = meta.get("stop_reason")
+    if meta.get("follow"):  # `dynamics train --follow`: no early stop, so its rows go on past any event
+        reason = f"{reason} (followed: no early stop after an event)"
     return {"vocab_size": meta["copy_task"]["vocab_size"], "diverged_step": meta.get("diverged_step"),
-            "stopped_step": meta.get("stopped_step"), "stop_reason": meta.get("stop_reason"),
+            "stopped_step": meta.get("stopped_step"), "stop_reason": reason,
             "wall_time_s": meta.get("wall_time_s"), "machine": meta.get("libraries", {}).get("cpu"),
             "git_commit": meta.get("code", {}).get("git_commit"),
             "diagnostics": "recorded" if diagnostics else "not recorded"}
