@@ -309,7 +309,11 @@ def dynamics_runs(data: Path, root: Path) -> str:
     runs, judged, table, dynamics = _dynamics_events(root)
     lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r, e in zip(runs.itertuples(index=False), judged.to_dict("records")):
+    # grouped by setting (in the order first recorded), then norm, warm-up and seed, whichever snapshot holds a run
+    first = {s: i for i, s in enumerate(dict.fromkeys(runs["setting"]))}
+    order = runs.assign(_first=runs["setting"].map(first)).sort_values(["_first", "norm", "warmup", "seed"],
+                                                                         kind="stable").index
+    for r, e in zip(runs.loc[order].itertuples(index=False), judged.loc[order].to_dict("records")):
         spike = "—" if e["spike_step"] != e["spike_step"] else f"{int(e['spike_step'])}: {e['spike_loss']:.3f}"
         worst = "—" if e["max_after_learned"] != e["max_after_learned"] else f"{e['max_after_learned']:.3f}"
         learned = "never" if e["learned_step"] != e["learned_step"] else f"{int(e['learned_step'])}"
