@@ -294,3 +294,20 @@ def test_the_anatomy_draws_per_step_data_as_a_line_and_says_when_a_metric_is_sam
         assert "sampled" not in title and line.get_marker() in (None, "None", "")
     else:
         assert title.endswith("(sampled every 10 steps)") and line.get_marker() == "."
+
+
+def test_the_anatomy_says_which_seed_is_sampled_when_only_one_is():
+    """The collapse followed at every step beside a stable seed recorded every 10th step (the batch-64 validation
+    snapshot): the title names the sparse seed instead of calling the whole panel sampled."""
+    import matplotlib.pyplot as plt
+
+    from blocklab.studies.dynamics.figures import collapse_anatomy_figure
+
+    diagnostics, losses, summary = _collapse_frames(1)
+    diagnostics = diagnostics[(diagnostics["run"] == "post-w100-s0") | (diagnostics["step"] % 10 == 0)]
+    fig = collapse_anatomy_figure(diagnostics, losses, summary, "s", lang="en", warmup=100)
+    plt.close(fig)
+    logit = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("largest attention logit"))
+    dense, sparse = logit.get_lines()[:2]
+    assert len(dense.get_xdata()) == 251 and len(sparse.get_xdata()) == 26
+    assert logit.get_title(loc="left").endswith("(seed 1: sampled every 10 steps; the other at every step)")

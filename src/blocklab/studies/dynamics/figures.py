@@ -120,7 +120,7 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                              layout="constrained")
     lo, hi = (step - before, step + after) if step is not None else (1, int(losses["step"].max()))
     colors = ["#c0392b", "#7f8c8d"]
-    sparse: dict[str, int] = {}  # metric -> the widest median spacing of its samples in the window, over the runs shown
+    sparse: dict[str, dict] = {}  # metric -> {seed: the median spacing of its samples in the window}, runs shown
     for run, color in zip(shown, colors):
         label = f"{text(lang, '시드', 'seed')} {run['seed']} ({_outcome(run['outcome'], lang)})"
         curve = losses[(losses["setting"] == setting) & (losses["run"] == run["run"])]
@@ -135,13 +135,12 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                 series = part.max() if fold == "max" else part.min()
                 x, y = series.index, series.values
             every = sampling(x)
-            sparse[metric] = max(sparse.get(metric, 1), every)
+            sparse.setdefault(metric, {})[run["seed"]] = every
             # per-step data is a plain line; sparser data shows its samples, so nothing is read between them
             ax.plot(x, y, color=color, lw=1.1, marker="." if every > 1 else None,
                     label=label if metric == "loss" else None)
     for ax, (metric, fold, ko, en, log) in zip(axes, ANATOMY):
-        every = sparse.get(metric, 1)
-        note = text(lang, f" (표본: {every}스텝마다)", f" (sampled every {every} steps)") if every > 1 else ""
+        note = _sampling_note(sparse.get(metric, {}), lang)
         ax.set_title(text(lang, ko, en) + note, fontsize=8, loc="left")
         if log:
             log_y(ax)
@@ -165,6 +164,19 @@ def collapse_anatomy_figure(diagnostics: pd.DataFrame, losses: pd.DataFrame, sum
                      f"near step {step} (of {n} seeds)")
     fig.suptitle(f"{title}\n{setting}", fontsize=11)
     return fig
+
+
+def _sampling_note(spacing: dict, lang: str) -> str:
+    """'(sampled every 10 steps)' when every run shown is sampled; which seed is, when only some are; '' when none."""
+    sparse = {seed: every for seed, every in spacing.items() if every > 1}
+    if not sparse:
+        return ""
+    every = max(sparse.values())
+    if len(sparse) == len(spacing):
+        return text(lang, f" (표본: {every}스텝마다)", f" (sampled every {every} steps)")
+    seeds = ", ".join(str(seed) for seed in sparse)
+    return text(lang, f" (시드 {seeds}: {every}스텝마다 표본, 나머지는 매 스텝)",
+                f" (seed {seeds}: sampled every {every} steps; the other at every step)")
 
 
 def sampling(steps) -> int:
