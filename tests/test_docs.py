@@ -255,7 +255,7 @@ def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when
 
     gallery_params = root / "docs" / "gallery" / "data" / "params.yaml"
     edited = yaml.safe_load(gallery_params.read_text(encoding="utf-8"))
-    edited["copy_task"]["batch_size"] = 64  # the gallery's run would be another cell: its sweep is not the default's
+    edited["copy_task"]["batch_size"] *= 2  # the gallery's run would be another cell: its sweep is not the default's
     for family in ("sensitivity", "dynamics"):  # out of the pipeline, as in the document's setup (docs/dynamics.md)
         edited.get(family, {})["in_report"] = False
     gallery_params.write_text(yaml.safe_dump(edited), encoding="utf-8")

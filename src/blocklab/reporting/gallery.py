@@ -160,8 +160,8 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
                   + ", ".join(f"`{d}`" for d in from_snapshots) + "), not trained in this run; its per-step losses are "
                   "those snapshots' `losses.csv` and are not copied here. To redraw its figures: copy "
                   "`docs/gallery/data/sensitivity/gradnorm.csv` into `/tmp/study/data/sensitivity/`, then `blocklab "
-                  "aggregate-sensitivity --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
-                  "sensitivity-figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
+                  "sensitivity aggregate --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
+                  "sensitivity figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
                   "byte those of the run)."]
     recorded = dynamics_snapshots(params) if dynamics.exists() else []
     if recorded:

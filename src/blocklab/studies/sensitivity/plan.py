@@ -241,7 +241,7 @@ def _snapshot_problems(params: dict) -> list[tuple[str, str]]:
                       "written by `blocklab sensitivity snapshot`, e.g. docs/sensitivity/choices")]
     if not params["sensitivity"].get("in_report", True):
         return []  # the pipeline does not build the study: its snapshots need not cover the plan (`blocklab
-        #            aggregate-sensitivity` still refuses them if asked, naming the runs they lack)
+        #            sensitivity aggregate` still refuses them if asked, naming the runs they lack)
     try:
         runs, _ = read_records(dirs, losses=False)
     except ConfigError as why:
