@@ -2,6 +2,7 @@
 they survive a resume, and bad settings fail before any compute. Plus the collapse events and their Wilson interval."""
 import copy
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -736,3 +737,40 @@ def test_a_followed_run_goes_past_the_collapse_stop_with_the_same_losses_and_say
     assert len(full) == 40 and followed.get("follow") is True and not followed["stopped_step"]
     assert (full["loss"].iloc[: len(short)].to_numpy() == short["loss"].to_numpy()).all()
     assert "followed" in _record(followed)["stop_reason"] and "followed" not in _record(stopped)["stop_reason"]
+
+
+def test_a_main_sweep_that_stops_being_the_default_keeps_its_fitting_runs_recorded(tmp_path):
+    """`inference snapshot --from-sweep DATA` (issue 33: the default batch went from 32 to 64, and the ranking's batch-32
+    seeds were the main sweep's): the fitting cases of DATA's sweep (post-norm at its largest warm-up, pre-norm without
+    warm-up), named by the cell of DATA/params.yaml, up to fit_steps, in a snapshot the inference study reads; a sweep
+    without those cases is refused, naming the file, before anything is written."""
+    from blocklab.integrity import verify_snapshot
+    from blocklab.studies.cells import default_cell
+    from blocklab.studies.inference.aggregate import write_snapshot
+    from blocklab.studies.inference.plan import read_snapshots
+
+    data = tmp_path / "data"
+    (data / "sweep").mkdir(parents=True)
+    shutil.copyfile(ROOT / "configs/tiny.yaml", data / "params.yaml")
+    runs = ["post-w0-s0", "post-w20-s0", "post-w20-s1", "pre-w0-s0", "pre-w20-s0"]
+    summary = pd.DataFrame([{"run": r, "norm": r.split("-")[0], "warmup": int(r.split("-")[1][1:]),
+                             "seed": int(r[-1]), "wall_time_s": 60.0} for r in runs])
+    summary.to_csv(data / "sweep" / "summary.csv", index=False)
+    losses = pd.DataFrame([{"run": r, "norm": "x", "warmup": 0, "seed": 0, "step": s, "loss": 10 * i + s / 8, "lr": 1e-3}
+                           for i, r in enumerate(runs) for s in range(1, 401)])
+    losses.to_csv(data / "sweep" / "losses.csv", index=False)
+
+    out = tmp_path / "snap"
+    recorded = write_snapshot(TINY, out, from_sweep=data)
+    setting = default_cell(TINY).name
+    assert sorted(recorded["run"]) == ["post-w20-s0", "post-w20-s1", "pre-w0-s0"] and set(recorded["setting"]) == {setting}
+    verify_snapshot(out)  # complete, with its checksums
+    got_runs, got = read_snapshots([out])
+    assert got.groupby("run")["step"].max().eq(TINY["inference"]["fit_steps"]).all()  # 400 steps cut to fit_steps
+    mine = losses[losses["run"].isin(recorded["run"]) & (losses["step"] <= 300)]
+    assert got.sort_values(["run", "step"])["loss"].tolist() == mine.sort_values(["run", "step"])["loss"].tolist()
+
+    summary[summary["norm"] == "post"].assign(warmup=0).to_csv(data / "sweep" / "summary.csv", index=False)
+    with pytest.raises(ConfigError, match=r"sweep/summary.csv: no run of the fitting cases"):
+        write_snapshot(TINY, tmp_path / "refused", from_sweep=data)
+    assert not (tmp_path / "refused").exists()

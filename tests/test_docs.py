@@ -53,7 +53,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
     shutil.copytree(DATA, root / "docs" / "gallery" / "data", dirs_exist_ok=True)
-    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference/fit", "docs/reviewer"):  # recorded runs
+    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference", "docs/reviewer"):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0
@@ -261,3 +261,23 @@ def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when
     gallery_params.write_text(yaml.safe_dump(edited), encoding="utf-8")
     runs, _, _, _ = _dynamics_events(root)
     assert mine(runs) == recorded
+
+
+def test_the_fitting_ranking_reads_recorded_runs_only_not_the_gallery(tmp_path):
+    """The inferred-setup ranking was fixed on recorded runs (docs/inference/sweep-b32 holds the batch-32 main sweep's,
+    the default until issue 33): redrawing the gallery at another batch must not move it."""
+    from blocklab.reporting.docs import RANKING_SNAPSHOTS, _ranking
+
+    root = tmp_path / "project"
+    for d in RANKING_SNAPSHOTS:
+        shutil.copytree(ROOT / d, root / d)
+    shutil.copytree(DATA, root / "docs" / "gallery" / "data")
+    before, dirs = _ranking(root / "docs" / "gallery" / "data", root)
+    assert [d.relative_to(root).as_posix() for d in dirs] == list(RANKING_SNAPSHOTS)
+    b32 = before.set_index("setting").loc["learned-b32-L24-lr0.001-fp32"]
+    assert b32["seeds"] == 3  # seeds 1 and 2 only exist in the batch-32 main sweep's record
+    losses = root / "docs" / "gallery" / "data" / "sweep" / "losses.csv"
+    frame = pd.read_csv(losses)
+    frame.assign(loss=frame["loss"] * 3).to_csv(losses, index=False)  # another gallery run
+    after, _ = _ranking(root / "docs" / "gallery" / "data", root)
+    pd.testing.assert_frame_equal(before, after)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 import torch
 
 from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, verify_run, verify_snapshot,
@@ -246,8 +247,16 @@ def test_snapshot_manifest_catches_damage_and_an_interrupted_write(tmp_path):
         verify_snapshot(snap)
 
 
-@pytest.mark.parametrize("snapshot", ["docs/dynamics/collapse", "docs/dynamics/validation", "docs/inference/fit",
-                                      "docs/sensitivity/choices", "docs/sensitivity/depth_lr", "docs/gallery/data"])
+def _recorded_snapshots() -> list[str]:
+    """Every snapshot params.yaml reads runs from (each study's from_snapshots), every one `blocklab docs` reads
+    (docs/dynamics/*), and the gallery's tables."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    return sorted({d for study in ("sensitivity", "dynamics", "inference") for d in params[study]["from_snapshots"]}
+                  | {d.relative_to(ROOT).as_posix() for d in (ROOT / "docs" / "dynamics").iterdir() if d.is_dir()}
+                  | {"docs/gallery/data"})
+
+
+@pytest.mark.parametrize("snapshot", _recorded_snapshots())
 def test_recorded_snapshots_in_git_verify(snapshot):
     assert (ROOT / snapshot / MANIFEST).is_file(), f"record it: blocklab verify --record {snapshot}"
     verify_snapshot(ROOT / snapshot)

@@ -24,7 +24,9 @@ from ...config import NORM_POSITIONS, ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot, verify_snapshot
 from ...io import read_table, write_table
 from ...reporting.claims import load_claims
-from .plan import holdout_plan, plan, sources
+from ...settings import Sweep
+from ..cells import default_cell
+from .plan import CASES, holdout_plan, plan, sources
 
 FIT_CLAIMS = ("d000-post-warm-step100", "d000-post-warm-step200", "d000-post-warm-step300", "d000-pre-nowarm-step100",
               "d000-pre-nowarm-step200")
@@ -154,10 +156,36 @@ def holdout_table(params: dict, root: str | Path = ".") -> pd.DataFrame:
     return ident.merge(losses, on=["setting", "run"]).sort_values(["norm", "seed", "step"], ignore_index=True)
 
 
-def write_snapshot(params: dict, out: str | Path) -> pd.DataFrame:
+def sweep_fitting_runs(data: str | Path, fit_steps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, losses up to ``fit_steps``) of the fitting cases (``CASES``) among a finished run's main sweep, read from
+    its tables (``DATA/sweep/losses.csv``, ``summary.csv``) and named by the cell of the parameters that made it
+    (``DATA/params.yaml``). For a main sweep that stops being the default's (issue 33: the default batch went from 32
+    to 64), so that the fitting runs it gave the ranking stay recorded. The runs' wall time is left empty: it is that
+    of the full-length run, not of its first ``fit_steps`` steps."""
+    from ..checks import load_params
+
+    data = Path(data)
+    made_by = load_params(data / "params.yaml")
+    setting, warmup = default_cell(made_by).name, max(Sweep.from_params(made_by).warmups)
+    summary = read_table(data / "sweep" / "summary.csv")
+    cases = [(norm, warmup if w is None else w) for norm, w in CASES]
+    chosen = summary[[(n, int(w)) in cases for n, w in zip(summary["norm"], summary["warmup"])]]
+    if chosen.empty:
+        raise ConfigError(f"{data}/sweep/summary.csv: no run of the fitting cases {cases}; allowed: a main sweep "
+                          "with post-norm at its largest warm-up or pre-norm without warm-up")
+    losses = read_table(data / "sweep" / "losses.csv")
+    losses = losses[losses["run"].isin(chosen["run"]) & (losses["step"] <= fit_steps)]
+    runs = pd.DataFrame({"setting": setting, "run": sorted(chosen["run"]), "wall_time_s": float("nan"),
+                         "machine": None, "git_commit": None})
+    return runs, losses.assign(setting=setting)[["setting", "run", "step", "loss"]].reset_index(drop=True)
+
+
+def write_snapshot(params: dict, out: str | Path, from_sweep: str | Path | None = None) -> pd.DataFrame:
     """Record the finished fitting runs trained here (the ranking's and the held-out ones) in ``out``, a directory kept
-    in git; returns the runs recorded."""
-    runs, losses = collect(params, only_finished=True)
+    in git; or, with ``from_sweep`` (a finished run's data directory), the fitting cases of its main sweep. Returns the
+    runs recorded."""
+    runs, losses = (collect(params, only_finished=True) if from_sweep is None
+                    else sweep_fitting_runs(from_sweep, params["inference"]["fit_steps"]))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     begin_snapshot(out)  # a kill from here on leaves a snapshot that readers refuse, until it is written again

@@ -25,7 +25,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=Path, default=Path(HOLDOUT))
     add_plan(subparsers, "every fitting run of the inferred-setup procedure", plan, PLAN)
     add_status(subparsers, "which fitting runs are recorded, finished or to do; hours left", _status_main)
-    add_snapshot(subparsers, "record the finished fitting runs in a directory kept in git", _snapshot_main)
+    p = add_snapshot(subparsers, "record the finished fitting runs in a directory kept in git", _snapshot_main)
+    p.add_argument("--from-sweep", type=Path, default=None, metavar="DATA",
+                   help="instead, the fitting cases of the main sweep in DATA (a finished run's data directory with "
+                        "its params.yaml, e.g. docs/gallery/data), named by that run's default cell")
     add_command(subparsers, "aggregate", "the fitting runs' losses and the ranking of the candidates", _aggregate_main)
     p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
     p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
@@ -56,7 +59,7 @@ def _status_main(args) -> None:
 
 
 def _snapshot_main(args) -> None:
-    runs = write_snapshot(load_params(args.params), args.out)
+    runs = write_snapshot(load_params(args.params), args.out, args.from_sweep)
     print(f"{len(runs)} finished fitting run(s) recorded in {args.out}")
 
 
