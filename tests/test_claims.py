@@ -309,6 +309,14 @@ GOOD = """- id: good
     ("parts:\n  - {kind: value, value: \"1\"}\n  - {kind: count}\n", "good.parts\\[1\\]: kind count needs count, of"),
     ("kind: value\nvalue: \"4.0\"\nparts: []\n", "good: give kind \\(one part\\) or parts"),
     ("", "good: give kind \\(one part\\) or parts \\(a list\\), not neither"),
+    # margins and sizes that cannot be met, or that the rule does not take (issue 33, point 8)
+    ("kind: trend\ndirection: flat\nband: [\"1.01\", \"0.99\"]\n", "good.band: \\['1.01', '0.99'\\] cannot be met"),
+    ("kind: trend\ndirection: flat\nband: [\"0\", \"1.01\"]\n", "good.band: .* cannot be met; allowed: 0 < low <= high"),
+    ("kind: contrast\nside: above\nmargin: \"0.1\"\n", "good.margin: a margin is for non-inferiority; allowed with side: not above"),
+    ("kind: contrast\nside: below\nsize: \"-0.5\"\n", "good.size: -0.5; allowed: a size >= 0, with side above or below"),
+    ("kind: contrast\nside: not above\nsize: \"0.5\"\n", "good.size: 0.5; allowed: a size >= 0, with side above or below"),
+    ("kind: count\ncount: 1\nof: 0\n", "good.of: 0 runs; allowed: at least 1"),
+    ("kind: exact\nvalue: \"1\"\n", "good.value: not a rule key of kind exact; allowed: none"),
 ])
 def test_bad_claims_fail_on_load_naming_the_claim_and_the_key(rule, match):
     text = GOOD + "".join(f"  {line}\n" for line in rule.splitlines())
@@ -432,3 +440,12 @@ def test_the_claims_rule_waits_for_the_tables_its_checks_declare_and_a_check_can
         data.exists("sweep/summary.csv")
     data.declared = None  # outside a check (answers.yaml's text): any table
     assert list(data.table("sweep/summary.csv")["run"]) == ["a"]
+
+
+def test_the_exact_kind_holds_or_not_and_says_it_has_no_randomness():
+    """`exact` (shapes, closed-form counts): computed without randomness, so no interval and no "inconclusive"."""
+    held, failed = verdicts.exact(True, "d_model 512 everywhere"), verdicts.exact(False)
+    assert (held.verdict, failed.verdict) == (verdicts.REPRODUCED, verdicts.NOT_REPRODUCED)
+    assert held.margin == "d_model 512 everywhere" and failed.margin == "fails"
+    assert "without randomness" in held.rule
+    assert verdicts.judge_part({"kind": "exact"}, {"holds": False}).verdict == verdicts.NOT_REPRODUCED

@@ -90,6 +90,9 @@ DICT_CASES = [
     ("short-seq-reverse", setting("reverse_copy.seq_len", 1), "reverse_copy.seq_len", ">= 2"),
     # lists
     ("empty-seeds", setting("sweep.seeds", []), "sweep.seeds", "at least 1"),
+    # a rate over seeds needs seeds (issue 33, point 8): the collapse rate's and the held-out claims'
+    ("empty-rate-seeds", setting("dynamics.collapse.seeds", []), "dynamics.collapse.seeds", "at least 1"),
+    ("empty-compare-seeds", setting("dynamics.compare_seeds", []), "dynamics.compare_seeds", "at least 1"),
     ("empty-norms", setting("gradnorm.norms", []), "gradnorm.norms", "at least 1"),
     ("duplicate-seeds", setting("gradnorm.seeds", [0, 1, 0]), "gradnorm.seeds", "distinct"),
     ("duplicate-warmups", setting("sweep.warmups", [20, 20]), "sweep.warmups", "distinct"),
