@@ -449,3 +449,23 @@ def test_the_exact_kind_holds_or_not_and_says_it_has_no_randomness():
     assert held.margin == "d_model 512 everywhere" and failed.margin == "fails"
     assert "without randomness" in held.rule
     assert verdicts.judge_part({"kind": "exact"}, {"holds": False}).verdict == verdicts.NOT_REPRODUCED
+
+
+def test_the_collapse_claims_read_the_default_setting_by_name_not_the_first_listed(tmp_path, document_params):
+    """With batch 32 one command away (`dvc exp run -S copy_task.batch_size=32`) the default is the second collapse
+    setting: the rate is counted there, not at the list's first; a default that is not listed is not checkable."""
+    rates = pd.DataFrame([{"setting": s, "learned": 9, "collapsed": k, "collapsed_low": 0.0, "collapsed_high": 0.5,
+                           "spiked": 0} for s, k in (("learned-b64-L24-lr0.001-fp32", 2), ("learned-b32-L24-lr0.001-fp32", 0))])
+    write(tmp_path, "dynamics/rates.csv", rates)
+    write(tmp_path, "dynamics/summary.csv", pd.DataFrame({"setting": rates["setting"], "outcome": "stable"}))
+    params = copy.deepcopy(document_params)
+    assert params["dynamics"]["collapse"]["settings"][:2] == list(rates["setting"])  # b64 first, as params.yaml
+    for batch, k in ((64, 2), (32, 0)):
+        params["copy_task"]["batch_size"] = batch
+        measured, measures = claims.collapse_rate(claims.Data(tmp_path, params))
+        assert measures[0]["measure"]["k"] == k and f"b{batch}" in measured, measured
+    params["copy_task"]["batch_size"] = 16
+    with pytest.raises(verdicts.NotCheckable, match="learned-b16-L24-lr0.001-fp32 is not among"):
+        claims.collapse_rate(claims.Data(tmp_path, params))
+    with pytest.raises(verdicts.NotCheckable, match="learned-b16-L24-lr0.001-fp32 is not among"):
+        claims.collapse_shape(claims.Data(tmp_path, params), tail=100)

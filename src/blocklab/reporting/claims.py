@@ -19,6 +19,7 @@ import yaml
 
 from ..config import ConfigError
 from ..io import read_table, write_table
+from ..studies.cells import default_cell
 from ..studies.checks import load_params
 from . import verdicts
 from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, NotCheckable,  # noqa: F401
@@ -307,35 +308,48 @@ def _dynamics(data: Data) -> tuple[pd.DataFrame, pd.DataFrame]:
     return data.table("dynamics/summary.csv"), data.table("dynamics/rates.csv")
 
 
+def _default_collapse_setting(data: Data) -> str:
+    """The run's default cell (the document's setup as inferred, or the one the user chose), which the collapse claims
+    are about, by name, not by its place in ``dynamics.collapse.settings``: with batch 32 one command away
+    (`dvc exp run -S copy_task.batch_size=32`) the default is the list's second setting."""
+    name, settings = default_cell(data.params).name, data.params["dynamics"]["collapse"]["settings"]
+    if name not in settings:
+        raise NotCheckable(f"the default setting {name} is not among dynamics.collapse.settings ({', '.join(settings)}), "
+                           "so its collapse rate is not measured")
+    return name
+
+
 @check("dynamics/summary.csv", "dynamics/rates.csv")
 def collapse_rate(data: Data):
     """The collapse count at the default setting (k collapsed of n learned runs), for the count rule."""
     _, rates = _dynamics(data)
     _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
-    setting = data.params["dynamics"]["collapse"]["settings"][0]
+    setting = _default_collapse_setting(data)
+    key = f"dynamics.collapse.settings[{data.params['dynamics']['collapse']['settings'].index(setting)}] ({setting})"
     row = rates[rates["setting"] == setting]
     if row.empty or int(row["learned"].iloc[0]) == 0:
-        raise NotCheckable(f"dynamics.collapse.settings[0] ({setting}): no post-norm run with warm-up learned, "
-                           "so there is no rate to count")
+        raise NotCheckable(f"{key}: no post-norm run with warm-up learned, so there is no rate to count")
     r = row.iloc[0]
     k, n = int(r["collapsed"]), int(r["learned"])
     measured = (f"{k} of {n} collapsed at {setting} (95 % Wilson {r['collapsed_low']:.0%}-{r['collapsed_high']:.0%}); "
                 f"{int(r['spiked'])} of {n} spiked and recovered")
-    return measured, [part("count", k=k, n=n, key=f"dynamics.collapse.settings[0] ({setting})")]
+    return measured, [part("count", k=k, n=n, key=key)]
 
 
 @check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/losses.csv")
 def collapse_shape(data: Data, tail: int):
-    """The shape of a collapse, judged on the recorded collapsed runs that were followed to the last step: the lowest
+    """The shape of a collapse at the default setting, judged on its collapsed runs that were followed to the last step: the lowest
     loss before the event (the document: 0.0104 near step 300) and the mean loss over the last ``tail`` steps (the
     document: stays near 4.16 to step 1200). Not checkable while every recorded collapse run stopped soon after its
     event (the early-stop rule), which is what it says, with the steps. The rise's duration (the document's 0.72 at
     440, 4.32 at 460: two points 20 steps apart) is described, not judged: the document's sampling is not known."""
     summary, _ = _dynamics(data)
     _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
-    collapsed = summary[summary["outcome"] == "collapsed"]
+    setting = _default_collapse_setting(data)
+    collapsed = summary[(summary["outcome"] == "collapsed") & (summary["setting"] == setting)]
     if collapsed.empty:
-        raise NotCheckable("no recorded run collapsed, so there is no event to compare the shape with")
+        raise NotCheckable(f"no recorded run collapsed at the default setting {setting}, so there is no event to "
+                           "compare the shape with")
     steps = data.params["sweep"]["steps"]
     followed = collapsed[collapsed["last_step"] >= steps]
     if followed.empty:
