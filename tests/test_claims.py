@@ -201,6 +201,9 @@ def test_a_simulated_number_against_the_documents_own_simulation_counts_both_sam
     assert verdicts.value("1.414", mean=1.410, se=0.0015, trials=2000, n=2000).verdict == claims.REPRODUCED
     assert verdicts.value("1.414", mean=1.410, se=0.0015).verdict == claims.NOT_REPRODUCED
     assert verdicts.value("1.414", mean=1.4075, se=0.0015, trials=2000, n=2000).verdict == claims.NOT_REPRODUCED
+    # the row's rule says which interval it used (a referee reads it beside the margin)
+    assert "difference of the two means" in verdicts.value("1.414", mean=1.410, se=0.0015, trials=2000, n=2000).rule
+    assert "interval of the mean" in verdicts.value("1.414", mean=1.410, se=0.0015).rule
     shipped = {c["id"]: c for c in claims.load_claims()}
     assert all(shipped[f"d000-sim-L{L}"]["trials"] == 2000 for L in (1, 4, 16, 36))
     with pytest.raises(ConfigError, match="good.trials: 0; allowed: a whole number >= 1"):

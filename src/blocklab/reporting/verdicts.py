@@ -144,7 +144,8 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
             how = f"t(0.975, {n - 1}) = {t:.3g} × sd {g(sd)} × √(1 + 1/{n}), {n} seeds{missing}"
     meets = x - r <= centre + half and x + r >= centre - half
     rule = ("value: the document's number ± its rounding must meet our 95 % "
-            + ("interval of the mean" if mean is not None else "prediction interval for one run")
+            + (("interval of the mean" if trials is None else "interval of the difference of the two means (both are "
+                "means over trials)") if mean is not None else "prediction interval for one run")
             + ("; a run without a value (diverged, or never there) makes a meeting partly" if mean is None else ""))
     verdict = (PARTLY if mean is None and n < n_all else REPRODUCED) if meets else NOT_REPRODUCED
     return Judged(verdict, rule,
