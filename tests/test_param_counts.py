@@ -141,8 +141,20 @@ def test_audit_of_the_documents_example():
     assert audit.loc["계층당 1.5B", "verdict"] == "wrong"  # one layer is about 198M
     whole = audit.loc["32 · (4·4096² + 3·2.6·4096²) ≈ 7B"]
     assert whole["computed_value"] == pytest.approx(32 * (4 + 7.8) * d * d)
-    assert whole["verdict"] == "rough"  # 6.3B written as 7B
+    assert whole["verdict"] == "wrong" and whole["rounding"] == 0.5e9  # 6.34B is not within 7B's rounding (6.5B-7.5B)
+    assert audit.loc["32 · (16 + 32) M", "verdict"] == "right"  # 1.536B written 1.5B: within its rounding (1.45-1.55B)
     assert audit.loc["exact count from config.json", "computed_value"] == LLAMA3_8B_PUBLISHED
+    assert list(audit["about"]) == ["arithmetic"] * 7 + ["llama 3 8B"] * 5  # the chain, then the comparison
+
+
+def test_a_written_number_is_judged_by_its_own_rounding_not_a_blanket_band():
+    """No ±5 % / ±15 % band: "7B" holds 6.5B-7.5B, "1.5B" 1.45B-1.55B, "2.6" 2.55-2.65, "16M" 15.5M-16.5M."""
+    assert param_counts.written("16M") == (16e6, 0.5e6) and param_counts.written("2.6") == (2.6, 0.05)
+    value, half = param_counts.written("1.5B")
+    assert value == pytest.approx(1.5e9) and half == pytest.approx(0.05e9)
+    assert param_counts.verdict("7B", 6.51e9)[2] == "right" and param_counts.verdict("7B", 6.49e9)[2] == "wrong"
+    assert param_counts.verdict("1.5B", 1.56e9)[2] == "wrong"  # 4 % off: a 5 % band would have called it right
+    assert param_counts.verdict(4.0, 4.0)[2] == "right" and param_counts.verdict(4.0, 4.0 + 1e-9)[2] == "wrong"
 
 
 # --- the command ---------------------------------------------------------------------------------

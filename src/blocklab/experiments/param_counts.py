@@ -29,8 +29,10 @@ EXERCISE1 = {"d_model": 512, "n_heads": 8, "ffn_ratio": 4.0, "ffn_kind": "swiglu
 VARIANTS = {"classic": {"norm_kind": "layernorm", "bias": True}, "modern": {"norm_kind": "rmsnorm", "bias": False}}
 FFN_MATRICES = {"swiglu": 3, "gelu": 2, "relu": 2}
 DOC_EXAMPLE = {"d_model": 4096, "ffn_ratio": 2.6, "n_layers": 32, "model": "llama3-8b"}
-# the document's values are written with one or two significant figures after "≈"
-RIGHT_WITHIN, ROUGH_WITHIN = 0.05, 0.15
+# A number the document writes ("16M", "1.5B", "2.6") is right when its value, give or take half a unit of its last
+# written digit (its rounding: "7B" is 6.5B-7.5B, "1.5B" 1.45B-1.55B), holds the exact value of its own expression:
+# the same value rule as every claim (reporting/verdicts.py), with no spread (these are computed, not sampled).
+SCALES = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9}
 
 
 # --- blocks --------------------------------------------------------------------------------------
@@ -122,11 +124,20 @@ def models_frames(names) -> tuple[pd.DataFrame, pd.DataFrame]:
 # --- the document's arithmetic -------------------------------------------------------------------
 
 
-def verdict(document_value: float, computed_value: float) -> tuple[float, str]:
-    error = (document_value - computed_value) / computed_value
-    if abs(error) <= RIGHT_WITHIN:
-        return error, "right"
-    return error, "rough" if abs(error) <= ROUGH_WITHIN else "wrong"
+def written(text: str) -> tuple[float, float]:
+    """(value, half-width of its rounding) of a number as the document writes it: "16M" -> (16e6, 0.5e6), "1.5B" ->
+    (1.5e9, 0.05e9), "2.6" -> (2.6, 0.05)."""
+    number, scale = (text[:-1], text[-1]) if text[-1:] in SCALES and text[-1:] else (text, "")
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    return float(number) * SCALES[scale], 0.5 * 10 ** -decimals * SCALES[scale]
+
+
+def verdict(document: str | float, computed_value: float) -> tuple[float, float, str]:
+    """(relative error, the rounding's half-width, right | wrong): a written number ``document`` within its rounding
+    of the computed value; a number the document does not write but computes (a float) must equal it."""
+    value, half = written(document) if isinstance(document, str) else (float(document), 0.0)
+    error = (value - computed_value) / computed_value
+    return error, half, "right" if abs(value - computed_value) <= half else "wrong"
 
 
 def audit_frame() -> pd.DataFrame:
@@ -136,23 +147,26 @@ def audit_frame() -> pd.DataFrame:
     attention, ffn = 4 * d**2, 3 * r * d**2
     per_layer = attention + ffn
     heads_and_embedding = (1 if llama.tie_embeddings else 2) * llama.vocab_size * d
+    # (quantity, the document's expression, its number as written (or, where it writes none, the value its
+    # expression gives), the exact value to compare with, what is wrong, about: the document's own arithmetic, or its
+    # comparison with Llama 3 8B, which d004-llama-scale judges)
     steps = [
-        ("attention per layer", "4·4096²", 16e6, attention,
+        ("attention per layer", "4·4096²", "16M", attention,
          "16M is 4096² = 16.8M: the factor 4 (Q, K, V, O) was dropped"),
-        ("SwiGLU FFN per layer", "3·2.6·4096²", 32e6, ffn, "32M is about 2·4096²; 3·2.6 = 7.8 times 4096² is 131M"),
-        ("per layer, the document's two terms", "(16 + 32) M", 48e6, per_layer, "follows from the two wrong terms"),
-        ("the document's own terms times 32", "32 · (16 + 32) M", 1.5e9, 32 * 48e6,
+        ("SwiGLU FFN per layer", "3·2.6·4096²", "32M", ffn, "32M is about 2·4096²; 3·2.6 = 7.8 times 4096² is 131M"),
+        ("per layer, the document's two terms", "(16 + 32) M", "48M", per_layer, "follows from the two wrong terms"),
+        ("the document's own terms times 32", "32 · (16 + 32) M", "1.5B", 32 * 48e6,
          "arithmetic right (1.536B), but this is 32 layers of the wrong terms, not one layer"),
-        ("per layer (계층당)", "계층당 1.5B", 1.5e9, per_layer, "one layer of the document's own formula is 198M"),
-        ("the document's next step", "1.5B × 32", 7e9, 1.5e9 * 32, "1.5B × 32 is 48B, not 7B"),
-        ("all layers", "32 · (4·4096² + 3·2.6·4096²) ≈ 7B", 7e9, layers * per_layer,
+        ("per layer (계층당)", "계층당 1.5B", "1.5B", per_layer, "one layer of the document's own formula is 198M"),
+        ("the document's next step", "1.5B × 32", "7B", 1.5e9 * 32, "1.5B × 32 is 48B, not 7B"),
+        ("all layers", "32 · (4·4096² + 3·2.6·4096²) ≈ 7B", "7B", layers * per_layer,
          "the formula itself gives 6.3B; '≈ 7B' is loose"),
-        ("'≈ 7B' vs the non-embedding count of Llama 3 8B", "≈ 7B", 7e9, hf_config.summary(llama)["non_embedding"],
+        ("'≈ 7B' vs the non-embedding count of Llama 3 8B", "≈ 7B", "7B", hf_config.summary(llama)["non_embedding"],
          "close only because two errors cancel: MHA overcounts attention, r=2.6 undercounts the FFN"),
         ("with embedding and output head vs published Llama 3 8B", "+ embedding + output head ≈ published",
          llama.published_total, layers * per_layer + heads_and_embedding,
          "short of the published total by the errors below (r and MHA)"),
-        ("FFN ratio of Llama 3 8B", "r = 2.6", 2.6, llama.ffn_ratio,
+        ("FFN ratio of Llama 3 8B", "r = 2.6", "2.6", llama.ffn_ratio,
          "Llama 3 8B has intermediate_size 14336 = 3.5 · 4096; 2.6 ≈ 8/3 is the LLaMA-1 recipe"),
         ("attention per layer of Llama 3 8B (GQA 32/8)", "4·4096²", attention,
          hf_config.parameter_breakdown(llama).query("group == 'attention'")["count_each"].sum(),
@@ -161,12 +175,17 @@ def audit_frame() -> pd.DataFrame:
          hf_config.total_parameters(llama), "the exact count reproduces the published total"),
     ]
     rows = []
-    for quantity, expression, document_value, computed_value, note in steps:
-        error, word = verdict(float(document_value), float(computed_value))
+    for i, (quantity, expression, document, computed_value, note) in enumerate(steps):
+        error, half, word = verdict(document, float(computed_value))
         rows.append({"step": len(rows) + 1, "quantity": quantity, "document_expression": expression,
-                     "document_value": float(document_value), "computed_value": float(computed_value),
-                     "relative_error": error, "verdict": word, "note": note})
+                     "document_written": document if isinstance(document, str) else "",
+                     "document_value": written(document)[0] if isinstance(document, str) else float(document),
+                     "rounding": half, "computed_value": float(computed_value), "relative_error": error,
+                     "verdict": word, "about": "arithmetic" if i < ARITHMETIC_STEPS else "llama 3 8B", "note": note})
     return pd.DataFrame(rows)
+
+
+ARITHMETIC_STEPS = 7  # steps 1-7 are the document's own chain; 8-12 set it against Llama 3 8B (d004-llama-scale)
 
 
 # --- command -------------------------------------------------------------------------------------
@@ -199,6 +218,6 @@ def _main(args) -> None:
         models={row.model: {"total": int(row.total_formula), "published": None if pd.isna(row.published_total)
                             else int(row.published_total)} for row in models.itertuples()},
         audit_verdicts={int(r.step): f"{r.document_expression}: {r.verdict}" for r in audit.itertuples()},
-        verdict_thresholds={"right": RIGHT_WITHIN, "rough": ROUGH_WITHIN},
+        verdict_rule="right: the written number ± half a unit of its last digit holds the exact value",
         sources={name: hf_config.load_config_dict(name)["_source"] for name in section["hf_configs"]},
     ), out / "param_counts.json")

@@ -57,7 +57,7 @@ TABLES = {
     "sweep": ("sweep/summary.csv", ["norm", "warmup", "seed", "final_loss", "min_loss", "min_loss_step", "outcome",
                                     "wall_time_s"],
               {"final_loss": 4, "min_loss": 4, "min_loss_step": "int", "wall_time_s": 0}),
-    "audit": ("param_counts/audit.csv", ["step", "quantity", "document_expression", "document_value", "computed_value",
+    "audit": ("param_counts/audit.csv", ["step", "quantity", "document_expression", "document_written", "computed_value",
                                          "relative_error", "verdict", "note"],
               {"document_value": "int", "computed_value": "int", "relative_error": "pct"}),
     "models": ("param_counts/models.csv", ["model", "layers", "d_model", "heads", "kv_heads", "ffn_ratio", "vocab_size",
@@ -257,7 +257,7 @@ class Report:
             labels = self.texts["labels"]["variant"]
             frame = frame.assign(variant=frame["variant"].map(lambda v: labels.get(v, {self.lang: v})[self.lang]))
         caption = f"{self.t('table')}: data/{relative}"
-        verdict_column = "verdict_code" if name == "audit" else None  # the document's arithmetic: right, rough, wrong
+        verdict_column = "verdict_code" if name == "audit" else None  # the document's arithmetic: right or wrong
         return table_html(frame, columns, formats, self.column_names(), self.lang, caption, verdict_column)
 
     def answers_html(self, key: str) -> str:
