@@ -320,6 +320,7 @@ GOOD = """- id: good
     ("kind: contrast\nside: not above\nsize: \"0.5\"\n", "good.size: 0.5; allowed: a size >= 0, with side above or below"),
     ("kind: count\ncount: 1\nof: 0\n", "good.of: 0 runs; allowed: at least 1"),
     ("kind: exact\nvalue: \"1\"\n", "good.value: not a rule key of kind exact; allowed: none"),
+    ("kind: trend\ndirection: flat\nscale: sign\nband: [\"0.99\", \"1.01\"]\n", "good.scale: sign judges a direction"),
 ])
 def test_bad_claims_fail_on_load_naming_the_claim_and_the_key(rule, match):
     text = GOOD + "".join(f"  {line}\n" for line in rule.splitlines())
@@ -472,3 +473,19 @@ def test_the_collapse_claims_read_the_default_setting_by_name_not_the_first_list
         claims.collapse_rate(claims.Data(tmp_path, params))
     with pytest.raises(verdicts.NotCheckable, match="learned-b16-L24-lr0.001-fp32 is not among"):
         claims.collapse_shape(claims.Data(tmp_path, params), tail=100)
+
+
+def test_a_trend_over_learned_or_not_is_judged_by_the_exact_sign_test_in_seeds():
+    """d000-depth-gap's data are 0/1 outcomes (a run learned or not), paired by learning rate, warm-up and seed: the
+    gap's growth per pairing is -1, 0 or 1. A t-interval on such data is the wrong tool; the exact sign test over the
+    pairings that moved is the rule, and the seeds that would decide are counted in seeds (6 pairings per seed)."""
+    three_of_six = verdicts.trend("grows", [0, 0, 0, 1, 1, 1], scale="sign", per_seed=6)
+    assert three_of_six.verdict == claims.INCONCLUSIVE  # 3 of 3 moved up: p = 0.25
+    assert "p = 0.25" in three_of_six.margin and three_of_six.seeds_to_decide == 2  # 6 moved pairs: p = 0.031
+    assert verdicts.trend("grows", [1] * 6, scale="sign", per_seed=6).verdict == claims.REPRODUCED
+    assert verdicts.trend("grows", [-1] * 6, scale="sign", per_seed=6).verdict == claims.NOT_REPRODUCED
+    assert verdicts.trend("shrinks", [-1] * 6, scale="sign").verdict == claims.REPRODUCED
+    tied = verdicts.trend("grows", [1, -1, 0, 0], scale="sign")
+    assert tied.verdict == claims.INCONCLUSIVE and tied.seeds_to_decide is None  # no direction to extrapolate
+    shipped = {c["id"]: c for c in claims.load_claims()}
+    assert shipped["d000-depth-gap"]["scale"] == "sign"

@@ -277,7 +277,8 @@ def depth_gap(data: Data):
     first, last = min(learned.index), max(learned.index)
     gap = lambda d: wide[(d, "pre")] - wide[(d, "post")]  # noqa: E731
     growth = (gap(last) - gap(first)).dropna()
-    return measured, [part("ratios", ratios=growth.to_numpy(dtype=float),
+    per_seed = int(len(growth) / max(1, grid["seed"].nunique()))  # the pairings (lr x warm-up) one seed gives
+    return measured, [part("ratios", ratios=growth.to_numpy(dtype=float), per_seed=per_seed,
                                what=f"gap at {last} blocks − at {first} blocks")]
 
 

@@ -325,10 +325,47 @@ def contrast(side: str, a, b, size: str | None = None, margin: str | None = None
 # ---- trend -------------------------------------------------------------------------------------------------------------
 
 
+def sign_trend(direction: str, differences, per_seed: int = 1, what: str = "difference last − first") -> Judged:
+    """A trend over paired outcomes that take few values (a run learned or not: differences of -1, 0, 1): the exact
+    two-sided sign test over the pairs that moved (scipy's binomtest, p < 0.05), not a t-interval on 0/1 data.
+    ``per_seed``: how many pairs one seed gives (the grid's settings), so that the seeds that would decide are counted
+    in seeds, at the measured shares of moved pairs and of their direction."""
+    values = _finite(differences)
+    if not len(values):
+        raise NotCheckable("no finite difference to judge a trend on")
+    up, down = int((values > 0).sum()), int((values < 0).sum())
+    moved = up + down
+    p = float(stats.binomtest(up, moved, 0.5).pvalue) if moved else 1.0
+    claimed, against = (up, down) if direction == "grows" else (down, up)
+    verdict = (REPRODUCED if p < ALPHA and claimed > against else NOT_REPRODUCED if p < ALPHA and against > claimed
+               else INCONCLUSIVE)
+    seeds = None
+    if verdict == INCONCLUSIVE and moved and claimed != against:
+        share_moved, share_major = moved / len(values), max(claimed, against) / moved
+
+        def decides(n_pairs: int) -> bool:
+            m = round(n_pairs * share_moved)
+            k = round(m * share_major)
+            return m > 0 and float(stats.binomtest(k, m, 0.5).pvalue) < ALPHA
+
+        pairs = _least_n(decides, len(values) + 1)
+        seeds = None if pairs is None else math.ceil(pairs / per_seed)
+    rule = (f"trend, {direction}: the {what}, pair by pair, by the exact two-sided sign test over the pairs that "
+            "moved (p < 0.05 in the claimed direction; in the other, not reproduced)")
+    shown = (f"{what}: {up} up, {down} down, {len(values) - moved} unchanged of {len(values)} pairs "
+             f"({per_seed} per seed); sign test p = {p:.3g}")
+    return Judged(verdict, rule, shown, seeds)
+
+
 def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale: str = "ratio",
-          ratio: float | None = None, se: float | None = None, what: str | None = None) -> Judged:
-    """Per-seed ``ratios`` (last / first; ``scale: difference``: per-seed differences last - first), or one ``ratio``
-    with its standard error ``se``. ``direction``: grows / shrinks / flat (within ``band``, two written numbers)."""
+          ratio: float | None = None, se: float | None = None, what: str | None = None, per_seed: int = 1) -> Judged:
+    """Per-seed ``ratios`` (last / first; ``scale: difference``: per-seed differences last - first; ``scale: sign``:
+    paired differences judged by their signs, ``sign_trend``), or one ``ratio`` with its standard error ``se``.
+    ``direction``: grows / shrinks / flat (within ``band``, two written numbers)."""
+    if scale == "sign":
+        if direction == "flat":
+            raise ValueError("a sign trend grows or shrinks; a flat trend needs a band on a ratio or difference")
+        return sign_trend(direction, ratios, per_seed, what or "difference last − first")
     if ratio is not None:
         centre = math.log(ratio) if scale == "ratio" else ratio
         half = stats.norm.ppf(1 - ALPHA / 2) * (se / ratio if scale == "ratio" else se)
@@ -423,7 +460,7 @@ KINDS = {
 }
 WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below")},
          "scope": {"inequality": ("every seed", "typical"), "count": ("rate", "every seed")}, "direction": ("grows", "shrinks", "flat"),
-         "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference")}}
+         "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference", "sign")}}
 NUMBERS = ("value", "low", "high", "bound", "size", "margin", "rounding")  # numbers as the document writes them (strings)
 
 
@@ -482,6 +519,8 @@ def validate_part(where: str, part: dict) -> None:
         if "size" in part and (part["side"].startswith("not ") or float(part["size"]) < 0):
             raise ConfigError(f"{where}.size: {part['size']}; allowed: a size >= 0, with side above or below")
     if kind == "trend":
+        if part.get("scale") == "sign" and part["direction"] == "flat":
+            raise ConfigError(f"{where}.scale: sign judges a direction; allowed with flat: ratio, difference")
         if (part["direction"] == "flat") != ("band" in part):
             raise ConfigError(f"{where}.band: a band is needed exactly for direction flat; allowed: [low, high] "
                               "with flat, none with grows or shrinks")
@@ -545,6 +584,9 @@ def describe(part: dict) -> tuple[str, str]:
         return f"contrast: the difference of the arms {part['side']} 0 by its 95 % Welch interval", f"side {part['side']}"
     if kind == "trend":
         band = f" within {part['band'][0]} – {part['band'][1]}" if "band" in part else ""
+        if part.get("scale") == "sign":
+            return (f"trend, {part['direction']}: the paired differences by the exact two-sided sign test (p < 0.05)",
+                    part["direction"])
         what = "the difference last − first" if part.get("scale") == "difference" else "the ratio (on its log)"
         return f"trend, {part['direction']}: the 95 % interval of {what}{band}", part["direction"] + band
     return "exact: computed without randomness; holds or not", "holds or not"
