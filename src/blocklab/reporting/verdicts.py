@@ -338,6 +338,7 @@ def sign_trend(direction: str, differences, per_seed: int = 1, what: str = "diff
     p = float(stats.binomtest(up, moved, 0.5).pvalue) if moved else 1.0
     claimed, against = (up, down) if direction == "grows" else (down, up)
     verdict = (REPRODUCED if p < ALPHA and claimed > against else NOT_REPRODUCED if p < ALPHA and against > claimed
+               else NOT_REPRODUCED if not moved  # no pair moved at all: the measured change is zero, not a trend
                else INCONCLUSIVE)
     seeds = None
     if verdict == INCONCLUSIVE and moved and claimed != against:
