@@ -164,6 +164,11 @@ def test_a_count_that_the_test_cannot_decide_says_how_many_seeds_would():
     assert judged.verdict == claims.INCONCLUSIVE and judged.seeds_to_decide == 58
     assert claims.fisher_exact(0, 58, 1, 3) < 0.05 <= claims.fisher_exact(0, 57, 1, 3)
     assert verdicts.count(1, 3, 0, 60).verdict == claims.NOT_REPRODUCED
+    # against the document's 4 of 6, no count of 0..6 differs at 5 % (0 of 6: p = 56/924 = 0.061): the row says the
+    # test had no power, so "reproduced" reads as "the same shape", not as a test passed; at 9 runs 0 of 9 differs
+    assert claims.fisher_exact(0, 6, 4, 6) == pytest.approx(56 / 924)
+    assert "cannot refute" in verdicts.count(4, 6, 3, 6).margin and verdicts.count(4, 6, 3, 6).verdict == claims.REPRODUCED
+    assert "cannot refute" not in verdicts.count(4, 6, 3, 9).margin and claims.fisher_exact(0, 9, 4, 6) < 0.05
     with pytest.raises(claims.NotCheckable, match="dynamics.collapse.settings\\[0\\].*0 runs"):
         verdicts.count(1, 3, 0, 0, key="dynamics.collapse.settings[0]")
 
@@ -218,8 +223,26 @@ def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
     # the spread widens our side: mean 4.2, sd 0.1, n 3: 4.2 +- 4.303 x 0.1 x sqrt(4/3) = +-0.497 meets 4.0
     assert verdicts.value("4.0", [4.1, 4.2, 4.3]).verdict == claims.REPRODUCED
     assert verdicts.value("4.0", [4.7, 4.8, 4.9]).verdict == claims.NOT_REPRODUCED
+    # one run of a random quantity has no spread: inconclusive whatever its point (as the trend and contrast rules
+    # say of one seed); a computation without randomness is its own answer, compared with the rounding alone
     one = verdicts.value("2.84", [2.9])
-    assert one.verdict == claims.NOT_REPRODUCED and "no spread known" in one.margin
+    assert one.verdict == claims.INCONCLUSIVE and "no spread known" in one.margin
+    assert verdicts.value("2.84", [283.0]).verdict == claims.INCONCLUSIVE  # however far: one sample, no interval
+    assert verdicts.value("2.84", [2.9], computed=True).verdict == claims.NOT_REPRODUCED
+    assert verdicts.value("2.84", [2.844], computed=True).verdict == claims.REPRODUCED
+    typical = dict(bound="0.007", side="below", scope="typical")
+    assert verdicts.inequality(samples=[0.009], **typical).verdict == claims.INCONCLUSIVE
+    assert verdicts.inequality(samples=[0.009], computed=True, **typical).verdict == claims.NOT_REPRODUCED
+    assert verdicts.inequality(samples=[0.005], computed=True, **typical).verdict == claims.REPRODUCED
+    # problem 9 is a computation: its shipped check decides from its one value per score (as the Llama count and a
+    # fixed checkpoint's forward do), and a score off by more than the rounding is not reproduced
+    from blocklab.experiments.problem9 import standardized_scores
+    scores = {"subjects": ["a", "b", "c"], "scores": {"A": [90, 80, 70], "B": [60, 50, 40], "C": [90, 50, 70]}}
+    p9 = claims.Data(".", {}, tables={"problem9/scores.csv": standardized_scores(scores)})
+    words = {"id": "t", "check": "problem9_student", "kind": "value", "value": "1.225"}
+    first = lambda student: [claims.CHECKS["problem9_student"](p9, student=student)[1][0]]  # noqa: E731
+    assert claims.judge_claim(words, first("A"))[1].verdict == claims.REPRODUCED
+    assert claims.judge_claim({**words, "value": "1.23"}, first("A"))[1].verdict == claims.NOT_REPRODUCED
     # a mean with its standard error (a simulation): mean +- 1.96 se
     assert verdicts.value("1.414", mean=1.412, se=0.001).verdict == claims.REPRODUCED
     assert verdicts.value("1.414", mean=1.410, se=0.001).verdict == claims.NOT_REPRODUCED

@@ -459,7 +459,8 @@ def problem9_student(data: Data, student: str):
     """The student's three standardized scores, computed (one value each, no randomness)."""
     scores = data.table("problem9/scores.csv")
     got = scores[scores["student"] == student]["per_student"].to_numpy()
-    return f"({fmt(got)})", [part("samples", f"score {i + 1}", samples=[float(v)]) for i, v in enumerate(got)]
+    return f"({fmt(got)})", [part("samples", f"score {i + 1}", samples=[float(v)], computed=True)
+                             for i, v in enumerate(got)]
 
 
 @check("problem9/scores.csv")
@@ -485,7 +486,8 @@ def qwen_residual(data: Data, layers: list):
     if qwen.empty:
         raise NotCheckable(f"no Qwen3-VL-4B checkpoint configured (probe.extra_models); measured beside it: {beside}")
     got = [float(qwen[qwen["layer"] == l]["norm_of_mean"].mean()) for l in layers]
-    return f"{fmt(got)}; {beside}", [part("samples", f"layer {l}", samples=[v]) for l, v in zip(layers, got)]
+    return f"{fmt(got)}; {beside}", [part("samples", f"layer {l}", samples=[v], computed=True)
+                                         for l, v in zip(layers, got)]
 
 
 @check("probe/lm.csv")
@@ -571,8 +573,8 @@ def llama_scale(data: Data):
     off = estimate / exact - 1
     measured = (f"d=4096, r=2.6, 32 layers + untied embeddings (vocab {int(llama['vocab_size']):,}): {estimate:,}; "
                 f"Llama 3 8B exactly {exact:,} ({off:+.1%}); its real FFN ratio is {llama['ffn_ratio']}, with GQA")
-    return measured, [part("samples", "roughly 8B", samples=[estimate / 1e9]),
-                      part("samples", "the published count", samples=[estimate / 1e9])]
+    return measured, [part("samples", "roughly 8B", samples=[estimate / 1e9], computed=True),
+                      part("samples", "the published count", samples=[estimate / 1e9], computed=True)]
 
 
 # ---- document 004: exercises 2 and 3, residuals ----------------------------------------------------------------------

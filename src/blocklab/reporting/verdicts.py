@@ -14,17 +14,19 @@ The kinds and their rules:
 - **value** ("4.0", "0.0003"): the document's number x written to d decimals stands for [x - r, x + r], r = 0.5·10^-d.
   The document reports one run, so it is compared with our 95 % prediction interval for one run, mean ± t(0.975, n-1)
   · sd · √(1 + 1/n) over n seeds; a mean with a standard error (a simulation's trials) uses mean ± 1.96 · se; one
-  seed (or a computation without randomness) has no spread: the margin is r alone. Reproduced when the two intervals
-  meet, else not reproduced.
+  seed of a random quantity has no spread: inconclusive, whatever its point; a computation without randomness (a closed
+  form, a fixed checkpoint's forward: ``computed``) is compared with r alone. Reproduced when the two intervals meet,
+  else not reproduced.
 - **range** ("0.16 – 0.71"): each seed is a part, inside [lo - r_lo, hi + r_hi] (each end's own rounding): all seeds
   inside: reproduced; some: partly; none: not reproduced.
 - **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r
   (all: reproduced, some: partly, none: not reproduced). ``scope: typical``: the one-sided 95 % t-bound of the mean
   clear of the bound on the claimed side: reproduced; the other one-sided bound on the other side: not reproduced;
-  spanning it: inconclusive.
+  spanning it, or one run of a random quantity: inconclusive.
 - **count** ("1 of 3"): Fisher's exact test of k of n against the document's count: p < 0.05: not reproduced;
   p >= 0.05 and the same shape (none / some / all of the runs): reproduced; p >= 0.05 and another shape: inconclusive,
-  with the number of seeds at which the observed rate would make the test decide.
+  with the number of seeds at which the observed rate would make the test decide. When no count of our n runs could
+  differ at 5 % (4 of 6 against 6 runs), the margin says so: the test cannot refute there, only the shape can.
 - **contrast** ("A explodes while B stays bounded", "lowers by about 0.5", "at least as good as"): the difference of
   the arms' means, a - b, with a 95 % Welch t-interval over seeds. ``side: above`` / ``below``: the interval on the
   claimed side of 0: reproduced (and when a ``size`` is claimed, the size ± its rounding must meet the interval, else
@@ -111,11 +113,14 @@ def _least_n(decides, start: int) -> int | None:
 
 
 def value(written: str, samples=(), mean: float | None = None, se: float | None = None,
-          half_width: float | None = None, trials: int | None = None, n: int | None = None) -> Judged:
+          half_width: float | None = None, trials: int | None = None, n: int | None = None,
+          computed: bool = False) -> Judged:
     """The document's one number, written as ``written``, against our 95 % prediction interval for one run over the
     seeds (``samples``), or against mean ± 1.96 se (``mean``, ``se``: a simulation's mean over its ``n`` trials).
     ``trials``: the document's number is itself a mean over that many trials, so the difference of the two means has
-    se √(se² + se_doc²), se_doc = se √(n / trials) (its spread taken as ours)."""
+    se √(se² + se_doc²), se_doc = se √(n / trials) (its spread taken as ours). ``computed``: the samples are a
+    computation without randomness (a closed form, a fixed checkpoint's forward): one of them is the answer, and the
+    margin is the rounding alone; one run of a random quantity has no known spread and decides nothing."""
     x = float(written)
     r = rounding(written) if half_width is None else half_width
     doc = f"the document's {written} ± {g(r)} (its rounding)"
@@ -135,8 +140,16 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
             return Judged(NOT_REPRODUCED, "value: no run has a finite value to compare",
                           f"{doc}; none of the {n_all} runs has a finite value (never reached, or no value at that step)")
         centre, n = float(values.mean()), len(values)
-        if n == 1:
-            half, how = 0.0, f"one run: no spread known, the margin is the rounding alone{missing}"
+        if n == 1 and (computed or n_all > 1):
+            half, how = 0.0, ("computed without randomness: the margin is the rounding alone" if computed else
+                              "one run: no spread known, the margin is the rounding alone") + missing
+        elif n == 1 and n_all == 1:  # (beside runs without a value, the one that has one is judged as before: at
+            # most partly, since the others never got there)
+            return Judged(INCONCLUSIVE, "value: the document's number ± its rounding must meet our 95 % prediction "
+                          "interval for one run; one run of a random quantity has no interval: inconclusive whatever "
+                          "its point",
+                          f"{doc} vs one run {g(centre)} (no spread known; the two differ by {g(abs(centre - x))}; "
+                          f"at least 2 seeds give a spread){missing}")
         else:
             sd = float(values.std(ddof=1))
             t = _t(1 - ALPHA / 2, n - 1)
@@ -172,9 +185,9 @@ def _share(parts: list[bool]) -> str:
 # ---- inequality --------------------------------------------------------------------------------------------------------
 
 
-def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds") -> Judged:
+def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", computed: bool = False) -> Judged:
     """``side``: below / above the bound; ``scope``: every seed (each seed a part) or typical (the mean's one-sided
-    95 % t-bounds)."""
+    95 % t-bounds; one run decides only when ``computed`` without randomness, as for ``value``)."""
     r = rounding(bound)
     edge = float(bound) + (r if side == "below" else -r)
     values = np.asarray(samples, dtype=float)
@@ -188,14 +201,18 @@ def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds") 
         raise NotCheckable("no finite measurement to compare with the bound")
     rule = f"inequality, typical run: the mean's one-sided 95 % t-bounds against the bound ({side})"
     if n < n_all:  # a diverged run is not a typical run left out: what the others show is at most partly the claim
-        judged = inequality(bound, side, scope, values, unit)
+        judged = inequality(bound, side, scope, values, unit, computed or n == 1)  # one left: its point, as value
         verdict = PARTLY if judged.verdict == REPRODUCED else judged.verdict
         return Judged(verdict, rule + "; a run without a value makes a meeting partly",
                       f"{judged.margin}; {n_all - n} of {n_all} runs without a finite value", judged.seeds_to_decide)
     if n == 1:
         ok = mean < edge if side == "below" else mean > edge
+        if not computed:  # (beside runs without a value, the one left is compared by its point: at most partly)
+            return Judged(INCONCLUSIVE, rule + "; one run of a random quantity has no bound: inconclusive whatever its "
+                          "point", f"one run {g(mean)} vs {g(edge)} (bound ± rounding); no spread known, at least 2 "
+                          "seeds give one")
         return Judged(REPRODUCED if ok else NOT_REPRODUCED, rule,
-                      f"one run {g(mean)} vs {g(edge)} (bound ± rounding); no spread known")
+                      f"one value {g(mean)} vs {g(edge)} (bound ± rounding), compared by its point")
     sd = float(values.std(ddof=1))
     t = _t(1 - ALPHA, n - 1)
     upper, lower = mean + t * sd / math.sqrt(n), mean - t * sd / math.sqrt(n)
@@ -250,6 +267,9 @@ def count(count_: int, of: int, k: int, n: int, key: str = "the count", scope: s
         seeds = _least_n(lambda m: fisher_exact(round(rate * m), m, count_, of) < ALPHA, n + 1)
     margin = (f"Fisher's exact test, {k} of {n} vs {count_} of {of}: p = {p:.2g} "
               f"({'<' if p < ALPHA else '≥'} 0.05); shape {shape(k, n)} vs {shape(count_, of)}")
+    if all(fisher_exact(j, n, count_, of) >= ALPHA for j in range(n + 1)):  # a test with no power at this size
+        margin += (f"; no count of {n} could differ from {count_} of {of} at 5 %: the test cannot refute it here, "
+                   "only the shape can")
     return Judged(verdict, "count: Fisher's exact test against the document's count, then the shape (none/some/all)",
                   margin, seeds)
 
