@@ -512,3 +512,19 @@ def test_a_trend_over_learned_or_not_is_judged_by_the_exact_sign_test_in_seeds()
     assert tied.verdict == claims.INCONCLUSIVE and tied.seeds_to_decide is None  # no direction to extrapolate
     shipped = {c["id"]: c for c in claims.load_claims()}
     assert shipped["d000-depth-gap"]["scale"] == "sign"
+
+
+def test_exercise_1_judges_the_documents_terms_against_the_built_blocks_matrices():
+    """d004-exercise1 compares 4·d² + 3·d·(r·d) with the weight matrices counted from the built module (not with the
+    project's own closed form), and shows the norms' and biases' share; one parameter off is not reproduced."""
+    from blocklab.experiments import param_counts
+
+    rows = pd.DataFrame([param_counts.block_row("exercise1", v, **param_counts.EXERCISE1) for v in param_counts.VARIANTS])
+    judge = lambda table: claims.judge_claim(  # noqa: E731
+        {"id": "t", "check": "exercise1", "kind": "exact"},
+        claims.CHECKS["exercise1"](claims.Data(".", {}, tables={"param_counts/blocks.csv": table}))[1])[1]
+    measured = claims.CHECKS["exercise1"](claims.Data(".", {}, tables={"param_counts/blocks.csv": rows}))[0]
+    assert judge(rows).verdict == claims.REPRODUCED
+    assert "norms and biases 1,024 (0.02% of the block)" in measured  # the modern block: two RMSNorm weights of 512
+    off = rows.assign(built_matrices=rows["built_matrices"] + (rows["variant"] == "modern"))
+    assert judge(off).verdict == claims.NOT_REPRODUCED

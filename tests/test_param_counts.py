@@ -33,6 +33,9 @@ def test_exercise1_block_by_hand(norm_kind, bias):
     assert count_parameters(block) == attention + swiglu + norms
     row = param_counts.block_row("exercise1", "modern" if norm_kind == "rmsnorm" else "classic", d, 8, 4.0, "swiglu")
     assert row["built_numel"] == row["closed_form_total"] == attention + swiglu + norms
+    # the document's terms are the weight matrices alone, counted from the module: 4 d^2 + 3 d h, exactly
+    assert row["built_matrices"] == 4 * d * d + 3 * d * h == row["document_approx"]
+    assert row["built_numel"] - row["built_matrices"] == norms + (4 * d + 2 * h + d if bias else 0)
 
 
 def test_block_grid_closed_form_equals_meta_numel():
