@@ -528,3 +528,31 @@ def test_exercise_1_judges_the_documents_terms_against_the_built_blocks_matrices
     assert "norms and biases 1,024 (0.02% of the block)" in measured  # the modern block: two RMSNorm weights of 512
     off = rows.assign(built_matrices=rows["built_matrices"] + (rows["variant"] == "modern"))
     assert judge(off).verdict == claims.NOT_REPRODUCED
+
+
+def test_stability_is_the_largest_rise_above_the_running_minimum_and_bad_check_arguments_are_refused():
+    """d004-rmsnorm-stable ("안정성이 적어도 LayerNorm과 비슷한 수준") compares each run's largest rise of the training
+    loss above its running minimum, not the final loss; an unknown quantity or argument is refused at load."""
+    assert claims.largest_rise([3.0, 2.0, 2.5, 1.0, 1.2]) == pytest.approx(0.5)
+    assert claims.largest_rise([3.0, 2.0, 1.0]) == 0.0
+    runs = [(v, s) for v in ("classic", "rmsnorm") for s in range(3)]
+    summary = pd.DataFrame([{"run": f"{v}-s{s}", "variant": v, "seed": s, "match_params": False, "steps": 4,
+                             "final_loss": 1.0} for v, s in runs])
+    curve = lambda v, s: [3.0, 2.0, 2.0 + (1.0 if v == "classic" else 0.1) + 0.01 * s, 1.0]  # noqa: E731
+    losses = pd.DataFrame([{"run": f"{v}-s{s}", "step": t + 1, "loss": x} for v, s in runs for t, x in
+                           enumerate(curve(v, s))])
+    data = claims.Data(".", {}, tables={"reverse_copy/summary.csv": summary, "reverse_copy/losses.csv": losses})
+    stable = next(c for c in claims.load_claims() if c["id"] == "d004-rmsnorm-stable")
+    measured, parts = claims.CHECKS["swap_effect"](data, **stable["args"])
+    assert "rmsnorm 0.1, 0.11, 0.12 vs classic 1, 1.01, 1.02" in measured
+    assert claims.judge_claim(stable, parts)[1].verdict == claims.REPRODUCED  # equal final losses, smaller rises
+    swapped = losses.assign(run=losses["run"].str.replace("classic", "x").str.replace("rmsnorm", "classic")
+                            .str.replace("x", "rmsnorm"))
+    data = claims.Data(".", {}, tables={"reverse_copy/summary.csv": summary, "reverse_copy/losses.csv": swapped})
+    assert claims.judge_claim(stable, claims.CHECKS["swap_effect"](data, **stable["args"])[1])[1].verdict == \
+        claims.NOT_REPRODUCED
+    text = claims.resources.files("blocklab.reporting").joinpath("claims.yaml").read_text(encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"d004-rmsnorm-stable.*args.quantity: 'spikes'; allowed: loss, ppl, rise"):
+        claims.load_claims(text.replace("{variant: rmsnorm, quantity: rise}", "{variant: rmsnorm, quantity: spikes}"))
+    with pytest.raises(ConfigError, match=r"args.norm: not an argument of check swap_effect; allowed: variant, quantity"):
+        claims.load_claims(text.replace("{variant: rmsnorm, quantity: rise}", "{variant: rmsnorm, quantity: rise, norm: pre}"))

@@ -9,6 +9,7 @@ that was not followed to the end). claims.yaml is validated when it is loaded, b
 """
 from __future__ import annotations
 
+import inspect
 import math
 from importlib import resources
 from pathlib import Path
@@ -26,6 +27,7 @@ from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPR
                        fisher_exact)
 
 CHECKS = {}
+ARG_VALUES = {}  # a check argument's allowed values, validated when claims.yaml is loaded (before any compute)
 READS = {}  # check -> the tables (under the data root) it reads: the `claims` rule's inputs are made from these
 
 
@@ -125,6 +127,14 @@ def validate_claims(claims) -> list[dict]:
         seen.add(claim["id"])
         if claim["check"] not in CHECKS:
             raise ConfigError(f"{where}.check: {claim['check']!r} is unknown; allowed: {', '.join(CHECKS)}")
+        args = claim.get("args", {}) or {}
+        takes = [a for a in inspect.signature(CHECKS[claim["check"]]).parameters if a != "data"]
+        for key, value_ in args.items():
+            if key not in takes:
+                raise ConfigError(f"{where}.args.{key}: not an argument of check {claim['check']}; allowed: "
+                                  f"{', '.join(takes) or 'none'}")
+            if key in ARG_VALUES and value_ not in ARG_VALUES[key]:
+                raise ConfigError(f"{where}.args.{key}: {value_!r}; allowed: {', '.join(ARG_VALUES[key])}")
         if claim["source"] not in SOURCES:
             raise ConfigError(f"{where}.source: {claim['source']!r}; allowed: {', '.join(SOURCES)}")
         if not isinstance(claim.get("fitted", False), bool):
@@ -632,10 +642,24 @@ def residual_ablation(data: Data, threshold: float):
     return "; ".join(words), [part("samples", samples=per_seed)]
 
 
-@check("reverse_copy/summary.csv")
+def largest_rise(loss) -> float:
+    """A run's instability, defined without a threshold: the largest rise of its training loss above its running
+    minimum (nats; 0 for a loss that never rises)."""
+    loss = np.asarray(loss, dtype=float)
+    return float((loss - np.minimum.accumulate(loss)).max()) if len(loss) else float("nan")
+
+
+QUANTITIES = ("loss", "ppl", "rise")  # swap_effect's: final loss, its exp, the largest rise (``largest_rise``)
+ARG_VALUES["quantity"] = QUANTITIES
+
+
+@check("reverse_copy/summary.csv", "reverse_copy/losses.csv")
 def swap_effect(data: Data, variant: str, quantity: str):
-    """Per seed, the swapped block's final loss (``quantity: loss``) or perplexity (``ppl``: exp of the final loss)
-    against the classic block's (a contrast)."""
+    """Per seed, the swapped block's final loss (``quantity: loss``), perplexity (``ppl``: exp of the final loss) or
+    instability (``rise``: the largest rise of its training loss above its running minimum) against the classic
+    block's (a contrast)."""
+    if quantity not in QUANTITIES:
+        raise ValueError(f"swap_effect quantity {quantity!r}; allowed: {', '.join(QUANTITIES)}")
     summary = data.table("reverse_copy/summary.csv")
     runs = summary[~summary["match_params"].astype(bool)]
     if variant not in set(runs["variant"]) or "classic" not in set(runs["variant"]):
@@ -648,6 +672,13 @@ def swap_effect(data: Data, variant: str, quantity: str):
                 f"(ppl {np.exp(swap).mean():.3g} vs {np.exp(base).mean():.3g})")
     if quantity == "ppl":
         swap, base = np.exp(swap), np.exp(base)
+    if quantity == "rise":
+        losses = data.table("reverse_copy/losses.csv").sort_values("step")
+        rises = {run: largest_rise(g["loss"]) for run, g in losses.groupby("run")}
+        rise = lambda v: np.array([rises.get(r, float("nan")) for r in runs.loc[runs["variant"] == v, "run"]])  # noqa: E731
+        swap, base = rise(variant), rise("classic")
+        measured = (f"largest rise of the training loss above its running minimum, per seed: {variant} {fmt(swap)} "
+                    f"vs classic {fmt(base)} nats; " + measured)
     return measured, [part("arms", a=swap, b=base, arms=(variant, "classic"))]
 
 
