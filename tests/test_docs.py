@@ -281,3 +281,20 @@ def test_the_fitting_ranking_reads_recorded_runs_only_not_the_gallery(tmp_path):
     frame.assign(loss=frame["loss"] * 3).to_csv(losses, index=False)  # another gallery run
     after, _ = _ranking(root / "docs" / "gallery" / "data", root)
     pd.testing.assert_frame_equal(before, after)
+
+
+def test_a_claim_not_reproduced_says_what_the_other_settings_gave_and_with_how_many_seeds():
+    """The README's "not reproduced" lines say, per verdict, what the claim x setting table found at the other
+    recorded settings (one seed each there: a value is inconclusive, a range is judged seed by seed)."""
+    from blocklab.reporting.docs import _other_settings
+
+    rows = [("learned-b64-L24-lr0.001-fp32", True, "not reproduced"), ("learned-b16-L24-lr0.001-fp32", False, "reproduced"),
+            ("learned-b32-L24-lr0.001-bf16", False, "inconclusive"), ("sinusoidal-b32-L24-lr0.001-fp32", False, "inconclusive"),
+            ("sinusoidal-b16-L24-lr0.001-fp32", False, "not reproduced")]
+    table = pd.DataFrame([{"id": "x", "setting": s, "default": d, "verdict": v, "seeds": 1} for s, d, v in rows])
+    assert _other_settings(table, "x") == ("at the 4 other recorded settings (one seed each): reproduced at learned-b16; "
+                                           "not reproduced at 1; inconclusive at 2")
+    none = table.assign(verdict="inconclusive", seeds=[3, 1, 1, 2, 1])
+    assert _other_settings(none, "x") == ("at the 4 other recorded settings (1–2 seeds): reproduced at none; "
+                                          "inconclusive at 4")
+    assert _other_settings(table, "y") == "" and _other_settings(None, "x") == ""

@@ -65,9 +65,17 @@ def _other_settings(by_setting: pd.DataFrame | None, claim_id: str) -> str:
     if by_setting is None or claim_id not in set(by_setting["id"]):
         return ""
     rows = by_setting[(by_setting["id"] == claim_id) & ~by_setting["default"].astype(bool)]
-    holds = [_setting_name(r.setting) for r in rows.itertuples() if r.verdict == "reproduced"]
-    return (f"reproduced at {', '.join(holds)} of the {len(rows)} other recorded settings (one seed each)" if holds
-            else f"reproduced at none of the {len(rows)} other recorded settings (one seed each)")
+    if rows.empty:
+        return ""
+    seeds = sorted({int(n) for n in rows["seeds"]})
+    each = ("one seed each" if seeds == [1] else f"{seeds[0]} seeds each" if len(seeds) == 1
+            else f"{seeds[0]}–{seeds[-1]} seeds")
+    by_verdict = {v: [_setting_name(r.setting) for r in rows.itertuples() if r.verdict == v] for v in VERDICTS}
+    said = [f"{v} at {', '.join(names) if v == 'reproduced' else len(names)}" for v, names in by_verdict.items()
+            if names]
+    if not by_verdict["reproduced"]:
+        said.insert(0, "reproduced at none")
+    return f"at the {len(rows)} other recorded settings ({each}): {'; '.join(said)}"
 
 
 def claims_summary(data: Path, root: Path) -> str:
