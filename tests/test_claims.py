@@ -230,6 +230,12 @@ def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
     assert verdicts.value("2.84", [283.0]).verdict == claims.INCONCLUSIVE  # however far: one sample, no interval
     assert verdicts.value("2.84", [2.9], computed=True).verdict == claims.NOT_REPRODUCED
     assert verdicts.value("2.84", [2.844], computed=True).verdict == claims.REPRODUCED
+    # a bound the project reads into the words ("far faster": at least twice) is not widened by a rounding of "2"
+    above_two = {"kind": "inequality", "bound": "2", "side": "above", "scope": "every seed"}
+    assert verdicts.judge_part(above_two, {"samples": [1.8, 3.0]}).verdict == claims.REPRODUCED  # 1.8 > 2 - 0.5
+    assert verdicts.judge_part({**above_two, "rounding": "0"}, {"samples": [1.8, 3.0]}).verdict == claims.PARTLY
+    shipped = {c["id"]: c for c in claims.load_claims()}
+    assert shipped["d000-trained-faster-than-sqrt"]["rounding"] == "0"
     typical = dict(bound="0.007", side="below", scope="typical")
     assert verdicts.inequality(samples=[0.009], **typical).verdict == claims.INCONCLUSIVE
     assert verdicts.inequality(samples=[0.009], computed=True, **typical).verdict == claims.NOT_REPRODUCED

@@ -185,10 +185,12 @@ def _share(parts: list[bool]) -> str:
 # ---- inequality --------------------------------------------------------------------------------------------------------
 
 
-def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", computed: bool = False) -> Judged:
+def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", computed: bool = False,
+               half_width: float | None = None) -> Judged:
     """``side``: below / above the bound; ``scope``: every seed (each seed a part) or typical (the mean's one-sided
-    95 % t-bounds; one run decides only when ``computed`` without randomness, as for ``value``)."""
-    r = rounding(bound)
+    95 % t-bounds; one run decides only when ``computed`` without randomness, as for ``value``). ``half_width``: the
+    bound's margin when it is not its written rounding (a bound the project reads into the words has none: 0)."""
+    r = rounding(bound) if half_width is None else half_width
     edge = float(bound) + (r if side == "below" else -r)
     values = np.asarray(samples, dtype=float)
     if scope == "every seed":
@@ -201,7 +203,7 @@ def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", 
         raise NotCheckable("no finite measurement to compare with the bound")
     rule = f"inequality, typical run: the mean's one-sided 95 % t-bounds against the bound ({side})"
     if n < n_all:  # a diverged run is not a typical run left out: what the others show is at most partly the claim
-        judged = inequality(bound, side, scope, values, unit, computed or n == 1)  # one left: its point, as value
+        judged = inequality(bound, side, scope, values, unit, computed or n == 1, half_width)  # one left: its point
         verdict = PARTLY if judged.verdict == REPRODUCED else judged.verdict
         return Judged(verdict, rule + "; a run without a value makes a meeting partly",
                       f"{judged.margin}; {n_all - n} of {n_all} runs without a finite value", judged.seeds_to_decide)
@@ -473,7 +475,7 @@ KINDS = {
     "value": ({"value"}, {"rounding", "trials"}),  # rounding: the half-width when not the written precision's;
     # trials: the document's number is a mean over this many trials (a simulation): its own sampling error counts
     "range": ({"low", "high"}, set()),
-    "inequality": ({"bound", "side", "scope"}, set()),
+    "inequality": ({"bound", "side", "scope"}, {"rounding"}),  # rounding "0": a bound read into the words
     "count": ({"count", "of"}, {"scope"}),  # scope: rate (default; Fisher) or every seed (the words say "all N")
     "contrast": ({"side"}, {"size", "margin", "scale"}),
     "trend": ({"direction"}, {"band", "scale"}),
@@ -569,7 +571,8 @@ def judge_part(part: dict, measure: dict) -> Judged:
     if kind == "range":
         return range_(words["low"], words["high"], measure["samples"])
     if kind == "inequality":
-        return inequality(words["bound"], words["side"], words["scope"], **measure)
+        half = float(words["rounding"]) if "rounding" in words else None
+        return inequality(words["bound"], words["side"], words["scope"], half_width=half, **measure)
     if kind == "count":
         return count(words["count"], words["of"], scope=words.get("scope", "rate"), **measure)
     if kind == "contrast":
@@ -593,7 +596,7 @@ def describe(part: dict) -> tuple[str, str]:
         lo, hi = float(part["low"]) - rounding(part["low"]), float(part["high"]) + rounding(part["high"])
         return "range: each seed inside the document's range widened by its ends' rounding", f"[{g(lo)}, {g(hi)}]"
     if kind == "inequality":
-        r = rounding(part["bound"])
+        r = float(part["rounding"]) if "rounding" in part else rounding(part["bound"])
         edge = float(part["bound"]) + (r if part["side"] == "below" else -r)
         return f"inequality, {part['scope']}: {part['side']} the bound widened by its rounding", f"{part['side']} {g(edge)}"
     if kind == "count" and part.get("scope") == "every seed":
