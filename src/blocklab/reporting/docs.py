@@ -80,8 +80,8 @@ def _other_settings(by_setting: pd.DataFrame | None, claim_id: str) -> str:
 
 def claims_summary(data: Path, root: Path) -> str:
     """The README's claims at a glance: the documents' claims and the project's counted apart, each event once; every
-    "not reproduced" with whether it holds at the other recorded settings (claim x setting), and every "inconclusive"
-    with the seeds that would decide it."""
+    "not reproduced" and "partly" with what the other recorded settings gave (claim x setting), and every
+    "inconclusive" with the seeds that would decide it."""
     claims = _claims(data)
     by_setting = (read_table(data / "sensitivity" / "claims_by_setting.csv")
                   if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
@@ -92,14 +92,19 @@ def claims_summary(data: Path, root: Path) -> str:
              f"{_counts(project)}. Each event is counted once (a collapse's rate in one claim, its shape in another); "
              f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). Each verdict "
              "follows the rule of its claim's kind ([the rules](docs/doc000.md#claims)). Not reproduced:", ""]
-    for row in claims[claims["verdict"] == "not reproduced"].itertuples(index=False):
-        whose = "" if row.source == "document" else " (the project's)"
-        lines.append(f"- `{row.id}`{whose}: the document says {_cell(row.document_value)}; measured "
-                     f"{_cell(_short(row.measured, 70))}{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
+    for verdict in ("not reproduced", "partly"):
+        rows = claims[claims["verdict"] == verdict]
+        if verdict == "partly" and len(rows):
+            lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
+        for row in rows.itertuples(index=False):
+            whose = "" if row.source == "document" else " (the project's)"
+            lines.append(f"- `{row.id}`{whose}: the document says {_cell(row.document_value)}; measured "
+                         f"{_cell(_short(row.measured, 70))}"
+                         f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
         lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
-                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'an unknown number of (one seed: no spread to go by, or beyond 10,000)'}"
+                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'unknown (one seed: no spread to go by; or beyond 10,000)'}"
                                          for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
