@@ -534,6 +534,8 @@ def test_exercise_1_judges_the_documents_terms_against_the_built_blocks_matrices
     assert "norms and biases 1,024 (0.02% of the block)" in measured  # the modern block: two RMSNorm weights of 512
     off = rows.assign(built_matrices=rows["built_matrices"] + (rows["variant"] == "modern"))
     assert judge(off).verdict == claims.NOT_REPRODUCED
+    with pytest.raises(ConfigError, match="no built_matrices column.*blocklab exp param-counts"):  # a table from before
+        judge(rows.drop(columns="built_matrices"))
 
 
 def test_stability_is_the_largest_rise_above_the_running_minimum_and_bad_check_arguments_are_refused():

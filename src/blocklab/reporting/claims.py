@@ -547,6 +547,10 @@ def exercise1(data: Data):
     (norm weights and biases) is what the document calls negligible, shown as its share of the block."""
     blocks = data.table("param_counts/blocks.csv")
     rows = blocks[blocks["case"] == "exercise1"].set_index("variant")
+    if "built_matrices" not in rows.columns:
+        raise ConfigError("param_counts/blocks.csv has no built_matrices column (written before exercise 1 was judged "
+                          "against the built block's matrices); rerun `blocklab exp param-counts` (Snakemake does so "
+                          "by itself)")
     terms_ok = bool((rows["built_matrices"] == rows["document_approx"]).all())
     measured = "; ".join(
         f"{v}: built {int(r.built_numel):,} = matrices {int(r.built_matrices):,} (4·d² + 3·d·(r·d) = "
