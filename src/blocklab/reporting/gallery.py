@@ -72,13 +72,13 @@ SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv",
 FROM_SNAPSHOTS_SKIP = {"data/sensitivity/losses.csv"}
 
 
-def snapshot_tables(data: Path, out: Path, skip: set[str] = frozenset(), params: dict | None = None) -> list[Path]:
+def snapshot_tables(data: Path, out: Path, params: dict, skip: set[str] = frozenset()) -> list[Path]:
     """Copy every table the figures and claims read (those that exist, less ``skip``) into ``out`` in the data/ layout:
-    with ``params``, every table a claim's check reads in that run (``claims.inputs``: the held-out losses included),
-    so that the gallery's claims table can be re-judged from the gallery alone."""
+    every table a claim's check reads in a run of ``params`` (``claims.inputs``: the held-out losses included), so that
+    the gallery's claims table can be re-judged from the gallery alone."""
     from .claims import inputs as claim_inputs
 
-    judged = set(claim_inputs(params)) if params is not None else set()
+    judged = set(claim_inputs(params))
     wanted = sorted(({src for sources in FIGURES.values() for src in sources} | set(SNAPSHOT_EXTRA) | judged) - set(skip))
     copied = []
     for rel in wanted:
@@ -127,7 +127,7 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     from_snapshots = snapshots(params) if "sensitivity" in params else []
     (out / "data").mkdir(parents=True, exist_ok=True)
     begin_snapshot(out / "data")  # a kill from here on leaves tables that `blocklab docs` refuses until rewritten
-    snapshot = snapshot_tables(data, out / "data", FROM_SNAPSHOTS_SKIP if from_snapshots else set(), params)
+    snapshot = snapshot_tables(data, out / "data", params, FROM_SNAPSHOTS_SKIP if from_snapshots else set())
     with atomic_path(out / "data" / "params.yaml") as tmp:
         tmp.write_bytes(Path(params_file).read_bytes())
     record_snapshot(out / "data")  # last: the checksums of the tables (`blocklab verify docs/gallery/data`)

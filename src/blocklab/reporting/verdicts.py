@@ -143,8 +143,8 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
         if n == 1 and (computed or n_all > 1):
             half, how = 0.0, ("computed without randomness: the margin is the rounding alone" if computed else
                               "one run: no spread known, the margin is the rounding alone") + missing
-        elif n == 1 and n_all == 1:  # (beside runs without a value, the one that has one is judged as before: at
-            # most partly, since the others never got there)
+        elif n == 1:  # one run in all (beside runs without a value, the one that has one is judged by its point
+            # above: at most partly, since the others never got there)
             return Judged(INCONCLUSIVE, "value: the document's number ± its rounding must meet our 95 % prediction "
                           "interval for one run; one run of a random quantity has no interval: inconclusive whatever "
                           "its point",
