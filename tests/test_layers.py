@@ -47,7 +47,7 @@ LAYERS = {
     "reviewer": ["blocklab.review"],
     "figures and reporting": ["blocklab.figures", "blocklab.reporting", *JUDGES_CLAIMS,
                               *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("figures", "commands")]],
-    "cli": ["blocklab.cli", "blocklab.smoke"],
+    "cli": ["blocklab.cli", "blocklab.smoke", "blocklab.status"],
 }
 ORDER = list(LAYERS)
 
@@ -180,10 +180,10 @@ def test_a_module_imports_alone_in_a_fresh_process(module):
 
 
 def test_the_plan_names_runs_as_the_sweep_does():
-    """blocklab.studies.cells keeps its own copy of the sweep's run-directory name (the params layer cannot import
-    training)."""
+    """One run-directory name (issue 48): ``settings.run_name``, which the sweep and the studies' cells both use."""
+    from blocklab import settings
     from blocklab.studies import cells as study
     from blocklab.training import sweep
 
-    for norm, warmup, seed in [("post", 0, 0), ("pre", 400, 2), ("post", 40, 11)]:
-        assert study.run_name(norm, warmup, seed) == sweep.run_name(norm, warmup, seed)
+    assert study.run_name is settings.run_name and sweep.run_name is settings.run_name
+    assert settings.run_name("post", 400, 2) == "post-w400-s2"
