@@ -164,3 +164,25 @@ def test_status_and_claims_read_what_is_on_disk(tmp_path):
     result = blocklab("claims", "--table", str(PROJECT / "docs/gallery/data/claims/claims.csv"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "d000-post-nowarm-stuck" in result.stdout and "claims: " in result.stdout.splitlines()[-1]
+
+
+def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_path, monkeypatch, capsys):
+    """`.venv/bin/blocklab smoke` without the venv on PATH: Snakemake (and, through PATH, the rules' `blocklab`) are
+    this Python's; the last lines name the report and the figures (after Snakemake's hundreds)."""
+    import argparse
+
+    from blocklab import smoke
+
+    calls = []
+    monkeypatch.setattr(smoke, "make_scratch_project", lambda dest, config: dest)
+    monkeypatch.setattr(smoke.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or
+                        subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    args = argparse.Namespace(keep=tmp_path / "scratch", config="configs/tiny.yaml", cores=2)
+    assert smoke._main(args) == 0
+    (command, kwargs), = calls
+    here = Path(sys.executable).parent
+    assert command[0] == str(here / "snakemake") or not (here / "snakemake").is_file()
+    assert kwargs["env"]["PATH"].split(":")[0] == str(here)
+    last = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert str(tmp_path / "scratch" / "reports/analysis.html") in last[0] and str(tmp_path / "scratch" / "figs") in last[1]
