@@ -28,17 +28,18 @@ from pathlib import Path
 import pytest
 
 from blocklab.pipeline import imports_of, package_modules
+from blocklab.studies import protocol
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 
 # First matching prefix wins (longest first); every module of the package must match one (tested).
-STUDIES = ["sensitivity", "dynamics", "inference"]
+STUDIES = list(protocol.STUDIES)
 STUDY_MODULES = ["plan", "run", "aggregate", "figures", "commands"]  # bottom to top, inside each study
 JUDGES_CLAIMS = ["blocklab.studies.sensitivity.aggregate", "blocklab.studies.inference.aggregate"]
 LAYERS = {
     "params": ["blocklab.config", "blocklab.params", "blocklab.settings", "blocklab.io", "blocklab.provenance",
                "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
-               "blocklab.studies.checks",
+               "blocklab.studies.checks", "blocklab.studies.protocol",
                *[f"blocklab.studies.{s}.plan" for s in STUDIES]],
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],
