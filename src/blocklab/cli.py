@@ -14,6 +14,7 @@ from .config import ConfigError
 # never affects the others. The commands people type come first; the groups hold what the Snakemake rules call.
 TABLE = {
     "review": "blocklab.review",
+    "lab": "blocklab.lab.command",
     "bench": "blocklab.bench.command",
     "smoke": "blocklab.smoke",
     "verify": "blocklab.integrity",
@@ -24,6 +25,11 @@ TABLE = {
         "figure": "blocklab.reporting.report",
         "claims": "blocklab.reporting.claims",
         "inspect": "blocklab.reporting.browser",
+    }),
+    "lab-job": ("the stability lab's jobs (workflow/rules/lab.smk runs them; people run `blocklab lab`)", {
+        "run": "blocklab.lab.jobs",
+        "gradnorm": "blocklab.lab.jobs",
+        "report": "blocklab.lab.jobs",
     }),
     "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed (the pipeline's jobs)", {
         "train": "blocklab.training.sweep",
