@@ -46,7 +46,7 @@ LAYERS = {
     "experiments": ["blocklab.experiments", "blocklab.bench", "blocklab.studies",  # studies.family: the commands' helper
                     *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("run", "aggregate")]],
     "reviewer": ["blocklab.review"],
-    "figures and reporting": ["blocklab.figures", "blocklab.reporting", *JUDGES_CLAIMS,
+    "figures and reporting": ["blocklab.figures", "blocklab.reporting", "blocklab.lab", *JUDGES_CLAIMS,
                               *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("figures", "commands")]],
     "cli": ["blocklab.cli", "blocklab.smoke", "blocklab.status"],
 }

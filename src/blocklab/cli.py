@@ -25,11 +25,17 @@ TABLE = {
     }),
     "review": ("check a transformer block or a Hugging Face architecture against the 2026 defaults "
                "(blocklab review llama)", "blocklab.review"),
-    # "lab" (issue 45) goes here: its SECTIONS slot below is already reserved.
+    "lab": ("put a block through document 000's copy-task stress test: does it start without warm-up, how often "
+            "does it collapse (blocklab lab deepnorm --out DIR)", "blocklab.lab.command"),
     "bench": ("copy-task sweep throughput: the plain per-run loop vs the fast path, side by side",
               "blocklab.bench.command"),
     "smoke": ("the whole pipeline on the tiny configuration in a scratch copy (minutes)", "blocklab.smoke"),
     "verify": ("check finished runs and recorded snapshots against their checksums", "blocklab.integrity"),
+    "lab-job": ("the stability lab's jobs (workflow/rules/lab.smk runs them; people run `blocklab lab`)", {
+        "run": "blocklab.lab.jobs",
+        "gradnorm": "blocklab.lab.jobs",
+        "report": "blocklab.lab.jobs",
+    }),
     "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed", {
         "train": "blocklab.training.sweep",
         "train-group": "blocklab.training.batched",
@@ -83,7 +89,7 @@ TABLE = {
 SECTIONS = {
     "commands for people": ("status", "claims", "report", "review", "lab", "bench", "smoke", "verify"),
     "the pipeline's jobs (the Snakemake rules call these; `blocklab status` shows where they stand)":
-        ("sweep", "exp", "sensitivity", "dynamics", "inference"),
+        ("sweep", "exp", "sensitivity", "dynamics", "inference", "lab-job"),
     "maintenance": ("docs", "gallery"),
 }
 
