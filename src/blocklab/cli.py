@@ -35,6 +35,8 @@ TABLE = {
         "run": "blocklab.lab.jobs",
         "gradnorm": "blocklab.lab.jobs",
         "report": "blocklab.lab.jobs",
+        "run-builtin": "blocklab.lab.jobs",
+        "record": "blocklab.lab.jobs",
     }),
     "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed", {
         "train": "blocklab.training.sweep",
