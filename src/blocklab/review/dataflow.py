@@ -159,6 +159,28 @@ class Tracer:
                        if (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
         self.cap = cap or _CAP[0]
         self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
+        self.seq_first = self._seq_first_calls() if getattr(driver, "seq_first", False) else set()
+
+    def _seq_first_calls(self) -> set:
+        """(module name, 'in' or 'out') of the hooked tensors laid out (time, batch, ...), read from one run of a
+        single batch element, where the layouts cannot be confused: a block driven in torch's default layout keeps
+        it in its norms and FFN, while the Q/K/V layers of nn.MultiheadAttention see (batch, time, ...)."""
+        found, handles = set(), []
+        seq = self.driver.seq
+
+        def hook(module, args, output, name):
+            for side, t in (("in", args[0] if args else None), ("out", output)):
+                if torch.is_tensor(t) and t.dim() >= 3 and t.shape[0] == seq and t.shape[1] == 1:
+                    found.add((name, side))
+
+        for name, module in self.leaves:
+            handles.append(module.register_forward_hook(lambda m, a, o, name=name: hook(m, a, o, name)))
+        try:
+            self.driver(torch.zeros(1, seq, self.driver.width, dtype=torch.float64))
+        finally:
+            for h in handles:
+                h.remove()
+        return found
 
     def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
         calls, seen, handles, batch = [], {}, [], x.shape[0]
@@ -174,12 +196,14 @@ class Tracer:
                 return None
             seen[name] = seen.get(name, -1) + 1
             key = (name, seen[name])
+            flip_in, flip_out = (name, "in") in self.seq_first, (name, "out") in self.seq_first
+            canon = lambda t, flip: t.transpose(0, 1) if flip else t  # noqa: E731 - (batch, time, ...) for all
             if edit is not None:
-                copy, back = _tokens(output.clone(), batch, lengths)
+                copy, back = _tokens(canon(output.clone(), flip_out), batch, lengths)
                 changed = edit(key, copy.contiguous())
-                output = output if changed is None else back(changed).reshape(output.shape)
-            calls.append(Call(len(calls), name, module, _tokens(args[0], batch, lengths)[0].detach(),
-                              _tokens(output, batch, lengths)[0].detach(), key, tuple(args)))
+                output = output if changed is None else canon(back(changed), flip_out).reshape(output.shape)
+            calls.append(Call(len(calls), name, module, _tokens(canon(args[0], flip_in), batch, lengths)[0].detach(),
+                              _tokens(canon(output, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
             return output
 
         for name, module in self.leaves:

@@ -52,6 +52,10 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         probe = Probe(module, role, width, seed)
     if probe.traced_mha:
         review.facts["traced_multihead_attention"] = probe.traced_mha
+    review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
+    if probe.call.seq_first:
+        review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
+                   "False): a change of one batch element moved the others; reviewed with x transposed", "seq_first")
     _caller_mask(review, probe)
     try:
         structure = read_layer(LayerAnalysis(BlockDriver(probe), seed))

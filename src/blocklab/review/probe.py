@@ -28,6 +28,7 @@ class Caller:
     def __init__(self, module: nn.Module, role: str):
         self.module, self.role = module, role
         self.forward_params = _parameters(module.forward)
+        self.seq_first = False  # the block reads (time, batch, d): torch's layers with batch_first=False
 
     def mask_kwargs(self, length: int) -> dict | None:
         p, mask = self.forward_params, causal_float_mask(length)
@@ -41,9 +42,11 @@ class Caller:
 
     def __call__(self, x, memory=None, masked: bool = False) -> torch.Tensor:
         kwargs = (self.mask_kwargs(x.shape[-2]) or {}) if masked else {}
+        if self.seq_first:
+            x, memory = x.transpose(0, 1), None if memory is None else memory.transpose(0, 1)
         out = self.module(x, memory, **kwargs) if self.role == "cross" else self.module(x, **kwargs)
         out = out[0] if isinstance(out, (tuple, list)) else out
-        return out.detach()
+        return (out.transpose(0, 1) if self.seq_first and torch.is_tensor(out) else out).detach()
 
 
 # --- nn.MultiheadAttention, made observable ------------------------------------------------------
@@ -71,12 +74,14 @@ def _mha_forward(self, query, key, value, key_padding_mask=None, need_weights=Tr
                  average_attn_weights=True, is_causal=False):
     """nn.MultiheadAttention's math (F.multi_head_attention_forward, no bias_k/add_zero_attn), through hookable
     layers: the fused in-projection when query, key and value are one tensor, else one per input."""
+    # which inputs are one tensor is decided before the layout change: transposed copies are new tensors
+    same, kv_same = query is key is value, key is value
     if not self.batch_first:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
     E, H = self.embed_dim, self.num_heads
-    if query is key is value:
+    if same:
         q, k, v = self.in_proj_fused(query).split(E, dim=-1)
-    elif key is value:
+    elif kv_same:
         q, (k, v) = self.in_proj_q(query), self.in_proj_kv(key).split(E, dim=-1)
     else:
         q, k, v = self.in_proj_q(query), self.in_proj_k(key), self.in_proj_v(value)
@@ -147,6 +152,17 @@ class Probe:
             raise ConfigError(f"the block maps x of shape {tuple(self.x.shape)} to {shape}: a transformer block "
                               "keeps (batch, time, d_model)")
         self.scale = self.y.abs().max().item()
+        self._find_layout()
+
+    def _find_layout(self) -> None:
+        """A block that mixes the batch elements (a change of element 0 moves element 1's output) reads its input as
+        (time, batch, d), torch's default layout (batch_first=False): from then on it is called on x transposed."""
+        other = self.x.clone()
+        other[0] += self.randn(SEQ, self.width)
+        if _changed(self.run(other)[1], self.y[1], self.scale) > TOL:
+            self.call.seq_first = True
+            self.y = self.run(self.x)
+            self.scale = self.y.abs().max().item()
 
     def use_caller_mask(self) -> None:
         """From now on every call passes the causal mask: the block only masks when the caller asks."""
@@ -197,6 +213,7 @@ class BlockDriver:
     def __init__(self, probe: Probe):
         self.probe, self.layer, self.width, self.seq = probe, probe.module, probe.width, SEQ
         self.memory_seq = MEMORY_SEQ if probe.role == "cross" else None
+        self.seq_first = probe.call.seq_first  # the hooked tensors outside nn.MultiheadAttention are (time, batch, ...)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         memory = None if self.probe.memory is None else self.probe.memory[:1].expand(x.shape[0], -1, -1)
