@@ -48,7 +48,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     # (a convolution's kernel is applied by its own layer, which the hooks see)
     modules = dict(a.driver.layer.named_modules())
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
-                   and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
+                   and sorted(p.shape)[-2] > 1 and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
     if not selfs or not a.ffns:
         missing = " and ".join(n for n, found in (("token mixer (attention or other)", selfs),
                                                   ("feed-forward network", a.ffns)) if not found)

@@ -91,6 +91,9 @@ class SubLayer:
     out: Call
     mixes: bool = False
     cross: bool = False
+    read: Call | None = None  # where the mixed values are read: the first call after the in-projections whose input
+    # an edit at position 0 moves at later positions (a norm on the heads' output before the output projection:
+    # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
     experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
 
 
@@ -126,8 +129,9 @@ def _is_projection(module: nn.Module, inp) -> bool:
 
 
 def experts_weights(module: nn.Module) -> list[torch.Tensor]:
-    """A module's own weights of 3 dimensions (experts, out, in): routed experts applied without a layer each."""
-    return [p for p in module.parameters(recurse=False) if p.dim() == 3]
+    """A module's own weights of 3 dimensions (experts, out, in): routed experts applied without a layer each (not a
+    per-head gain or temperature shaped (heads, 1, 1) for broadcasting)."""
+    return [p for p in module.parameters(recurse=False) if p.dim() == 3 and min(p.shape[1:]) > 1]
 
 
 def _is_experts(module: nn.Module, inp, out, width: int) -> bool:
@@ -326,6 +330,18 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+            # a call that carries the mixed values on to the writer: as many features as the writer reads, and
+            # dependent on every in-projection (not the attention weights a dropout reads)
+            between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.key in traced
+                       and traced[c.key].inp.dim() >= 2 and traced[c.key].inp.shape[:2] == inp.shape[:2]
+                       and _features(traced[c.key].inp) == inp.shape[-1]
+                       and all(self.depends.get((p.key, c.key)) for p in g.ins)]
+            g.read = next((c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
+                          g.out) if g.mixes else g.out
+
+    def read_input(self, traced: dict, g: SubLayer) -> torch.Tensor:
+        """The mixed values as the attention hands them on, (batch, time, features): the read point's input."""
+        return traced[g.read.key].inp.flatten(2)
 
     @property
     def attentions(self) -> list[SubLayer]:
@@ -341,7 +357,7 @@ class LayerAnalysis:
         """Where the per-token work of an attention ends: the in-projections, and the QK-norms that read them (a norm
         over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
         the norms its features may feed."""
-        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
+        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index]
         feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins}
         return [*g.ins, *[n for n in inner if any(n in f for f in feeds.values())]], feeds
 
@@ -365,7 +381,7 @@ class LayerAnalysis:
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(2 * n + 1), edit)
-        o_in = traced[g.out.key].inp
+        o_in = self.read_input(traced, g)
         base, scale = o_in[0], o_in[0].abs().max().clamp_min(1e-30)
         moved = ((o_in[1:n + 1] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
         later = ((o_in[n + 1:, 1:] - base[1:]).abs().amax(dim=(1, 2)) / scale) > TOL  # (features,)
@@ -420,7 +436,7 @@ class LayerAnalysis:
         traced, _ = self.tracer.inputs_of(self.batch(2), edit)
         hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
         both = [torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
-                for o_in in traced[g.out.key].inp[:2]]
+                for o_in in self.read_input(traced, g)[:2]]
         patterns = both[0]
         # softmax attention with queries and keys silenced averages the visible values: each row is a distribution
         # (non-negative, the same sum on every row: one, or the output gate's value); linear attention reads its
@@ -466,7 +482,7 @@ class LayerAnalysis:
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
-        o_in = traced[g.out.key].inp
+        o_in = self.read_input(traced, g)
         rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
         return len(rotated) / hd
 
@@ -558,7 +574,7 @@ class LayerAnalysis:
 
     def qk_norm(self, g: SubLayer) -> list[str]:
         keys = [c.key for c in g.ins]
-        return [n.name for n in self.norm_calls if g.ins[0].index < n.index < g.out.index
+        return [n.name for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index
                 and any(self.depends.get((k, n.key)) for k in keys)]
 
     def experts(self, g: SubLayer) -> dict:
@@ -598,20 +614,24 @@ class LayerAnalysis:
 
     def ffn(self, g: SubLayer) -> dict:
         """Which activation turns the in-projections' outputs into the writer's input."""
-        down_in, hidden = g.out.inp, g.out.inp.shape[-1]
+        hidden = g.out.inp.shape[-1]
+        # the activation's output is the writer's input, or the input of what runs on it first (NormFormer's and
+        # BitNet's norm after the activation)
+        between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.inp.shape == g.out.inp.shape]
+        targets = [g.out, *between]
         outs = [c.out for c in g.ins if c.out.shape[-1] in (hidden, 2 * hidden)]
         if len(outs) == 1 and outs[0].shape[-1] == 2 * hidden:  # fused gate and up
             outs = list(outs[0].split(hidden, dim=-1))
-        kind, activation = "unknown", "unknown"
-        if len(outs) == 1:
+        kind, activation, at = "unknown", "unknown", None
+        candidates = ([(PLAIN, lambda act: [act(outs[0])])] if len(outs) == 1 else
+                      [(GATED, lambda act: [act(a) * b for a, b in (outs, outs[::-1])])] if len(outs) == 2 else [])
+        for kinds, made in candidates:
             for name, act in ACTIVATIONS.items():
-                if _rel(act(outs[0]), down_in) < ACT_TOL:
-                    kind, activation = PLAIN[name], name
-                    break
-        elif len(outs) == 2:
-            for name, act in ACTIVATIONS.items():
-                if any(_rel(act(a) * b, down_in) < ACT_TOL for a, b in (outs, outs[::-1])):
-                    kind, activation = GATED[name], name
+                at = next((t for t in targets for m in made(act) if _rel(m, t.inp) < ACT_TOL), None)
+                if at is not None:
+                    kind, activation = kinds[name], name
                     break
         return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,
-                "writer": g.out.name, "inputs": [c.name for c in g.ins]}
+                "writer": g.out.name, "inputs": [c.name for c in g.ins],
+                "after_activation": [c.name for c in targets if at is not None and c.index >= at.index
+                                     and c is not g.out]}

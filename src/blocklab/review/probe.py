@@ -201,8 +201,19 @@ def width_check(builder: Builder, width: int, first: nn.Module) -> dict:
     except ConfigError as err:
         return {"tested": True, "second_width": second_width, "error": str(err), "fixed": []}
     a, b = dict(first.named_parameters()), dict(second.named_parameters())
-    fixed = sorted(n for n in a.keys() & b.keys() if a[n].shape == b[n].shape and any(s > 1 for s in a[n].shape))
+    common = sorted(a.keys() & b.keys())
+    # the sizes of activations that meet the model width: the width itself, and a dimension that stays put in a
+    # weight whose other dimension follows d_model (an FFN hidden width written as 256)
+    widths = {width}
+    for n in common:
+        if a[n].dim() == b[n].dim() and a[n].shape != b[n].shape:
+            widths.update(s for s, t in zip(a[n].shape, b[n].shape) if s == t and s > 1)
+    unchanged = [n for n in common if a[n].shape == b[n].shape and any(s > 1 for s in a[n].shape)]
+    # a parameter that keeps its shape is a hard-coded width only if it has such a size; one sized by heads,
+    # buckets or experts alone (T5's relative-bias table, a per-head temperature) does not scale with width by design
+    fixed = [n for n in unchanged if widths & set(a[n].shape)]
     return {"tested": True, "second_width": second_width, "fixed": fixed, "parameters": len(a),
+            "not_width_sized": [n for n in unchanged if n not in fixed],
             "built_width": infer_width(first), "second_built_width": infer_width(second)}
 
 
