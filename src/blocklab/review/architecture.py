@@ -49,6 +49,15 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     modules = dict(a.driver.layer.named_modules())
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
                    and sorted(p.shape)[-2] > 1 and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
+    unprojected = next((g for g in selfs if g.unprojected), None)
+    if unprojected is not None:
+        first = unprojected.unprojected[0]
+        mixers = [c.name for c in unprojected.ins if c.index < next(i.index for i in unprojected.ins
+                                                                      if i.name == first)]
+        return {"reviewable": False, "attention_found": True, "ffn_found": False, "output_projection": None,
+                "reason": f"no output projection after the token mixing: the values mixed from {mixers} reach "
+                          f"'{first}', the next sub-layer's in-projection, without a projection back to the model "
+                          "width (W_O) of their own; the attention and the sub-layer after it cannot be told apart"}
     if not selfs or not a.ffns:
         missing = " and ".join(n for n, found in (("token mixer (attention or other)", selfs),
                                                   ("feed-forward network", a.ffns)) if not found)
@@ -91,6 +100,12 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
     bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
     residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
+    normalised = {g.out.name: a.normalised_residual(g) for g in a.sublayers}
+    if normalised.get(attn.out.name):
+        # h = N(h) + F(N(h)): the stream between blocks is normalised at the start of each, which across a stack is
+        # post-norm, norm(h + F(h)), not pre-norm
+        placements["attention"] = {**placements["attention"], "placement": "post",
+                                   "residual_carries": normalised[attn.out.name]}
     return {
         "reviewable": True,
         "mixer": mixer["kind"],
@@ -110,7 +125,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         "cross_attention": bool(cross),
         "evidence": {
             "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
-                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
+                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name],
+                           "residual_carries_norm": normalised[g.out.name]}
                           for g in a.sublayers],
             "mixer": {"kind": mixer["kind"], "others_beside_it": others, "reach_of_position_0": mixer["reach"],
                       "heads_measured": bool(mixer["heads"].get("measured")),

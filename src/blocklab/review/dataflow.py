@@ -91,6 +91,8 @@ class SubLayer:
     out: Call
     mixes: bool = False
     cross: bool = False
+    unprojected: list = None  # in-projections whose input already holds this sub-layer's mixed values: the mixing
+    # reaches another projection without a projection back to the width of its own (an attention without W_O)
     read: Call | None = None  # where the mixed values are read: the first call after the in-projections whose input
     # an edit at position 0 moves at later positions (a norm on the heads' output before the output projection:
     # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
@@ -330,6 +332,8 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+            g.unprojected = [c.name for c in g.ins if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:])
+                             > TOL] if g.mixes else []
             # a call that carries the mixed values on to the writer: as many features as the writer reads, and
             # dependent on every in-projection (not the attention weights a dropout reads)
             between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.key in traced
@@ -536,6 +540,22 @@ class LayerAnalysis:
         x[1] += self.randn(self.seq, self.width)
         y = self.driver_with_zero(g.out.key, x)
         return _rel(y[1], y[0]) > TOL
+
+    def normalised_residual(self, g: SubLayer) -> str | None:
+        """The input norm N whose output the residual carries, h = N(h) + F(N(h)): a later tensor (a call's input or
+        the layer's output) is N's output plus the sub-layer's. Not a post-norm block's second sub-layer, whose input
+        norm is the norm of the sum before it (norm(h + F(h)) feeds the FFN and its residual): only a norm of the
+        raw stream counts. None when the residual carries the raw stream."""
+        stream_in = self.stream_input(g)
+        sums = {n.key for o in self.sublayers if o.out.index < g.out.index for n in self._sum_norms(o)}
+        later = [c.inp for c in self.calls if c.index > g.out.index] + [self.y]
+        for n in self.norm_calls:
+            if n.index < stream_in.index and n.key not in sums and _same(n.out, stream_in.inp) \
+                    and n.out.shape == g.out.out.shape:
+                total = n.out + g.out.out
+                if any(_same(t, total) for t in later):
+                    return n.name
+        return None
 
     def driver_with_zero(self, key, x):
         _, y = self.tracer.run(x, lambda k, out: torch.zeros_like(out) if k == key else None)

@@ -52,6 +52,12 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         probe = Probe(module, role, width, seed)
     if probe.traced_mha:
         review.facts["traced_multihead_attention"] = probe.traced_mha
+    if probe.refilled:
+        review.facts["zero_at_init"] = probe.refilled
+        review.add("zero at init", "info", f"{len(probe.refilled)} parameter(s) all zero at init ("
+                   + ", ".join(probe.refilled[:4]) + (" ..." if len(probe.refilled) > 4 else "") + "): a gate at 0 "
+                   "(ReZero) silences what it multiplies; probed with them nonzero, so the structure is the "
+                   "trained block's", probe.refilled)
     review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
     if probe.call.seq_first:
         review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
@@ -62,6 +68,11 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
     except Exception as err:  # noqa: BLE001 - the user's forward under edited inputs: say so, never a traceback
         structure = {"reviewable": False, "reason": f"driving the block with hooks failed: {type(err).__name__}: "
                                                     f"{err}"}
+    if structure.get("reviewable") and structure["mixer"] != "attention":
+        # a block is reviewed for its attention: a block whose token mixing is no softmax attention is not passed
+        mixer = structure["mixer"]
+        structure = {"reviewable": False, "mixer": mixer, "reason": f"no softmax attention recognised in the data "
+                     f"flow: its token mixing reads as {mixer} (evidence.mixer)", "evidence": structure["evidence"]}
     structure["expected_causal"] = role != "encoder"
     structure["layers"] = [layer_entry(structure, [0])]  # one block: one layer, one pattern
     review.facts["structure"] = structure

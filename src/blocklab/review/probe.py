@@ -137,6 +137,7 @@ class Probe:
         self.traced_mha = make_traceable(self.module)
         self.role, self.width = role, width
         self.generator = torch.Generator().manual_seed(seed)
+        self.refilled = self._refill_zeros()
         self.call = Caller(self.module, role)
         self.x = self.randn(BATCH, SEQ, width)
         self.memory = self.randn(BATCH, MEMORY_SEQ, width) if role == "cross" else None
@@ -163,6 +164,19 @@ class Probe:
             self.call.seq_first = True
             self.y = self.run(self.x)
             self.scale = self.y.abs().max().item()
+
+    def _refill_zeros(self) -> list[str]:
+        """Parameters that are all zero at init (ReZero's alpha, a zero-initialised gate or output layer) silence
+        what they multiply: the block would read as less than it is (a sub-layer that adds nothing, an FFN that
+        does not read the attention). Each gets random values in [0.5, 1) for the probe; the names are returned.
+        A gate's value at init does not change what the block is."""
+        names = []
+        with torch.no_grad():
+            for name, p in self.module.named_parameters():
+                if p.numel() and not p.any():
+                    p.copy_(0.5 + 0.5 * torch.rand(p.shape, dtype=p.dtype, generator=self.generator))
+                    names.append(name)
+        return names
 
     def use_caller_mask(self) -> None:
         """From now on every call passes the causal mask: the block only masks when the caller asks."""

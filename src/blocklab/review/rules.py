@@ -29,6 +29,9 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
         review.add(check, severity, prefix + message, value)
 
     if not s.get("reviewable"):
+        if "output_projection" in s:
+            add("output projection", "flag", "the attention has no output projection (W_O): its heads' output is "
+                "added to the stream as it is", None)
         add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
         return
     _placement(add, s, depth, warmup_steps)
@@ -213,6 +216,10 @@ def _residuals(add, s) -> None:
         if not sub["residual_kept_when_silenced"]:
             add("residual", "flag", f"none around '{sub['writer']}': silenced, the output no longer depends on the "
                 "input (deep stacks then lose their gradient path)", sub["writer"])
+        elif sub.get("residual_carries_norm"):
+            add("residual", "flag", f"around '{sub['writer']}' the residual carries the normalised stream "
+                f"{sub['residual_carries_norm']}(h), not h: h = norm(h) + F(norm(h)), across a stack post-norm "
+                "(norm(h + F(h))): the raw stream has no identity path", sub["writer"])
 
 
 def _causal(add, s) -> None:
