@@ -67,7 +67,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
     cross = [g for g in a.attentions if g.cross]
     routed = [g for g in a.ffns if g.experts]
-    ffn = routed[0] if routed else a.ffns[0]
+    # the FFN expands: beside a low-rank adapter that also works per token (Gemma 3n's LAuReL, AltUp), the widest
+    ffn = routed[0] if routed else max(a.ffns, key=lambda g: g.out.inp.shape[-1])
     # a layer can mix tokens twice, side by side (Falcon-H1: attention and a Mamba scan on the same input): the
     # attention is the one reviewed, the others are named in the evidence
     mixers = []
@@ -99,6 +100,11 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins)
     ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
     bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
+    # 3-D weights inside a token mixer (RecurrentGemma's block-diagonal gates in its recurrence) are the mixer's work,
+    # not a feed-forward network's
+    spans = [(g.ins[0].index, g.out.index) for g in a.sublayers if g.mixes]
+    inside = {c.name for c in a.calls if any(lo < c.index < hi for lo, hi in spans)}
+    bulk = [b for b in bulk if not any(n == b or n.startswith(b + ".") for n in inside)]
     residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
     normalised = {g.out.name: a.normalised_residual(g) for g in a.sublayers}
     if normalised.get(attn.out.name):
@@ -152,7 +158,10 @@ def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:
     active = (experts["per_token"] or 0) * (experts["hidden"] or 0) + sum(f["hidden"] for f in shared)
     facts = {"kind": kind, "activation": activation, "hidden": active, "matrices": 3 if kind in GATED_KINDS else 2,
              "writer": experts["module"], "inputs": [], "experts": experts, "shared": shared}
-    moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": len(shared)}
+    # shared experts by width: one dense FFN sized for two experts (ERNIE 4.5's moe_num_shared_experts 2) is two
+    width = experts["hidden"] or 0
+    count = round(sum(f["hidden"] for f in shared) / width) if width and shared else len(shared)
+    moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": count}
     return facts, moe
 
 

@@ -38,10 +38,17 @@ SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1
 VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
 ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
 # head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
-ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
+ROTARY_TOL = 1e-10  # an unrotated offset meets only zero keys: its logits are exactly 0 and its weights exactly
+# uniform, in any precision; a rotated one moves them: Apertus's slowest pair (theta 1.2e7, Llama 3 scaling by 8, head
+# width 8) turns by ~6e-7 rad a position, which moves the weights by ~1e-5, float32 softmax or not
 SUM_TOL = 1e-5  # a softmax's rows sum to one to float32 round-off (~1e-7) in many eager kernels
 GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value everywhere: sigmoid, SiLU > 0 there
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB with three significant digits: a cap of 0.01 GiB reads 0.01, not 0.0."""
+    return f"{n / 2**30:.3g} GiB"
 
 
 class one_thread(contextlib.ContextDecorator):
@@ -136,9 +143,15 @@ def experts_weights(module: nn.Module) -> list[torch.Tensor]:
     return [p for p in module.parameters(recurse=False) if p.dim() == 3 and min(p.shape[1:]) > 1]
 
 
-def _is_experts(module: nn.Module, inp, out, width: int) -> bool:
+def _is_experts(module: nn.Module, inp, out, width: int, args: tuple = ()) -> bool:
+    """Routed experts: 3-D weights, width in and out, and handed one routing row per token (an integer tensor with as
+    many rows as tokens, when it is handed integers at all: not a recurrence's position ids, as RecurrentGemma's
+    block-diagonal gates are)."""
+    tokens = inp.numel() // max(inp.shape[-1], 1) if torch.is_tensor(inp) else None
+    integers = [a for a in args[1:] if torch.is_tensor(a) and not a.is_floating_point() and a.dim() >= 1]
+    routed = not integers or any(a.numel() // max(a.shape[-1], 1) == tokens for a in integers)
     return (bool(experts_weights(module)) and torch.is_tensor(inp) and inp.is_floating_point()
-            and inp.shape[-1] == width and out.shape[-1] == width)
+            and inp.shape[-1] == width and out.shape[-1] == width and routed)
 
 
 def out_width(module: nn.Module) -> int:
@@ -193,8 +206,8 @@ class Tracer:
         # the calls keep every hooked input and output; the model's own intermediates take about as much again
         if self.per_element is not None and 2 * batch * self.per_element > self.cap:
             raise MemoryCapExceeded(f"a batched run of {batch} inputs would hold about "
-                                    f"{2 * batch * self.per_element / 2**30:.1f} GiB of activations, over the cap "
-                                    f"of {self.cap / 2**30:.1f} GiB (--max-memory-gb)")
+                                    f"{gib(2 * batch * self.per_element)} of activations, over the cap "
+                                    f"of {gib(self.cap)} (--max-memory-gb)")
         lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
 
         def hook(module, args, output, name):
@@ -243,7 +256,7 @@ class LayerAnalysis:
     def __init__(self, driver, seed: int = 0, cap: int | None = None):
         self._start(driver, seed, cap)
         self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)
-                            or _is_experts(c.module, c.inp, c.out, self.width)]
+                            or _is_experts(c.module, c.inp, c.out, self.width, c.args)]
         self.norm_calls = [c for c in self.calls if c not in self.projections and c.out.shape == c.inp.shape
                            and c.inp.shape[-1] > 1 and self._is_norm(c)]
         self.depends = self._dependencies()
@@ -302,7 +315,7 @@ class LayerAnalysis:
     def _sublayers(self) -> list[SubLayer]:
         groups, current = [], []
         for call in self.projections:
-            if _is_experts(call.module, call.inp, call.out, self.width):  # the whole sub-layer in one call
+            if _is_experts(call.module, call.inp, call.out, self.width, call.args):  # the whole sub-layer in one call
                 groups.append(SubLayer(ins=[call], out=call, experts=True))
                 continue
             feeds = [c for c in current if self.depends.get((c.key, call.key))]
@@ -332,8 +345,11 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
-            g.unprojected = [c.name for c in g.ins if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:])
-                             > TOL] if g.mixes else []
+            # an in-projection reading a model-width tensor that the mixing already moved: the next sub-layer reads
+            # the stream with the unprojected values in it (a Mamba scan's x_proj reads its convolution's inner
+            # width: that is the mixer's own work)
+            g.unprojected = [c.name for c in g.ins[1:] if traced[c.key].inp.shape[-1] == self.width
+                             and _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL] if g.mixes else []
             # a call that carries the mixed values on to the writer: as many features as the writer reads, and
             # dependent on every in-projection (not the attention weights a dropout reads)
             between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.key in traced

@@ -218,7 +218,7 @@ def width_check(builder: Builder, width: int, first: nn.Module) -> dict:
     common = sorted(a.keys() & b.keys())
     # the sizes of activations that meet the model width: the width itself, and a dimension that stays put in a
     # weight whose other dimension follows d_model (an FFN hidden width written as 256)
-    widths = {width}
+    widths = {width, infer_width(first)}  # asked for, and built at (a block that ignores its width argument)
     for n in common:
         if a[n].dim() == b[n].dim() and a[n].shape != b[n].shape:
             widths.update(s for s, t in zip(a[n].shape, b[n].shape) if s == t and s > 1)
