@@ -4,7 +4,9 @@ flow alone. Every expectation in tests/test_review_blocks.py is written from the
 
 House styles: nanoGPT (a config object, fused c_attn, nested attention and MLP modules), flat Llama (every
 projection held by the block itself, RMSNorm written out, RoPE applied by hand), post-norm BERT-like, parallel
-(GPT-J-like), sandwich, output norm, ALiBi.
+(GPT-J-like), sandwich, output norm, ALiBi; and (issue 46) norms inside the attention or the FFN (differential
+attention, NormFormer, BitNet's sub-norms), a gated residual at zero (ReZero), parameters that do not scale with width
+by design (T5's relative-bias table, a per-head temperature), torch's own layers in both layouts.
 """
 from __future__ import annotations
 
@@ -486,21 +488,21 @@ class T5StyleBlock(nn.Module):
 
 
 class TemperatureBlock(nn.Module):
-    """Cosine attention with a learned per-head temperature (Swin v2's logit_scale, shape (heads, 1, 1): it does not
-    grow with d_model): queries and keys L2-normalised per head, logits cos(q, k) * exp(logit_scale); pre-norm
-    nn.RMSNorm, ReLU FFN 4x, causal, no position."""
+    """Attention with a learned per-head temperature (as Swin v2's logit_scale, shape (heads, 1, 1): it does not grow
+    with d_model): logits q.k / sqrt(head_dim) * exp(logit_scale), no norm on q or k; pre-norm nn.RMSNorm, ReLU FFN
+    4x, causal, no position."""
 
     def __init__(self, d_model: int = 64, n_heads: int = 4):
         super().__init__()
         self.h, self.hd = n_heads, d_model // n_heads
         self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(n_heads, 1, 1)))
+        self.logit_scale = nn.Parameter(torch.zeros(n_heads, 1, 1) + 0.5)
         self.norm1, self.norm2, self.ffn = nn.RMSNorm(d_model), nn.RMSNorm(d_model), FeedForward(d_model)
 
     def attention(self, x):
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.h, self.hd).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
-        scores = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1) * self.logit_scale.exp()
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd) * self.logit_scale.exp()
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
 

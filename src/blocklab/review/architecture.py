@@ -447,6 +447,13 @@ def _review_architecture(source, attention, depth, warmup_steps, seed, only_laye
     review = review_model(model, tiny_config, full_config, subject=subject, only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)
+    full_depth = next((hf._int_attr(full_config, k) for k in hf.LAYER_KEYS if hf._int_attr(full_config, k)), None)
+    tiny_depth = next((hf._int_attr(tiny_config, k) for k in hf.LAYER_KEYS if hf._int_attr(tiny_config, k)), None)
+    review.facts["depth"] = {"config": full_depth, "probed": tiny_depth}
+    if full_depth and tiny_depth and tiny_depth < full_depth:
+        review.add("depth", "info", f"the config has {full_depth} layers; the tiny model keeps the first {tiny_depth} "
+                   f"(at most {hf.MAX_LAYERS}): layers {tiny_depth}-{full_depth - 1} are not probed, and the layer "
+                   "patterns list the probed layers only", review.facts["depth"])
     review.facts["attention_backend"] = "eager" if fallback else attention
     if fallback:
         review.add("attention backend", "info", f"{fallback}: reviewed with eager attention", "eager")

@@ -59,9 +59,9 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
     if probe.refilled:
         review.facts["zero_at_init"] = probe.refilled
         review.add("zero at init", "info", f"{len(probe.refilled)} parameter(s) all zero at init ("
-                   + ", ".join(probe.refilled[:4]) + (" ..." if len(probe.refilled) > 4 else "") + "): a gate at 0 "
-                   "(ReZero) silences what it multiplies; probed with them nonzero, so the structure is the "
-                   "trained block's", probe.refilled)
+                   + ", ".join(probe.refilled[:4]) + (" ..." if len(probe.refilled) > 4 else "") + "): probed "
+                   "with them nonzero, since a gate at 0 (ReZero's) silences what it multiplies (a zero bias changes "
+                   "nothing): the structure read is the trained block's", probe.refilled)
     review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
     if probe.call.seq_first:
         review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
