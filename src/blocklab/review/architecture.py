@@ -282,11 +282,38 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     x[1, 0] += torch.randn(driver.width, dtype=torch.float64, generator=generator)
     x[2, :-1] = x[2, :-1].roll(1, dims=0)  # the prefix rotated by one place, the last token kept
     calls, y = Tracer(driver).run(x)
+    return _fingerprint_of(calls, y, driver.seq)
+
+
+def _fingerprint_of(calls, y, seq: int) -> tuple:
     shapes = tuple((type(c.module).__name__, tuple(c.inp.shape[2:]), tuple(c.out.shape[2:])) for c in calls)
     scale = y[0].abs().max().clamp_min(1e-30)
-    reach = tuple(t for t in range(driver.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
+    reach = tuple(t for t in range(seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
     aware = ((y[2, -1] - y[0, -1]).abs().max() / scale).item() > TOL
     return shapes, reach, aware
+
+
+def _fingerprints(model, layers, tiny_config, decoder_side: bool, seed: int) -> list[tuple]:
+    """_fingerprint of every layer from one run of the whole model (hf.StackDriver: each layer fed the same x);
+    layer by layer, one run up to each, if that run fails or misses a layer."""
+    try:
+        driver = hf.StackDriver(model, layers, tiny_config, seed=seed, decoder_side=decoder_side)
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(1, driver.seq, driver.width, dtype=torch.float64, generator=generator).expand(3, -1, -1)
+        x = x.clone()
+        x[1, 0] += torch.randn(driver.width, dtype=torch.float64, generator=generator)
+        x[2, :-1] = x[2, :-1].roll(1, dims=0)
+        calls, _ = Tracer(driver).run(x)
+        if len(driver.outputs) == len(layers):
+            by_layer = {i: [] for i in range(len(layers))}
+            for c in calls:
+                by_layer[int(c.name.split(".")[0])].append(c)
+            return [_fingerprint_of(by_layer[i], driver.outputs[i], driver.seq) for i in range(len(layers))]
+    except MemoryCapExceeded:
+        raise
+    except Exception:  # noqa: BLE001 - a model whose layers cannot all be fed at once: one run per layer
+        pass
+    return [_fingerprint(model, layer, tiny_config, decoder_side, seed) for layer in layers]
 
 
 def _state_space(s: dict, config) -> dict:
@@ -327,8 +354,8 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
     first = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=decoder_side)
     absolute = hf.absolute_position(first)
     groups: dict = {}
-    for i, layer in enumerate(layers):
-        groups.setdefault(_fingerprint(model, layer, tiny_config, decoder_side, seed), []).append(i)
+    for i, fingerprint in enumerate(_fingerprints(model, layers, tiny_config, decoder_side, seed)):
+        groups.setdefault(fingerprint, []).append(i)
     patterns = []
     for indices in sorted(groups.values()):
         rep = next((i for i in indices if i > 0), indices[0])  # the first layer can be special (ModernBERT's)

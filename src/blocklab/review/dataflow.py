@@ -422,14 +422,48 @@ class LayerAnalysis:
         head_dim, widest = min(blocks), max(blocks)
         heads = o_width // head_dim
         kv_heads = max(1, heads // (widest // head_dim))
-        v_offsets = {}
+        v_offsets, queries = {}, {}
         for (key, f), row, role in zip(features, moved, roles):
             if role == "v":
                 v_offsets[(key, f)] = row.nonzero().flatten()[0].item() % head_dim
-        return {"measured": True, "head_dim": head_dim, "heads": heads, "kv_heads": kv_heads, "o_width": o_width,
-                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
-                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
-                "v_offsets": v_offsets}
+            if role == "q":
+                queries.setdefault(row.nonzero().flatten()[0].item() // head_dim, []).append((key, f))
+        out = {"measured": True, "head_dim": head_dim, "heads": heads, "kv_heads": kv_heads, "o_width": o_width,
+               "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
+               "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
+               "v_offsets": v_offsets}
+        out["maps_per_head"] = self._maps_per_head(g, queries)
+        return out
+
+    def _maps_per_head(self, g: SubLayer, queries: dict) -> int:
+        """2 when each head's output is the sum of two separate softmax readings (differential attention: each half
+        of a head's query features has a softmax of its own), else 1. With the keys and values as they are, queries
+        zero (element 0), only the first half of each head's query features (1), only the second half (2), all (3):
+        two separate softmaxes add, O3 - O1 - O2 + O0 = 0; one softmax over the summed logits does not."""
+        halves = {}
+        for feats in queries.values():
+            if len(feats) < 2:
+                return 1
+            for part, half in enumerate((feats[:len(feats) // 2], feats[len(feats) // 2:]), start=1):
+                for key, f in half:
+                    halves.setdefault(key, {})[f] = part
+        if not halves:
+            return 1
+
+        def edit(key, out):
+            if key not in halves:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, part in halves[key].items():
+                flat[0, :, f] = 0.0
+                flat[3 - part, :, f] = 0.0  # element 1 keeps part 1, element 2 part 2
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(4), edit)
+        o = self.read_input(traced, g)
+        rest = o[3] - o[1] - o[2] + o[0]
+        scale = (o[3] - o[0]).abs().max().clamp_min(1e-30)
+        return 2 if (rest.abs().max() / scale).item() < SUM_TOL else 1
 
     # --- attention pattern with queries and keys silenced ----------------------------------------
 

@@ -333,20 +333,10 @@ class ModelDriver:
             if x is None:
                 captured["input"] = (args[0] if args else kwargs["hidden_states"]).detach()
                 raise _Stop
-            given = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
-            new = x
-            if torch.is_tensor(given) and given.dim() == x.dim() + 1 and given.shape[1:] == x.shape:
-                # the layer reads several parallel streams, (streams, batch, time, width) (Gemma 3n's AltUp): each
-                # gets x, and the first stream of its output is read
-                new = x.unsqueeze(0).expand(given.shape[0], *x.shape).contiguous()
-                captured["streams"] = True
-            if args and torch.is_tensor(args[0]):
-                return (new, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": new}
+            return _swap_input(x, args, kwargs, captured)
 
         def grab(module, args, output):
-            out = output[0] if isinstance(output, (tuple, list)) else output
-            captured["output"] = (out[0] if captured.get("streams") else out).detach()
+            captured["output"] = _layer_output(output, captured)
             raise _Stop
 
         handles = [self.layer.register_forward_pre_hook(swap, with_kwargs=True),
@@ -364,6 +354,51 @@ class ModelDriver:
 
     def layer_input(self, ids) -> torch.Tensor:
         return self(None, ids)
+
+
+def _swap_input(x, args, kwargs, captured: dict):
+    """A layer's forward pre-hook result: its input replaced by x."""
+    given = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
+    new = x
+    if torch.is_tensor(given) and given.dim() == x.dim() + 1 and given.shape[1:] == x.shape:
+        # the layer reads several parallel streams, (streams, batch, time, width) (Gemma 3n's AltUp): each gets x,
+        # and the first stream of its output is read
+        new = x.unsqueeze(0).expand(given.shape[0], *x.shape).contiguous()
+        captured["streams"] = True
+    if args and torch.is_tensor(args[0]):
+        return (new, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": new}
+
+
+def _layer_output(output, captured: dict) -> torch.Tensor:
+    out = output[0] if isinstance(output, (tuple, list)) else output
+    return (out[0] if captured.get("streams") else out).detach()
+
+
+class StackDriver(ModelDriver):
+    """Every layer of a stack on the same x in ONE run of the whole model: each layer's input is replaced by x, its
+    output kept (``outputs``, by layer index). For the cheap probes of every layer (architecture._fingerprint):
+    one run instead of one run up to each layer. Its ``layer`` is the stack (hooks see 'i.module' names)."""
+
+    def __init__(self, model: nn.Module, layers, config, seed: int = 0, decoder_side: bool = False):
+        super().__init__(model, layers, config, seed, decoder_side)
+        self.layers, self.outputs = list(layers), {}
+
+    def __call__(self, x: torch.Tensor, ids=None) -> torch.Tensor:
+        self.outputs, handles = {}, []
+        for i, layer in enumerate(self.layers):
+            captured = {}
+            handles.append(layer.register_forward_pre_hook(
+                lambda m, a, k, captured=captured: _swap_input(x, a, k, captured), with_kwargs=True))
+            handles.append(layer.register_forward_hook(
+                lambda m, a, o, i=i, captured=captured: self.outputs.__setitem__(i, _layer_output(o, captured))))
+        try:
+            with torch.no_grad():
+                self.model(**self.inputs(x.shape[0], ids), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        return self.outputs[len(self.layers) - 1]
 
 
 class _Lookups(TorchFunctionMode):
