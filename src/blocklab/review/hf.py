@@ -47,6 +47,9 @@ RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "laurel_rank")  # low-rank bottlenec
 PER_LAYER_KEYS = ("hidden_size_per_layer_input",)  # Gemma 3n's per-layer input width: scaled with the width
 VOCAB_KEYS = ("vocab_size_per_layer_input",)  # a second embedding table's vocabulary (Gemma 3n): to VOCAB
 HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
+CHUNK_KEYS = ("mamba_chunk_size", "chunk_size")  # a Mamba-2 scan's chunk: the same recurrence computed in blocks,
+# padded to a whole chunk (256 positions for 6 tokens made one probe of Bamba take minutes): to CHUNK
+CHUNK = 8
 WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_attention", "attention_chunk_size")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
@@ -188,6 +191,9 @@ def shrink(config, attention: str = "eager"):
             tiny.mamba_d_ssm = max(HEAD_DIM, HEAD_DIM * round(config.mamba_d_ssm * WIDTH / d / HEAD_DIM))
         inner = getattr(tiny, "mamba_d_ssm", None) or int(getattr(tiny, "mamba_expand", 1) * WIDTH)
         tiny.mamba_n_heads = max(1, inner // HEAD_DIM)
+    for key in CHUNK_KEYS:
+        if (_int_attr(config, key) or 0) > CHUNK:
+            setattr(tiny, key, CHUNK)
     for key in WINDOW_KEYS:
         if (_int_attr(config, key) or 0) > WINDOW:
             setattr(tiny, key, WINDOW)
