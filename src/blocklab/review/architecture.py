@@ -48,7 +48,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     # (a convolution's kernel is applied by its own layer, which the hooks see)
     modules = dict(a.driver.layer.named_modules())
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
-                   and sorted(p.shape)[-2] > 1 and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
+                   and sorted(p.shape)[-2] > 1  # not a per-head gain shaped (heads, 1, 1)
+                   and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
     unprojected = next((g for g in selfs if g.unprojected), None)
     if unprojected is not None:
         first = unprojected.unprojected[0]
