@@ -130,6 +130,8 @@ MUTANTS = {
     # ReZero: x + alpha * attn(x), h + alpha * ffn(h), no norm anywhere (its design): only the missing norm is said;
     # alpha = 0 at init does not make it parallel or windowed
     "ReZeroBlock": ("decoder", EXIT_FLAG, [("norm position", "none")]),
+    # tokens mixed by a causal depthwise convolution, no softmax anywhere: nothing to review as a transformer block
+    "ConvMixerBlock": ("decoder", EXIT_CANNOT, [("structure", None)]),
 }
 
 
@@ -257,3 +259,9 @@ def test_unwritable_json_is_refused_before_any_verdict(tmp_path, capsys):
     assert cli.main(argv) == EXIT_USAGE
     out = capsys.readouterr()
     assert "verdict" not in out.out and "does not exist" in out.err
+
+
+def test_a_block_whose_mixer_is_no_attention_is_not_passed():
+    r = review("ConvMixerBlock", "decoder")
+    (cannot,) = [f for f in r.findings if f.severity == "cannot"]
+    assert r.facts["structure"]["mixer"] == "conv" and "no softmax attention" in cannot.message

@@ -571,3 +571,21 @@ class BlockNoOutputProjection(Block):
         att = F.softmax(att.masked_fill(a.bias[:, :, :T, :T] == 0, float("-inf")), dim=-1)
         x = x + (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return x + self.mlp(self.ln_2(x))
+
+
+class ConvMixerBlock(nn.Module):
+    """No attention: tokens mixed by a causal depthwise convolution of width 3 (x + conv(norm1(x)) through a linear
+    in and out), then a ReLU FFN 4x; pre-norm nn.RMSNorm."""
+
+    def __init__(self, d_model: int = 64):
+        super().__init__()
+        self.norm1, self.norm2 = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
+        self.inp, self.out = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size=3, groups=d_model, padding=2)
+        self.ffn = FeedForward(d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mixed = self.conv(self.inp(self.norm1(x)).transpose(1, 2))[..., :T].transpose(1, 2)
+        h = x + self.out(mixed)
+        return h + self.ffn(self.norm2(h))
