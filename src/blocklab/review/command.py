@@ -34,7 +34,8 @@ EXIT_HELP = """exit status:
   built in float64 and driven whole; every layer is probed, and each distinct layer pattern read in full.
   Parameters are counted at the config's full size on the meta device.
 
-supported --module targets:
+supported --module targets (--module IMPORTS the module and RUNS its code, the block's constructor and forward: review
+only code you trust; a module is looked up in the current folder too, and path/to/file.py:Class imports that file):
   a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its
       own model from its config class and reviewed as --hf-config does (--role encoder/decoder picks the stack
       of an encoder-decoder)
