@@ -698,3 +698,48 @@ def test_a_config_deeper_than_the_probe_says_how_deep_it_probed(monkeypatch):
 def test_memory_messages_keep_small_caps_readable():
     review = review_architecture("llama", max_memory_gb=0.001)
     assert "over the cap of 0.001 GiB" in review.findings[0].message
+
+
+def test_differential_attention_reads_two_softmax_maps_per_head():
+    # diffllama mod DiffLlamaAttention: two attention calls share q and k over the two halves of v, the heads are
+    # chunked in two and combined as out1 - lambda * out2 (two softmax maps per output head), then groupnorm (an
+    # RMSNorm over 2 x head_dim) BEFORE o_proj; cfg 51-54 + 74-76: 32 query heads of 64 at 2048, K/V heads default to
+    # the query heads (MHA), 8192 / 2048 SwiGLU
+    review = hf_review("diffllama")
+    s = review.facts["structure"]
+    assert (s["mixer"], s["position"], s["ffn"]) == ("attention", "rope", "swiglu")
+    assert s["evidence"]["heads"]["maps_per_head"] == 2
+    assert (s["query_heads"], s["kv_heads"]) == (32, 32) and s["ffn_ratio"] == 8192 / 2048
+    assert review.severity_of("head count") == "info" and review.exit_status == EXIT_PASS
+
+
+def test_bitnet_sub_norms_do_not_hide_attention_or_activation():
+    # bitnet mod: o_proj(attn_sub_norm(attn)) and down_proj(ffn_sub_norm(act(gate) * up)); cfg 44-49: 2560 wide,
+    # 20 query / 5 K/V heads, 6912 hidden, relu2
+    s = hf_review("bitnet").facts["structure"]
+    assert (s["attention"], s["query_heads"], s["kv_heads"], s["position"]) == ("GQA", 20, 5, "rope")
+    assert (s["ffn"], s["ffn_ratio"], s["norm_placement"]) == ("reglu2", 6912 / 2560, "pre")
+
+
+def test_recurrent_gemma_recurrence_and_local_attention():
+    # recurrent_gemma cfg 65 + 75: block_types (recurrent, recurrent, attention) repeated, attention window 2048,
+    # partial_rotary_factor 0.5 (cfg 90); mod 480-483: the MLP is intermediate_size // 2 = 3840 wide (1.5x); the
+    # RG-LRU's recurrent_gate_weight is a block-diagonal 3-D weight inside the recurrence, not routed experts
+    review = hf_review("recurrent_gemma")
+    found = patterns(review)
+    attention = tuple(i for i in range(26) if i % 3 == 2)
+    assert {k: p["mixer"] for k, p in found.items()} == {
+        attention: "attention", tuple(i for i in range(26) if i % 3 != 2): "recurrent"}
+    assert found[attention]["sliding_window"] == 2048
+    assert all(p["moe"] is None and p["ffn_ratio"] == 1.5 for p in found.values())
+    assert review.facts["structure"]["evidence"]["rotary_fraction"] == 0.5
+    assert review.severity_of("ffn") is None  # no "3-D weights without a layer" warning
+
+
+def test_bamba_says_it_has_no_attention():
+    # bamba cfg: attn_layer_indices unset: every layer a Mamba-2 scan (mamba_d_state 128: ssm); its 256-position
+    # chunk is shrunk with the rest (6 probe tokens padded to 256 made this review take 647 s)
+    assert hf_arch.shrink(hf_arch.load_config("bamba")).mamba_chunk_size == hf_arch.CHUNK
+    review = hf_review("bamba")
+    assert review.exit_status == EXIT_CANNOT
+    assert "layers 0-31: ssm" in review.findings[0].message
