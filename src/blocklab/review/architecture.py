@@ -64,6 +64,9 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                                                   ("feed-forward network", a.ffns)) if not found)
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
         hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
+        if not selfs:
+            hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
+                     "with an earlier layer), which mixes none of the layer's own input")
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
     cross = [g for g in a.attentions if g.cross]
