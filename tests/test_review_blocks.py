@@ -218,7 +218,7 @@ def test_a_zero_gate_at_init_does_not_change_what_the_block_is():
     # would reach position 0 only (a "window" of 1)
     r = review("ReZeroBlock", "decoder")
     s = r.facts["structure"]
-    assert r.facts["zero_at_init"] == ["alpha"]
+    assert r.facts["zero_at_init"] == ["alpha"] and r.severity_of("zero at init") == "info"
     assert (s["residual"], s["sliding_window"], s["attention"]) == ("sequential", None, "MHA")
 
 

@@ -58,10 +58,13 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         review.facts["traced_multihead_attention"] = probe.traced_mha
     if probe.refilled:
         review.facts["zero_at_init"] = probe.refilled
-        review.add("zero at init", "info", f"{len(probe.refilled)} parameter(s) all zero at init ("
-                   + ", ".join(probe.refilled[:4]) + (" ..." if len(probe.refilled) > 4 else "") + "): probed "
-                   "with them nonzero, since a gate at 0 (ReZero's) silences what it multiplies (a zero bias changes "
-                   "nothing): the structure read is the trained block's", probe.refilled)
+        # said in the text: the gates (fewer numbers than the width: a scalar, one per head), not the zero biases
+        params = dict(probe.module.named_parameters())
+        gates = [n for n in probe.refilled if params[n].numel() < width]
+        if gates:
+            review.add("zero at init", "info", f"{', '.join(gates[:4])}{' ...' if len(gates) > 4 else ''}: zero at "
+                       "init, a gate that silences what it multiplies (ReZero's alpha): probed nonzero, so the "
+                       "structure read is the trained block's (facts.zero_at_init lists every zero parameter)", gates)
     review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
     if probe.call.seq_first:
         review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
