@@ -78,6 +78,17 @@ def _other_settings(by_setting: pd.DataFrame | None, claim_id: str) -> str:
     return f"at the {len(rows)} other recorded settings ({each}): {'; '.join(said)}"
 
 
+def _no_seeds(row) -> str:
+    """Why an inconclusive row names no number of seeds."""
+    if pd.isna(getattr(row, "p_reproduced_if_true", float("nan"))):
+        return "unknown (one seed: no spread to go by)"
+    return "none up to 64 at this spread (or the document's own few runs bound the test)"
+
+
+def _rate(value) -> str:
+    return "—" if pd.isna(value) or value == "" else f"{float(value):.2f}"
+
+
 def claims_summary(data: Path, root: Path) -> str:
     """The README's claims at a glance: the documents' claims and the project's counted apart, each event once; every
     "not reproduced" and "partly" with what the other recorded settings gave (claim x setting), and every
@@ -89,7 +100,9 @@ def claims_summary(data: Path, root: Path) -> str:
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
              f"**{len(project)} are the project's**, beside them ({', '.join(f'`{i}`' for i in project['id'])}): "
-             f"{_counts(project)}. Each event is counted once (a collapse's rate in one claim, its shape in another); "
+             f"{_counts(project)}. Rows share runs, so their verdicts are not independent: a collapse counts in how often "
+             "(`d000-post-warm-collapse-rate`) and in its shape (`d000-post-warm-collapse`), the sweep's runs feed "
+             "every sweep row and the answer to 11 (다); "
              f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). Each verdict "
              "follows the rule of its claim's kind ([the rules](docs/doc000.md#claims)). Not reproduced:", ""]
     for verdict in ("not reproduced", "partly"):
@@ -104,8 +117,9 @@ def claims_summary(data: Path, root: Path) -> str:
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
         lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
-                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'unknown (one seed: no spread to go by; or beyond 10,000)'}"
-                                         for r in undecided.itertuples(index=False)) + "."]
+                  "spread (where both error rates would reach 0.8): " + "; ".join(
+                      f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
+                      for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
     return "\n".join(lines) + "\n\n" + _note(*sources)
@@ -114,8 +128,9 @@ def claims_summary(data: Path, root: Path) -> str:
 def _claims_table(data: Path, document: int) -> str:
     claims = _claims(data)
     claims = claims[claims["document"].astype(int) == document]
-    lines = ["| claim | where | document | kind | measured | margin | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| claim | where | document | kind | measured | margin | verdict | p(reproduced \\| true) | "
+             "p(rejected \\| off) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in claims.itertuples(index=False):
         marks = [m for m, on in (("the project's claim", row.source == "project"),
                                  ("fitted", str(row.fitted).lower() == "true")) if on]
@@ -124,8 +139,56 @@ def _claims_table(data: Path, document: int) -> str:
         lines.append(f"| {_cell(row.claim)} (`{row.id}`{'; ' + ', '.join(marks) if marks else ''}) | {_cell(row.where)} | "
                      f"{_cell(row.document_value)} | {_cell(row.kind)} | {_cell(_short(row.measured, 200))} | "
                      f"{_cell(_clip(row.margin, 320)) if pd.notna(row.margin) and row.margin else '—'} | "
-                     f"**{row.verdict}**{decide} |")
+                     f"**{row.verdict}**{decide} | {_rate(getattr(row, 'p_reproduced_if_true', None))} | "
+                     f"{_rate(getattr(row, 'p_rejected_if_off', None))} |")
     return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv")
+
+
+ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24",
+              "p11c-post-norm-warm-fails", "p11c-post-norm-nowarm-learns-shallow-or-slow", "d000-depth-gap",
+              "d000-post-warm-collapse-rate")
+
+
+def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims") -> str:
+    """Problem 11 (다), the chapter's central question, answered from the claims table only: the document's scoped
+    answer and the project's answer, each sentence a row (its id, measured value and verdict), and a conclusion
+    that follows the verdicts (it changes when they do)."""
+    claims = _claims(data).set_index("id")
+    missing = [i for i in ANSWER_11C if i not in claims.index]
+    if missing:
+        return f"Not in the claims table: {', '.join(missing)} (run `blocklab claims`).\n\n" + _note(
+            "docs/gallery/data/claims/claims.csv")
+    v = {i: claims.loc[i, "verdict"] for i in ANSWER_11C}
+    m = {i: _cell(_clip(claims.loc[i, "measured"], 400)) for i in ANSWER_11C}
+
+    def said(i):
+        return f"**{v[i]}** ([`{i}`]({link}))"
+    only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-warm-fails"))
+    lines = [f"- The document's answer, scoped to its size: \"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
+             f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
+             f"- Pre-norm, every run of the sensitivity study: {m['p11c-pre-norm-learns-everywhere']}: "
+             f"{said('p11c-pre-norm-learns-everywhere')}.",
+             f"- Post-norm without warm-up at 24 blocks and the document's learning rate: "
+             f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
+             f"- Post-norm with warm-up, the same cells: {m['p11c-post-norm-warm-fails']}: "
+             f"{said('p11c-post-norm-warm-fails')}; at the default, over nine seeds: "
+             f"{m['d000-post-warm-collapse-rate']} ({said('d000-post-warm-collapse-rate')} against the document's "
+             "1 of 3).",
+             f"- Post-norm without warm-up where the stack is shallower or the learning rate smaller: "
+             f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: {said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; "
+             f"the gap grows with depth over all four depths: {said('d000-depth-gap')}."]
+    if only_post:
+        answer = ("So, from these rows: holding depth, learning rate and warm-up fixed, only post-norm failed (pre-norm "
+                  "learned in every one of those runs), and warm-up did not remove the failure: it is post-norm's, and "
+                  "pre-norm is the safer default in every setting tried. Depth and the learning rate change how often "
+                  "post-norm fails: without warm-up it learned in some shallower or slower cells ("
+                  f"{v['p11c-post-norm-nowarm-learns-shallow-or-slow']}), and the gap grows with depth "
+                  f"({v['d000-depth-gap']}).")
+    else:
+        answer = ("So, from these rows: the recorded runs do not show post-norm failing where pre-norm, at the same "
+                  "depth, learning rate and warm-up, learned; no conclusion about post-norm as such follows from them.")
+    return ("\n".join(lines) + "\n\n" + answer + "\n\n"
+            + _note("docs/gallery/data/claims/claims.csv"))
 
 
 def sweep_outcomes(data: Path, root: Path) -> str:
@@ -584,6 +647,8 @@ GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
     "claims-004": lambda data, root: _claims_table(data, 4),
+    "answer-11c": answer_11c,
+    "answer-11c-docs": lambda data, root: answer_11c(data, root, "doc000.md#claims"),
     "sweep-outcomes": sweep_outcomes,
     "sensitivity-choices": sensitivity_choices,
     "sensitivity-depth-lr": sensitivity_depth_lr,
