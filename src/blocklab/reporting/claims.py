@@ -483,7 +483,8 @@ def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     per_step, left_out = {}, {}
     for r in runs.sort_values("seed").itertuples():
         own = frame[frame["run"] == r.run]
-        events = [float(x) for x in (r.collapse_step, r.spike_step) if pd.notna(x)]
+        events = [float(x) for x in (getattr(r, "collapse_step", None), getattr(r, "spike_step", None))
+                  if x is not None and pd.notna(x)]
         event = min(events) if events else float("inf")
         for step in figure_steps(max(data.params["sweep"]["warmups"]), data.params["sweep"]["steps"]):
             if step + WINDOW >= event:  # read before any collapse (or spike): after it the gradient is the event's

@@ -82,7 +82,7 @@ def _no_seeds(row) -> str:
     """Why an inconclusive row names no number of seeds."""
     if pd.isna(getattr(row, "p_reproduced_if_true", float("nan"))):
         return "unknown (one seed: no spread to go by)"
-    return "none up to 64 at this spread (or the document's own few runs bound the test)"
+    return "more than 64"
 
 
 def _rate(value) -> str:
@@ -90,7 +90,7 @@ def _rate(value) -> str:
 
 
 def claims_summary(data: Path, root: Path) -> str:
-    """The README's claims at a glance: the documents' claims and the project's counted apart, each event once; every
+    """The README's claims at a glance: the documents' claims and the project's counted apart, rows that share runs named; every
     "not reproduced" and "partly" with what the other recorded settings gave (claim x setting), and every
     "inconclusive" with the seeds that would decide it."""
     claims = _claims(data)
@@ -99,25 +99,23 @@ def claims_summary(data: Path, root: Path) -> str:
     documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
-             f"**{len(project)} are the project's**, beside them ({', '.join(f'`{i}`' for i in project['id'])}): "
-             f"{_counts(project)}. Rows share runs, so their verdicts are not independent: a collapse counts in how often "
-             "(`d000-post-warm-collapse-rate`) and in its shape (`d000-post-warm-collapse`), the sweep's runs feed "
-             "every sweep row and the answer to 11 (다); "
-             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). Each verdict "
-             "follows the rule of its claim's kind ([the rules](docs/doc000.md#claims)). Not reproduced:", ""]
+             f"**{len(project)} are the project's** (marked in the tables): {_counts(project)}. Rows share runs, so "
+             "verdicts are not independent (a collapse counts in its rate, `d000-post-warm-collapse-rate`, and its "
+             "shape, `d000-post-warm-collapse`); "
+             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
+             "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
     for verdict in ("not reproduced", "partly"):
         rows = claims[claims["verdict"] == verdict]
         if verdict == "partly" and len(rows):
             lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
         for row in rows.itertuples(index=False):
             whose = "" if row.source == "document" else " (the project's)"
-            lines.append(f"- `{row.id}`{whose}: the document says {_cell(row.document_value)}; measured "
-                         f"{_cell(_short(row.measured, 70))}"
+            lines.append(f"- `{row.id}`{whose}: document {_cell(row.document_value)}; measured "
+                         f"{_cell(_short(row.measured, 60))}"
                          f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
-        lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
-                  "spread (where both error rates would reach 0.8): " + "; ".join(
+        lines += ["", "Inconclusive, with the seeds that would decide at the measured spread (both error rates ≥ 0.8): " + "; ".join(
                       f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
                       for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
@@ -149,7 +147,7 @@ ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c
               "d000-post-warm-collapse-rate")
 
 
-def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims") -> str:
+def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", compact: bool = False) -> str:
     """Problem 11 (다), the chapter's central question, answered from the claims table only: the document's scoped
     answer and the project's answer, each sentence a row (its id, measured value and verdict), and a conclusion
     that follows the verdicts (it changes when they do)."""
@@ -160,11 +158,14 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims") -> s
             "docs/gallery/data/claims/claims.csv")
     v = {i: claims.loc[i, "verdict"] for i in ANSWER_11C}
     m = {i: _cell(_clip(claims.loc[i, "measured"], 400)) for i in ANSWER_11C}
+    if compact:  # the README: the counts alone (the first clause), the full measured text is one link away
+        m = {i: _cell(_clip(str(claims.loc[i, "measured"]).split(" (")[0].split(";")[0], 90)) for i in ANSWER_11C}
 
     def said(i):
-        return f"**{v[i]}** ([`{i}`]({link}))"
+        return f"**{v[i]}** (`{i}`)" if compact else f"**{v[i]}** ([`{i}`]({link}))"
     only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-warm-fails"))
-    lines = [f"- The document's answer, scoped to its size: \"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
+    quote = "" if compact else f"\"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
+    lines = [f"- The document's answer, scoped to its size: {quote}"
              f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
              f"- Pre-norm, every run of the sensitivity study: {m['p11c-pre-norm-learns-everywhere']}: "
              f"{said('p11c-pre-norm-learns-everywhere')}.",
@@ -174,10 +175,13 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims") -> s
              f"{said('p11c-post-norm-warm-fails')}; at the default, over nine seeds: "
              f"{m['d000-post-warm-collapse-rate']} ({said('d000-post-warm-collapse-rate')} against the document's "
              "1 of 3).",
-             f"- Post-norm without warm-up where the stack is shallower or the learning rate smaller: "
+             f"- Post-norm without warm-up, shallower stacks or a smaller learning rate: "
              f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: {said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; "
              f"the gap grows with depth over all four depths: {said('d000-depth-gap')}."]
-    if only_post:
+    if only_post and compact:
+        answer = ("So: at the same depth, learning rate and warm-up, only post-norm failed; warm-up did not remove it; "
+                  "pre-norm is the safer default in every setting tried.")
+    elif only_post:
         answer = ("So, from these rows: holding depth, learning rate and warm-up fixed, only post-norm failed (pre-norm "
                   "learned in every one of those runs), and warm-up did not remove the failure: it is post-norm's, and "
                   "pre-norm is the safer default in every setting tried. Depth and the learning rate change how often "
@@ -647,7 +651,7 @@ GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
     "claims-004": lambda data, root: _claims_table(data, 4),
-    "answer-11c": answer_11c,
+    "answer-11c": lambda data, root: answer_11c(data, root, compact=True),
     "answer-11c-docs": lambda data, root: answer_11c(data, root, "doc000.md#claims"),
     "sweep-outcomes": sweep_outcomes,
     "sensitivity-choices": sensitivity_choices,
