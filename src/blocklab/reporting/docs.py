@@ -451,7 +451,8 @@ def _lead_cell(row) -> str:
 
 def dynamics_detectors(data: Path, root: Path) -> str:
     """Each candidate precursor as a detector (experiments/detectors.py, the procedure fixed in docs/dynamics.md): hit
-    and false-alarm rates with 95 % Wilson intervals and lead times, at every step and on the 10-step grid; each event's
+    rates (one event per run, 95 % Wilson over runs) and false-alarm rates (windows in the events' phase of training,
+    95 % interval resampling runs) and lead times, at every step and on the 10-step grid; each event's
     onset and each detector's lead; the resolution each recorded run really has."""
     tables = _detector_tables(data, root)
     short = lambda source: source.replace("docs/gallery/data/dynamics", "the gallery's tables")  # noqa: E731
@@ -464,8 +465,8 @@ def dynamics_detectors(data: Path, root: Path) -> str:
                      f"{r.last_step} | {r.seed} |")
     runs = tables["detector_runs"]
     ev = runs[runs["event_step"].notna()]
-    lines += ["", "| precursor | rule | resolution | hits (95 % Wilson) | late | lead time, median (range) | "
-              "false alarms (95 % Wilson) | runs with a false alarm |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| precursor | rule | resolution | hits (95 % Wilson over runs) | late | lead time, median (range) | "
+              "false alarms (95 %, runs resampled) | runs with a false alarm |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in tables["detectors"].itertuples(index=False):
         lead = "—" if r.lead_median != r.lead_median else f"{r.lead_median:g} ({r.lead_min:g}–{r.lead_max:g})"
         hits = _interval(r.hits, r.events_evaluable, r.hit_low, r.hit_high) if r.events_evaluable else \
@@ -666,6 +667,40 @@ GENERATORS = {
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
 }
+
+
+# ---- hand-written numbers (issue 44) -------------------------------------------------------------------------------
+
+HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->", re.S),  # written by the code
+             re.compile(r"```.*?```", re.S),             # commands and their output
+             re.compile(r"<!--.*?-->", re.S),             # comments
+             re.compile(r"`[^`\n]*`"),                   # code spans: names, commands, values of keys
+             re.compile(r"\]\([^)]*\)")]                 # link targets
+# What reads as a measured number: a decimal (4.16, 0.0104), a share (22 %), a count of runs (2 of 9), a factor
+# (×1.15) or a duration (50 min). Whole numbers alone (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
+HAND_NUMBER = re.compile(r"(?<![\w.\-])(\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%|\d+ of \d+|[×x]\s?\d+(?:\.\d+)?"
+                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b)")
+
+
+def hand_numbers(text: str) -> list[str]:
+    """The measured-looking numbers a page states outside its generated blocks, code and links (normalised:
+    "2 h" and "2h" are one)."""
+    for skip in HAND_SKIP:
+        text = skip.sub(" ", text)
+    return [re.sub(r"\s+", "", m) for m in HAND_NUMBER.findall(text)]
+
+
+def document_numbers(claims_yaml: dict | list) -> set[str]:
+    """Every number the documents write, as claims.yaml quotes them (a page may quote the document)."""
+    found = set()
+    for claim in claims_yaml:
+        for key in ("claim", "document_value"):
+            found |= set(hand_numbers(str(claim.get(key, ""))))
+        for part in [claim, *claim.get("parts", [])]:
+            for key in ("value", "low", "high", "bound", "size"):
+                if key in part:
+                    found.add(str(part[key]))
+    return found
 
 
 def pages(root: Path) -> list[Path]:
