@@ -728,8 +728,9 @@ def residual_ablation(data: Data, threshold: float):
         per_seed.append(float(below.iloc[0]) if len(below) else float("inf"))
     if not per_seed:
         raise NotCheckable("the ablation has no normalized block without residual connections")
-    words.append(f"no residual, norm, per seed: {fmt(per_seed)} layers")
-    return "; ".join(words), [part("samples", samples=per_seed)]
+    # the judged arm first (a normalized block without residual connections), the other wirings beside it
+    return "; ".join([f"no residual, norm (judged), per seed: {fmt(per_seed)} layers", *words]), [
+        part("samples", samples=per_seed)]
 
 
 def largest_rise(loss) -> float:
