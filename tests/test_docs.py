@@ -356,3 +356,20 @@ def test_a_number_planted_by_hand_fails_and_one_in_a_generated_block_does_not(tm
     assert _stray_numbers("README.md", inside) == []
     # settings and counts of files are not measurements: whole numbers alone pass
     assert _stray_numbers("README.md", readme + "\n24 blocks, 1,200 steps, seeds 0-8, 12 runs.\n") == []
+
+
+def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tmp_path):
+    """README's and open-questions' answer to problem 11 (다) is made from the claims table only: each sentence names
+    its row and verdict, and the conclusion changes when the verdicts do (issue 44: the hand-written answer had said
+    the failure was not post-norm's, against the data)."""
+    (tmp_path / "claims").mkdir()
+    claims = pd.read_csv(DATA / "claims" / "claims.csv")
+    shipped = docs.answer_11c(DATA, ROOT)
+    for cid in docs.ANSWER_11C:
+        assert f"`{cid}`" in shipped
+    assert "only post-norm failed" in shipped and "not of post-norm as such" not in shipped
+    claims.loc[claims["id"] == "p11c-post-norm-warm-fails", "verdict"] = "not reproduced"
+    claims.to_csv(tmp_path / "claims" / "claims.csv", index=False)
+    changed = docs.answer_11c(tmp_path, ROOT)
+    assert "only post-norm failed" not in changed and "no conclusion about post-norm as such" in changed
+    assert "**not reproduced** ([`p11c-post-norm-warm-fails`]" in changed
