@@ -364,7 +364,7 @@ def test_bad_claims_fail_on_load_naming_the_claim_and_the_key(rule, match):
 def test_bad_claim_entries_outside_the_rule():
     good = GOOD + "  kind: value\n  value: \"4.0\"\n"
     assert claims.load_claims(good)[0]["id"] == "good"
-    with pytest.raises(ConfigError, match="good.source: 'paper'; allowed: document, project"):
+    with pytest.raises(ConfigError, match="good.source: 'paper'; allowed: document, project, literature"):
         claims.load_claims(good.replace("source: document", "source: paper"))
     with pytest.raises(ConfigError, match="good.check: 'loss_at' is unknown; allowed: final_losses_near_chance"):
         claims.load_claims(good.replace("check: loss_at_step", "check: loss_at"))

@@ -98,7 +98,7 @@ class Data:
 
 
 CLAIM_KEYS = {"id", "document", "where", "claim", "document_value", "check", "args", "source", "fitted", "kind", "parts"}
-SOURCES = ("document", "project")
+SOURCES = ("document", "project", "literature")  # literature: a published result the project re-measures
 
 
 def rule_parts(claim: dict) -> list[dict]:

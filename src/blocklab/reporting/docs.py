@@ -97,11 +97,13 @@ def claims_summary(data: Path, root: Path) -> str:
     by_setting = (read_table(data / "sensitivity" / "claims_by_setting.csv")
                   if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
     documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
+    others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
              f"**{len(project)} are the project's** (marked in the tables): {_counts(project)}. Rows share runs, so "
              "verdicts are not independent (a collapse counts in its rate, `d000-post-warm-collapse-rate`, and its "
              "shape, `d000-post-warm-collapse`); "
+             + "".join(f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
              f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
              "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
     for verdict in ("not reproduced", "partly"):

@@ -17,10 +17,13 @@ The kinds and their rules:
   seed of a random quantity has no spread: inconclusive, whatever its point; a computation without randomness (a closed
   form, a fixed checkpoint's forward: ``computed``) is compared with r alone. Reproduced when the two intervals meet,
   else not reproduced.
-- **range** ("0.16 – 0.71"): each seed is a part, inside [lo - r_lo, hi + r_hi] (each end's own rounding): all seeds
-  inside: reproduced; some: partly; none: not reproduced.
-- **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r
-  (all: reproduced, some: partly, none: not reproduced). ``scope: typical``: the one-sided 95 % t-bound of the mean
+- **range** ("0.16 – 0.71"): the document's range is what its few seeds spanned, a sample, and so are ours: the 95 %
+  t-interval of our seeds' mean must meet [lo - r_lo, hi + r_hi] (each end's own rounding): reproduced; entirely
+  outside it: not reproduced; one seed: inconclusive (issue 44; "every seed inside" said reproduced about a fifth of
+  the time when the seeds came from exactly the document's distribution).
+- **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r;
+  the words are about every run, so one seed on the other side refutes them (all: reproduced, else not reproduced).
+  ``scope: typical``: the one-sided 95 % t-bound of the mean
   clear of the bound on the claimed side: reproduced; the other one-sided bound on the other side: not reproduced;
   spanning it, or one run of a random quantity: inconclusive.
 - **count** ("1 of 3"): Fisher's exact test of k of n against the document's count: p < 0.05: not reproduced;
@@ -38,7 +41,9 @@ The kinds and their rules:
   seed, with a 95 % t-interval on its log (``scale: difference``: the difference last - first, for a quantity that
   can be 0); ``grows``: above 1 (0): reproduced, at or below: not reproduced, spanning: inconclusive; ``shrinks``
   mirrored; ``flat``: the ratio's interval within the stated ``band``: reproduced; outside it: not reproduced;
-  across an edge: inconclusive. A ratio measured as a mean with a standard error uses ± 1.96 · se.
+  across an edge: inconclusive. A ratio measured as a mean with a standard error uses ± 1.96 · se. ``scale: levels``
+  (outcomes of few values at every recorded level, "grows with depth"): the exact stratified permutation test of
+  level rank x value (``levels_trend``).
 - **exact**: a property computed without randomness (a shape, a closed form, an arithmetic step): holds: reproduced;
   fails: not reproduced.
 
