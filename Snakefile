@@ -37,3 +37,4 @@ rule all:
         expand("figs/{figure}.png", figure=FIGURES),
         "reports/analysis.html",
         "data/claims/claims.csv",
+        "data/claims/metrics.json",

@@ -71,6 +71,8 @@ def register(subparsers) -> None:
     what.add_argument("--module", help="package.module:ClassOrFactory of the block to probe")
     what.add_argument("--hf-config", help="config.json path, a shipped name (llama3-8b, qwen3-vl-4b-text) or a "
                                           "transformers model_type (gpt2, t5, ...)")
+    what.add_argument("model_type", nargs="?", metavar="MODEL_TYPE",
+                      help="shorthand for --hf-config MODEL_TYPE: `blocklab review llama`")
     what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
                       help="print a markdown table of these architectures against the 2026 checklist (with --json: "
                            "record it, for blocklab docs)")
@@ -105,6 +107,8 @@ def _parse_kwargs(text: str | None) -> dict:
 
 
 def run_review(args) -> Review:
+    if getattr(args, "model_type", None):
+        args.hf_config = args.model_type
     if sum(bool(getattr(args, k, None)) for k in ("module", "hf_config", "table")) != 1:
         raise ConfigError("give exactly one of --module, --hf-config or --table")
     for name in ("d_model", "depth"):
