@@ -100,9 +100,8 @@ def claims_summary(data: Path, root: Path) -> str:
     others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
-             f"**{len(project)} are the project's** (marked in the tables): {_counts(project)}. Rows share runs, so "
-             "verdicts are not independent (a collapse counts in its rate, `d000-post-warm-collapse-rate`, and its "
-             "shape, `d000-post-warm-collapse`); "
+             f"**{len(project)} are the project's**: {_counts(project)}. Rows share runs (a collapse counts in its "
+             "rate and its shape); "
              + "".join(f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
              f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
              "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
@@ -117,7 +116,7 @@ def claims_summary(data: Path, root: Path) -> str:
                          f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
-        lines += ["", "Inconclusive, with the seeds that would decide at the measured spread (both error rates ≥ 0.8): " + "; ".join(
+        lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
                       f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
                       for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
@@ -684,6 +683,7 @@ GENERATORS = {
 HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->", re.S),  # written by the code
              re.compile(r"```.*?```", re.S),             # commands and their output
              re.compile(r"<!--.*?-->", re.S),             # comments
+             re.compile(r"<[a-zA-Z][^>]*>"),               # HTML tags (an image's width="49%")
              re.compile(r"`[^`\n]*`"),                   # code spans: names, commands, values of keys
              re.compile(r"\]\([^)]*\)")]                 # link targets
 # What reads as a measured number: a decimal (4.16, 0.0104), a share (22 %), a count of runs (2 of 9), a factor
