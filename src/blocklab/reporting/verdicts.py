@@ -754,7 +754,10 @@ def judge_parts(parts: list[dict], measures: list[dict], labels: list[str], gate
         if len(judged) > MAX_SHOWN:
             margin = f"{len(judged)} parts: {tally}; the first and the last: {margin}"
     return kinds, Judged(verdict, "; ".join(rules), margin,
-                         (None if any(s is None for s in seeds) else max(seeds)) if seeds else None,
+                         # seeds to decide: only for a claim left inconclusive (a part's count would mislead beside a
+                         # decided verdict)
+                         (None if any(s is None for s in seeds) else max(seeds)) if seeds and verdict == INCONCLUSIVE
+                         else None,
                          float(np.prod(p_true)) if p_true else None, min(p_off) if p_off else None)
 
 
