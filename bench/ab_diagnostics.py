@@ -4,12 +4,15 @@
 Three copies of the sweep's copy-task model of params.yaml (fast path, fused Adam, its batch; post-norm, seed 0), each
 trained through ``train._make_step`` as a pipeline run is: ``fast`` records nothing, ``before`` and ``now`` record every
 diagnostic at every step (params' ``diagnostics``, ``every`` forced to 1). Every round trains one step of each on the
-same batch, in an order that rotates, so that load drifting from minute to minute hits all of them alike. Prints the
-median step of each, and each one's overhead over ``fast`` as the median of the rounds' ratios with its quartiles; checks
-that the three give bit-identical losses. `python bench/ab_diagnostics.py [rounds] [rev]` (defaults 12 and 90d4296, the
+same batch, in an order that rotates, so that load drifting from minute to minute hits all of them alike. Each step is
+timed twice: wall time, and the thread's CPU time (``time.thread_time``: on a machine loaded by other jobs, the time this
+one thread computed, without the time it waited for a core; memory and cache contention remain in it). Prints the median
+step of each, and each one's overhead over ``fast`` as the median of the rounds' ratios with its quartiles; checks that
+the three give bit-identical losses. `python bench/ab_diagnostics.py [rounds] [rev]` (defaults 12 and 90d4296, the
 last commit before issue 49), from the repository root.
 """
 import importlib.util
+import os
 import statistics
 import subprocess
 import sys
@@ -67,32 +70,36 @@ def main(rounds: int, rev: str) -> None:
     steps = lanes(params, {"fast": None, "before": load_diagnostics(rev), "now": now})
     names = list(steps)
     gen = torch.Generator().manual_seed(0)
-    times, losses = {n: [] for n in names}, {n: [] for n in names}
+    times, cpu, losses = {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}
     for r in range(rounds + 2):  # the first two rounds warm up and are dropped
         batch = copy_batch(task["batch_size"], task["seq_len"], task["vocab_size"], gen)
         order = names[r % len(names):] + names[:r % len(names)]
         line = []
         for name in order:
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.thread_time()
             losses[name].append(steps[name](batch, r + 1))
-            took = time.perf_counter() - began
+            took, took_cpu = time.perf_counter() - began, time.thread_time() - began_cpu
             if r >= 2:
                 times[name].append(took)
-            line.append(f"{name} {took:.3f}")
+                cpu[name].append(took_cpu)
+            line.append(f"{name} {took:.3f} ({took_cpu:.3f} CPU)")
         print(f"round {r + 1}{' (warm-up)' if r < 2 else ''}: " + ", ".join(line) + " s", flush=True)
     assert losses["before"] == losses["fast"] and losses["now"] == losses["fast"], "the diagnostics changed a loss"
     print(f"losses bit-identical in all three over {rounds + 2} steps")
-    print(f"batch {task['batch_size']}, one thread, {rounds} rounds; before = {rev}")
-    for name in names:
-        print(f"{name:>7}: median step {statistics.median(times[name]):.3f} s")
-    for name in ("before", "now"):
-        ratios = [d / f - 1 for d, f in zip(times[name], times["fast"])]
+    print(f"batch {task['batch_size']}, one thread, {rounds} rounds; before = {rev}; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for clock, data in (("wall", times), ("CPU", cpu)):
+        print(f"-- {clock} time")
+        for name in names:
+            print(f"{name:>7}: median step {statistics.median(data[name]):.3f} s")
+        for name in ("before", "now"):
+            ratios = [d / f - 1 for d, f in zip(data[name], data["fast"])]
+            lo, mid, hi = quartiles(ratios)
+            print(f"{name:>7} overhead over fast: {mid:+.1%} (quartiles {lo:+.1%} / {hi:+.1%}; "
+                  f"ratio of medians {statistics.median(data[name]) / statistics.median(data['fast']) - 1:+.1%})")
+        ratios = [b / n for b, n in zip(data["before"], data["now"])]
         lo, mid, hi = quartiles(ratios)
-        print(f"{name:>7} overhead over fast: {mid:+.1%} (quartiles {lo:+.1%} / {hi:+.1%}; "
-              f"ratio of medians {statistics.median(times[name]) / statistics.median(times['fast']) - 1:+.1%})")
-    ratios = [b / n for b, n in zip(times["before"], times["now"])]
-    lo, mid, hi = quartiles(ratios)
-    print(f"before / now: {mid:.3f}x (quartiles {lo:.3f} / {hi:.3f})")
+        print(f"before / now: {mid:.3f}x (quartiles {lo:.3f} / {hi:.3f})")
 
 
 if __name__ == "__main__":
