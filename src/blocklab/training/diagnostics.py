@@ -64,41 +64,36 @@ def _grad(norms: dict, params) -> torch.Tensor:
 def _adam_rms(blocks: list[list[torch.Tensor]], optimizer) -> list[float]:
     """Per block, sqrt(mean over its entries of g^2 / v_hat), v_hat Adam's bias-corrected second moment *before* this
     step's update (the gradient measured against the running estimate that scales it). NaN at step 1 (no estimate).
-    g^2 / (v / c + eps^2) = g^2 c / (v + c eps^2), c = 1 - beta2^t. One pass over every block's tensors at once."""
+    g^2 / (v / c + eps^2) = g^2 c / (v + c eps^2), c = 1 - beta2^t. Block by block (a block's gradients and moments,
+    ~0.8 MB, stay in the core's cache through the three passes: 1.3x faster than one pass of each over every block),
+    the sums brought to the host together."""
     beta2, eps = optimizer.param_groups[0]["betas"][1], optimizer.param_groups[0]["eps"]
-    ready, grads, seconds, shifts = [], [], [], []
+    sums, scales = [], []
     for params in blocks:
         states = [optimizer.state.get(p, {}) for p in params]
         if any(p.grad is None or "exp_avg_sq" not in st for p, st in zip(params, states)):
-            ready.append(None)
+            scales.append(None)
             continue
         c = 1 - beta2 ** float(states[0]["step"])
-        ready.append((len(grads), len(params), c, sum(p.numel() for p in params)))
-        grads += [p.grad for p in params]
-        seconds += [st["exp_avg_sq"] for st in states]
-        shifts += [c * eps**2] * len(params)
-    if not grads:
-        return [float("nan")] * len(blocks)
-    squares = torch._foreach_mul(grads, grads)
-    torch._foreach_div_(squares, torch._foreach_add(seconds, shifts))
-    sums = [x.sum() for x in squares]
-    totals = torch.stack([torch.stack(sums[i:i + n]).sum() for i, n, _, _ in filter(None, ready)]).tolist()
-    totals = iter(totals)
-    return [float("nan") if r is None else math.sqrt(next(totals) * r[2] / r[3]) for r in ready]
+        squares = torch._foreach_mul([p.grad for p in params], [p.grad for p in params])
+        denominators = torch._foreach_add([st["exp_avg_sq"] for st in states], c * eps**2)
+        torch._foreach_div_(squares, denominators)
+        sums.append(torch.stack([x.sum() for x in squares]).sum())
+        scales.append((c, sum(p.numel() for p in params)))
+    totals = iter(torch.stack(sums).tolist() if sums else [])
+    return [float("nan") if sc is None else math.sqrt(next(totals) * sc[0] / sc[1]) for sc in scales]
 
 
 def _update_ratios(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> list[float]:
     """Per block, ||before - after|| / ||before|| (``before``: copies taken before the step, overwritten here by the
-    update before - after, sign aside)."""
-    old = [t for block in before for t in block]
-    old_norms = torch._foreach_norm(old)
-    torch._foreach_sub_(old, [t for block in after for t in block])
-    new_norms = torch._foreach_norm(old)
-    sizes = [len(block) for block in before]
-    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
-    pairs = torch.stack([torch.stack([_combine(new_norms[e - n:e]), _combine(old_norms[e - n:e])])
-                         for e, n in zip(ends, sizes)]).tolist()
-    return [update / max(norm, 1e-30) for update, norm in pairs]
+    update before - after, sign aside). Block by block, so that the subtraction and the norms read a block's copies
+    from the cache; the norms brought to the host together."""
+    pairs = []
+    for old, new in zip(before, after):
+        norm = _combine(torch._foreach_norm(old))
+        torch._foreach_sub_(old, new)
+        pairs.append(torch.stack([_combine(torch._foreach_norm(old)), norm]))
+    return [update / max(norm, 1e-30) for update, norm in torch.stack(pairs).tolist()]
 
 
 def _attention(block, seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,7 +118,7 @@ METRICS = {
     "adam_rms": Metric("block", "optimizer", "sqrt(mean(g^2 / v_hat)) over the block, v_hat before the step "
                        "(Wortsman et al. 2023)", _adam_rms),
     "stream_norm": Metric("block", "forward", "mean L2 norm of the residual stream entering the block",
-                          lambda block, seen: seen["stream"].float().norm(dim=-1).mean()),
+                          lambda block, seen: seen["stream_norm"]),
     "attn_entropy": Metric("block", "forward", "mean attention entropy of the block's heads (nats; Zhai et al. 2023)",
                            lambda block, seen: _attention(block, seen)[0]),
     "attn_logit_max": Metric("block", "forward", "largest attention logit q.k/sqrt(d_head) of the block",
@@ -221,17 +216,17 @@ class Recorder:
         return (step == 1 or step % self.every == 0 or in_window) and any(METRICS[m].cadence == "every" for m in self.metrics)
 
     def watch(self, step: int):
-        """A context manager: while it is open the model's forward is read (the stream entering each block, each
-        attention sub-layer's input and, where it shows them, its scores and weights, the output logits); on exit the
-        forward metrics of ``step`` are computed from what was read. Hooks only keep references (detached) or reduce
-        what they are shown, so the forward computes exactly what it would."""
+        """A context manager: while it is open the model's forward is read (the norm of the stream entering each block,
+        each attention sub-layer's input and, where it shows them, its scores and weights, the output logits); on exit
+        the forward metrics of ``step`` are computed from what was read. Hooks only keep references (detached) or
+        reduce what they are shown under ``no_grad``, so the forward computes exactly what it would."""
         return _Watch(self, step)
 
     @torch.no_grad()
     def _forward_metrics(self, step: int, captured: dict) -> None:
         forward, values = self._at("forward"), []
         for i, block in enumerate(self.blocks):
-            seen = {"stream": captured["stream", i], "attn_in": captured["attn_in", i]}
+            seen = {"stream_norm": captured["stream_norm", i], "attn_in": captured["attn_in", i]}
             if ("attention", i) in captured:
                 seen["attention"] = captured["attention", i]
             for name, metric in forward:
@@ -264,7 +259,7 @@ class _Watch:
     def __enter__(self):
         attention = any(self.recorder.wants(m) for m in ("attn_entropy", "attn_logit_max"))
         for i, block in enumerate(self.recorder.blocks):
-            self.hooks.append(block.register_forward_pre_hook(_capture(self.captured, ("stream", i))))
+            self.hooks.append(block.register_forward_pre_hook(_stream(self.captured, ("stream_norm", i))))
             self.hooks.append(block.attn.sublayer.register_forward_pre_hook(_capture(self.captured, ("attn_in", i))))
             if attention and hasattr(block.attn.sublayer, "observe"):  # the fast path's attention shows its scores
                 block.attn.sublayer.observe = _observe(self.captured, ("attention", i))
@@ -278,7 +273,7 @@ class _Watch:
             hook.remove()
         for sublayer in self.observed:
             del sublayer.observe  # back to the class's None
-        read = {key for key in self.captured if key == "logits" or key[0] in ("stream", "attn_in")}
+        read = {key for key in self.captured if key == "logits" or key[0] in ("stream_norm", "attn_in")}
         if exc[0] is None and len(read) == 2 * len(self.recorder.blocks) + 1:
             self.recorder._forward_metrics(self.step, self.captured)
         self.captured.clear()
@@ -288,6 +283,16 @@ class _Watch:
 def _capture(store: dict, key):
     def hook(module, args):
         store[key] = args[0].detach()
+
+    return hook
+
+
+def _stream(store: dict, key):
+    """The mean L2 norm of the residual stream entering a block, taken as the block receives it (the stream is then in
+    the cache; the forward only reads it)."""
+    def hook(module, args):
+        with torch.no_grad():
+            store[key] = args[0].detach().float().norm(dim=-1).mean()
 
     return hook
 
