@@ -204,8 +204,9 @@ def format_report(result: dict) -> str:
                      f" {b['steady']:.2f}x steady (its GFLOPS and % peak above are against the fp32 matmul peak)")
     if result.get("diagnostics_overhead"):
         d = result["diagnostics_overhead"]
-        lines.append(f"diagnostics overhead vs fast (same layout): {d['window']:+.1%} window, {d['projected']:+.1%} "
-                     f"projected, {d['steady']:+.1%} steady")
+        lines.append(f"diagnostics overhead vs fast (same layout, params' diagnostics): {d['window']:+.1%} window, "
+                     f"{d['projected']:+.1%} projected, {d['steady']:+.1%} steady (budget: +5% steady, issue 49; "
+                     f"its same-process A/B: bench/ab_diagnostics.py)")
     floor = result.get("gemm_floor")
     if floor:
         lines.append(

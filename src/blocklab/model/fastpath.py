@@ -31,15 +31,19 @@ class FusedLayerNorm(LayerNorm):
 
 
 class CausalAttentionFunction(torch.autograd.Function):
-    """softmax(q k^T * scale + mask) v on (batch*heads, time, head_dim) tensors, with the textbook backward."""
+    """softmax(q k^T * scale + mask) v on (batch*heads, time, head_dim) tensors, with the textbook backward.
+    ``observe(scores, probs)``, when given, is shown the step's own scores and weights (the training diagnostics read
+    them instead of recomputing them); it only reads."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale):
+    def forward(ctx, q, k, v, mask, scale, observe=None):
         scores = torch.baddbmm(mask, q, k.transpose(-1, -2), alpha=scale)
         if scores.dtype == torch.float32:
             probs = torch.softmax(scores, dim=-1)
         else:  # bf16 autocast: ATen's CPU softmax is ~2.5x slower in bf16 than fp32-out here (4.9 vs 1.8 ms a layer)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+        if observe is not None:
+            observe(scores, probs)
         ctx.save_for_backward(q, k, v, probs)
         ctx.scale = scale
         return torch.bmm(probs, v)
@@ -51,7 +55,7 @@ class CausalAttentionFunction(torch.autograd.Function):
         grad_scores = torch._softmax_backward_data(torch.bmm(grad_out, v.transpose(-1, -2)), probs, -1, probs.dtype)
         grad_q = torch.bmm(grad_scores, k).mul_(ctx.scale)
         grad_k = torch.bmm(grad_scores.transpose(-1, -2), q).mul_(ctx.scale)
-        return grad_q, grad_k, grad_v, None, None
+        return (grad_q, grad_k, grad_v) + (None,) * (len(ctx.needs_input_grad) - 3)  # mask, scale[, observe]
 
 
 class FastAttention(Attention):
@@ -70,7 +74,9 @@ class ShortCausalAttention(FastAttention):
     head_dim 32 its online softmax and zero-filled gradient buffers cost ~2x plain bmm-softmax-bmm (measured here:
     7.7 vs 4.1 ms forward + backward for the attention core of one layer, 22.6 vs 18.4 ms for the whole sub-layer
     with its projections). Same arithmetic, different rounding (~1e-6).
+    ``observe``: None, or a callable shown each forward's scores and weights (``CausalAttentionFunction``).
     """
+    observe = None
 
     def forward(self, x, memory=None, positions=None):
         if memory is not None or not self.causal or self.rope is not None or self.kv_heads != self.n_heads or x.is_cuda:
@@ -82,7 +88,8 @@ class ShortCausalAttention(FastAttention):
         qkv = F.linear(x, weight, bias).view(-1, time_, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.reshape(3, -1, time_, self.head_dim).unbind(0)
         mask = torch.full((time_, time_), float("-inf"), dtype=x.dtype, device=x.device).triu_(1)
-        y = CausalAttentionFunction.apply(q, k, v, mask, self.head_dim**-0.5)
+        observed = () if self.observe is None else (self.observe,)
+        y = CausalAttentionFunction.apply(q, k, v, mask, self.head_dim**-0.5, *observed)
         return self.o(y.view(*batch, self.n_heads, time_, self.head_dim).transpose(-3, -2).flatten(-2))
 
 

@@ -3,12 +3,19 @@
 Recorded while a run trains (``train(..., diagnostics=Recorder(...))``), as a tidy table ``step, block, metric, value``
 (block -1: the whole model). Nothing here changes the numbers the run computes. The gradient and optimizer metrics only
 read ``.grad`` and Adam's state between ``backward()`` and ``optimizer.step()``. The forward metrics are read from the
-step's own training forward by hooks that keep references to what it computes; the attention statistics are then
-recomputed from the sub-layer's input under ``no_grad``. ``tests/test_diagnostics.py`` checks that the losses are
-bit-identical with and without them.
+step's own training forward by hooks that keep references to what it computes; the attention statistics are read from
+the step's own attention scores and weights where the fast path's attention shows them
+(``ShortCausalAttention.observe``), else recomputed from the sub-layer's input under ``no_grad``.
+``tests/test_diagnostics.py`` checks that the losses are bit-identical with and without them.
 
 The gradient and Adam metrics are taken every step; the forward ones every ``every`` steps (and at step 1), and at every
 step of an optional ``dense`` window (first, last step), e.g. the steps before an event when a run is re-run to see it.
+
+Cost (issue 49): each quantity is computed once a step from what the step has: the gradient norms from one
+``_foreach_norm`` over every gradient, Adam's ratio and the update block by block (cache-resident) from Adam's state
+and copies kept between steps, the stream norm as each block receives it, the attention metrics from the step's own
+scores and weights; a moment's values reach the host in one ``tolist()``. ``bench/profile_diagnostics.py`` says
+where the time goes, ``bench/ab_diagnostics.py`` what it costs (bench/measured/HISTORY.md).
 """
 from __future__ import annotations
 
@@ -28,11 +35,12 @@ COLUMNS = ["step", "block", "metric", "value"]
 @dataclass(frozen=True)
 class Metric:
     """One diagnostic: what it is and when and how it is read. ``when`` says which of the Recorder's moments calls
-    ``read`` and with what: ``gradient`` (a block, after backward: its value), ``optimizer`` (every block's
-    parameters and the optimizer, before the step: one value per block), ``update`` (the blocks' parameters before and
-    after the step: one value per block), ``forward`` (a block and what the step's forward fed it: its value),
-    ``output`` (the model's output logits: one value). Forward and output metrics are read every ``every`` steps
-    (``cadence`` "every"), the others at every step ("step")."""
+    ``read`` and with what: ``gradient`` (a block and the step's per-tensor gradient norms, a dict parameter -> norm,
+    after backward: its value), ``optimizer`` (every block's parameters and the optimizer, before the step: one value
+    per block), ``update`` (copies of the blocks' parameters before the step and the parameters after it: one value per
+    block; it may overwrite the copies), ``forward`` (a block and what the step's forward fed it: its value), ``output``
+    (the model's output logits: one value). Values are floats or 0-d tensors (brought to the host together). Forward
+    and output metrics are read every ``every`` steps (``cadence`` "every"), the others at every step ("step")."""
     scope: str      # "block" (one value per block) or "model"
     when: str       # gradient | optimizer | update | forward | output
     label: str      # what it is, in words (figure axes, the README)
@@ -43,41 +51,56 @@ class Metric:
         return "every" if self.when in ("forward", "output") else "step"
 
 
-def _norm(tensors) -> float:
-    tensors = [t for t in tensors if t is not None]
-    if not tensors:
-        return float("nan")
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors))))
+def _combine(norms: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of several tensors from their own norms (NaN for none)."""
+    if not norms:
+        return torch.tensor(float("nan"))
+    return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def _grad(norms: dict, params) -> torch.Tensor:
+    """The gradient norm of ``params`` from the step's per-tensor gradient norms (those without a gradient left out)."""
+    return _combine([norms[p] for p in params if p in norms])
 
 
 def _adam_rms(blocks: list[list[torch.Tensor]], optimizer) -> list[float]:
     """Per block, sqrt(mean over its entries of g^2 / v_hat), v_hat Adam's bias-corrected second moment *before* this
     step's update (the gradient measured against the running estimate that scales it). NaN at step 1 (no estimate).
-    g^2 / (v / c + eps^2) = g^2 c / (v + c eps^2), c = 1 - beta2^t."""
+    g^2 / (v / c + eps^2) = g^2 c / (v + c eps^2), c = 1 - beta2^t. Block by block (a block's gradients and moments,
+    ~0.8 MB, stay in the core's cache through the three passes: 1.3x faster than one pass of each over every block),
+    the sums brought to the host together."""
     beta2, eps = optimizer.param_groups[0]["betas"][1], optimizer.param_groups[0]["eps"]
-    out = []
+    sums, scales = [], []
     for params in blocks:
         states = [optimizer.state.get(p, {}) for p in params]
         if any(p.grad is None or "exp_avg_sq" not in st for p, st in zip(params, states)):
-            out.append(float("nan"))
+            scales.append(None)
             continue
         c = 1 - beta2 ** float(states[0]["step"])
         squares = torch._foreach_mul([p.grad for p in params], [p.grad for p in params])
         denominators = torch._foreach_add([st["exp_avg_sq"] for st in states], c * eps**2)
         torch._foreach_div_(squares, denominators)
-        total = float(torch.stack([x.sum() for x in squares]).sum()) * c
-        out.append(math.sqrt(total / sum(p.numel() for p in params)))
-    return out
+        sums.append(torch.stack([x.sum() for x in squares]).sum())
+        scales.append((c, sum(p.numel() for p in params)))
+    totals = iter(torch.stack(sums).tolist() if sums else [])
+    return [float("nan") if sc is None else math.sqrt(next(totals) * sc[0] / sc[1]) for sc in scales]
 
 
 def _update_ratios(before: list[list[torch.Tensor]], after: list[list[torch.Tensor]]) -> list[float]:
-    """Per block, ||before - after|| / ||before|| (``before``: copies taken before the step)."""
-    return [_norm(torch._foreach_sub(old, new)) / max(_norm(old), 1e-30)  # before - after: the update, sign aside
-            for old, new in zip(before, after)]
+    """Per block, ||before - after|| / ||before|| (``before``: copies taken before the step, overwritten here by the
+    update before - after, sign aside). Block by block, so that the subtraction and the norms read a block's copies
+    from the cache; the norms brought to the host together."""
+    pairs = []
+    for old, new in zip(before, after):
+        norm = _combine(torch._foreach_norm(old))
+        torch._foreach_sub_(old, new)
+        pairs.append(torch.stack([_combine(torch._foreach_norm(old)), norm]))
+    return [update / max(norm, 1e-30) for update, norm in torch.stack(pairs).tolist()]
 
 
-def _attention(block, seen: dict) -> tuple[float, float]:
-    """The block's attention (entropy, largest logit), computed once per forward read (``seen`` keeps it)."""
+def _attention(block, seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block's attention (entropy, largest logit): as the step's own attention showed them, else recomputed once
+    per forward read (``seen`` keeps it)."""
     if "attention" not in seen:
         seen["attention"] = _attention_stats(block.attn.sublayer, seen["attn_in"])
     return seen["attention"]
@@ -88,16 +111,16 @@ def _attention(block, seen: dict) -> tuple[float, float]:
 # diagnostics.metrics is checked against these names (tests/test_diagnostics.py).
 METRICS = {
     "grad_ffn_out": Metric("block", "gradient", "gradient norm of the block's second MLP weight (Xiong et al. 2020, Fig. 3)",
-                           lambda block: _norm([block.ffn.sublayer.down.weight.grad])),
+                           lambda block, norms: _grad(norms, [block.ffn.sublayer.down.weight])),
     "grad_attn": Metric("block", "gradient", "gradient norm of the attention sub-layer (its norm included)",
-                        lambda block: _norm([p.grad for p in block.attn.parameters()])),
+                        lambda block, norms: _grad(norms, block.attn.parameters())),
     "grad_ffn": Metric("block", "gradient", "gradient norm of the MLP sub-layer (its norm included)",
-                       lambda block: _norm([p.grad for p in block.ffn.parameters()])),
+                       lambda block, norms: _grad(norms, block.ffn.parameters())),
     "update_ratio": Metric("block", "update", "Adam's relative update ||dtheta|| / ||theta|| of the block", _update_ratios),
     "adam_rms": Metric("block", "optimizer", "sqrt(mean(g^2 / v_hat)) over the block, v_hat before the step "
                        "(Wortsman et al. 2023)", _adam_rms),
     "stream_norm": Metric("block", "forward", "mean L2 norm of the residual stream entering the block",
-                          lambda block, seen: seen["stream"].float().norm(dim=-1).mean()),
+                          lambda block, seen: seen["stream_norm"]),
     "attn_entropy": Metric("block", "forward", "mean attention entropy of the block's heads (nats; Zhai et al. 2023)",
                            lambda block, seen: _attention(block, seen)[0]),
     "attn_logit_max": Metric("block", "forward", "largest attention logit q.k/sqrt(d_head) of the block",
@@ -140,6 +163,7 @@ class Recorder:
         self.block_params = [[p for p in block.parameters()] for block in self.blocks]
         self.rows: list[tuple[int, int, str, float]] = []
         self._before: list[list[torch.Tensor]] | None = None
+        self._copies: list[list[torch.Tensor]] | None = None  # kept between steps: the update's buffers
 
     def wants(self, name: str) -> bool:
         return name in self.metrics
@@ -148,30 +172,43 @@ class Recorder:
         """The wanted metrics read at ``when``, in the order of ``METRICS``."""
         return [(name, m) for name, m in METRICS.items() if m.when == when and name in self.metrics]
 
-    def _add(self, step: int, block: int, metric: str, value) -> None:
-        self.rows.append((step, block, metric, float(value)))
+    def _add(self, step: int, values: list[tuple[int, str, object]]) -> None:
+        """Rows ``(step, block, metric, value)`` for a moment's values, floats or 0-d tensors: the tensors reach the
+        host together, in one ``tolist()`` (float32 -> float64 is exact, so each value is its ``float()``)."""
+        tensors = [v for _, _, v in values if isinstance(v, torch.Tensor)]
+        host = iter(torch.stack([t.detach().reshape(()).double() for t in tensors]).tolist() if tensors else [])
+        self.rows.extend((step, block, name, next(host) if isinstance(v, torch.Tensor) else float(v))
+                         for block, name, v in values)
 
     # ---- between backward() and optimizer.step() ------------------------------------------------------------------
 
     @torch.no_grad()
     def before_update(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        values = []
         gradient = self._at("gradient")
-        for i, block in enumerate(self.blocks):
-            for name, metric in gradient:
-                self._add(step, i, name, metric.read(block))
+        if gradient:
+            grads = [(p, p.grad) for params in self.block_params for p in params if p.grad is not None]
+            norms = dict(zip((p for p, _ in grads), torch._foreach_norm([g for _, g in grads]))) if grads else {}
+            for i, block in enumerate(self.blocks):
+                for name, metric in gradient:
+                    values.append((i, name, metric.read(block, norms)))
         for name, metric in self._at("optimizer"):
-            for i, value in enumerate(metric.read(self.block_params, optimizer)):
-                self._add(step, i, name, value)
+            values += [(i, name, value) for i, value in enumerate(metric.read(self.block_params, optimizer))]
+        self._add(step, values)
         if self._at("update"):
-            self._before = [torch._foreach_mul(params, 1.0) for params in self.block_params]  # copies
+            if self._copies is None:
+                self._copies = [torch._foreach_mul(params, 1.0) for params in self.block_params]
+            else:
+                for copies, params in zip(self._copies, self.block_params):
+                    torch._foreach_copy_(copies, params)
+            self._before = self._copies
 
     @torch.no_grad()
     def after_update(self, step: int) -> None:
         if self._before is None:
             return
         for name, metric in self._at("update"):
-            for i, value in enumerate(metric.read(self._before, self.block_params)):
-                self._add(step, i, name, value)
+            self._add(step, [(i, name, value) for i, value in enumerate(metric.read(self._before, self.block_params))])
         self._before = None
 
     # ---- the step's own training forward, read by hooks --------------------------------------------------------------
@@ -181,20 +218,24 @@ class Recorder:
         return (step == 1 or step % self.every == 0 or in_window) and any(METRICS[m].cadence == "every" for m in self.metrics)
 
     def watch(self, step: int):
-        """A context manager: while it is open the model's forward is read (the stream entering each block, each
-        attention sub-layer's input, the output logits); on exit the forward metrics of ``step`` are computed from
-        what was read. Hooks only keep references (detached), so the forward computes exactly what it would."""
+        """A context manager: while it is open the model's forward is read (the norm of the stream entering each block,
+        each attention sub-layer's input and, where it shows them, its scores and weights, the output logits); on exit
+        the forward metrics of ``step`` are computed from what was read. Hooks only keep references (detached) or
+        reduce what they are shown under ``no_grad``, so the forward computes exactly what it would."""
         return _Watch(self, step)
 
     @torch.no_grad()
     def _forward_metrics(self, step: int, captured: dict) -> None:
-        forward = self._at("forward")
+        forward, values = self._at("forward"), []
         for i, block in enumerate(self.blocks):
-            seen = {"stream": captured["stream", i], "attn_in": captured["attn_in", i]}
+            seen = {"stream_norm": captured["stream_norm", i], "attn_in": captured["attn_in", i]}
+            if ("attention", i) in captured:
+                seen["attention"] = captured["attention", i]
             for name, metric in forward:
-                self._add(step, i, name, metric.read(block, seen))
+                values.append((i, name, metric.read(block, seen)))
         for name, metric in self._at("output"):
-            self._add(step, MODEL_BLOCK, name, metric.read(captured["logits"]))
+            values.append((MODEL_BLOCK, name, metric.read(captured["logits"])))
+        self._add(step, values)
 
     # ---- checkpoints and the table ------------------------------------------------------------------------------------
 
@@ -215,12 +256,16 @@ def table(rows) -> pd.DataFrame:
 
 class _Watch:
     def __init__(self, recorder: Recorder, step: int):
-        self.recorder, self.step, self.captured, self.hooks = recorder, step, {}, []
+        self.recorder, self.step, self.captured, self.hooks, self.observed = recorder, step, {}, [], []
 
     def __enter__(self):
+        attention = any(self.recorder.wants(m) for m in ("attn_entropy", "attn_logit_max"))
         for i, block in enumerate(self.recorder.blocks):
-            self.hooks.append(block.register_forward_pre_hook(_capture(self.captured, ("stream", i))))
+            self.hooks.append(block.register_forward_pre_hook(_stream(self.captured, ("stream_norm", i))))
             self.hooks.append(block.attn.sublayer.register_forward_pre_hook(_capture(self.captured, ("attn_in", i))))
+            if attention and hasattr(block.attn.sublayer, "observe"):  # the fast path's attention shows its scores
+                block.attn.sublayer.observe = _observe(self.captured, ("attention", i))
+                self.observed.append(block.attn.sublayer)
         self.hooks.append(self.recorder.model.head.register_forward_hook(
             lambda module, args, output: self.captured.__setitem__("logits", output.detach())))
         return self
@@ -228,7 +273,10 @@ class _Watch:
     def __exit__(self, *exc):
         for hook in self.hooks:
             hook.remove()
-        if exc[0] is None and len(self.captured) == 2 * len(self.recorder.blocks) + 1:
+        for sublayer in self.observed:
+            del sublayer.observe  # back to the class's None
+        read = {key for key in self.captured if key == "logits" or key[0] in ("stream_norm", "attn_in")}
+        if exc[0] is None and len(read) == 2 * len(self.recorder.blocks) + 1:
             self.recorder._forward_metrics(self.step, self.captured)
         self.captured.clear()
         return False
@@ -241,7 +289,51 @@ def _capture(store: dict, key):
     return hook
 
 
-def _attention_stats(attention, x: torch.Tensor) -> tuple[float, float]:
+def _stream(store: dict, key):
+    """The mean L2 norm of the residual stream entering a block, taken as the block receives it (the stream is then in
+    the cache; the forward only reads it)."""
+    def hook(module, args):
+        with torch.no_grad():
+            store[key] = args[0].detach().float().norm(dim=-1).mean()
+
+    return hook
+
+
+def _observe(store: dict, key):
+    """What the fast (causal) attention shows each forward, its scores (-inf where masked) and its weights, reduced
+    at once to the two attention metrics; bf16 scores are left to the recomputation (fp32 from the bf16 projections,
+    as before issue 49)."""
+    def observe(scores, probs):
+        if scores.dtype == torch.float32 and probs.dtype == torch.float32:
+            store[key] = _causal_entropy(probs), scores.max()
+
+    return observe
+
+
+def _attention_from(scores: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean entropy (nats) of the attention weights (masked entries 0: entr(0) = 0) and the largest logit (masked
+    entries -inf), over every head, query and batch row."""
+    return torch.special.entr(probs).sum(-1).mean(), scores.max()
+
+
+def _causal_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """``entr(probs).sum(-1).mean()`` for causal weights (zero above the diagonal), with the logarithm taken only of
+    the lower triangle: for an odd length T = 2h + 1 (the copy task's 2 x seq_len - 1) the first h rows' triangle,
+    turned half a turn, fills the zeros of rows h..2h-1 exactly, so T(T + 1)/2 entries in (h + 1) x T rows hold every
+    weight once (half of entr's work, and a vectorized log: 1.7 vs 2.8 ms a batch-64 layer here). The same sum in another order
+    (float32 rounding, ~1e-7 relative). An even length takes entr on the whole."""
+    time_ = probs.shape[-1]
+    if time_ % 2 == 0:
+        return torch.special.entr(probs).sum(-1).mean()
+    h = time_ // 2
+    packed = probs[..., h:, :].clone()
+    packed[..., :h, h + 1:] += probs[..., :h, :h].flip(-1, -2)
+    logs = packed.clamp_min(torch.finfo(packed.dtype).tiny).log_()  # entr(0) = 0: 0 * log(tiny) = 0
+    # ATen's cascade sum: a BLAS dot's running sums lost 2e-6 relative over a batch-64 layer's 0.5M weights
+    return -logs.mul_(packed).sum() / (probs.numel() // time_)
+
+
+def _attention_stats(attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean entropy (nats) of the causal attention weights and the largest logit q.k/sqrt(d_head), recomputed from
     the sub-layer's own projections on its input (self-attention without RoPE, as the copy model's)."""
     q = attention.split_heads(attention.q(x), attention.n_heads).float()
@@ -252,6 +344,4 @@ def _attention_stats(attention, x: torch.Tensor) -> tuple[float, float]:
     if attention.causal:
         time_ = x.shape[-2]
         scores = scores + torch.full((time_, time_), float("-inf"), device=x.device).triu_(1)
-    logit_max = scores.max()  # the masked entries are -inf
-    entropy = torch.special.entr(scores.softmax(-1)).sum(-1).mean()  # entr(0) = 0 for the masked entries
-    return float(entropy), float(logit_max)
+    return _attention_from(scores, scores.softmax(-1))
