@@ -168,6 +168,53 @@ def check_outputs(project: Path):
 def test_snakemake_builds_every_figure_and_artifact(snake_project):
     check_outputs(snake_project)
     assert planned_jobs(snake_project) == {}
+    # its last step checked every run and table and recorded the outputs for DVC
+    assert "dvc.lock: recorded" in (snake_project / "logs/verified.txt").read_text(encoding="utf-8")
+    assert "up to date" in run(["dvc", "status"], snake_project).stdout
+
+
+TRAINING_RULES = re.compile(r"^(?:local)?rule (train\w*):", re.M)
+
+
+def finished_runs(project) -> dict:
+    """Every finished run's meta.json (path -> bytes and mtime): a run trained again changes both."""
+    return {str(p.relative_to(project)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(Path(project, "data").rglob("runs/**/meta.json"))}
+
+
+def test_snakemake_then_dvc_exp_run_trains_nothing(snake_project, tmp_path):
+    """One state for both front doors: after `snakemake`, the README's `dvc exp run -S figures.lang=en` redraws the
+    figures and the report and trains nothing (before: no dvc.lock, so DVC deleted every output and retrained it all);
+    then `snakemake` and `dvc status` find nothing to do either way round."""
+    project = Path(shutil.copytree(snake_project, tmp_path / "project", symlinks=True))
+    before = finished_runs(project)
+    assert len(before) >= 8
+    done = run(["dvc", "exp", "run", "-S", "figures.lang=en"], project)
+    out = done.stdout + done.stderr
+    assert TRAINING_RULES.findall(out) == [] and "won't be created" not in out, out[-3000:]
+    assert "rule report" in out  # the figures and the report were redrawn, in English
+    assert finished_runs(project) == before
+    assert planned_jobs(project) == {}
+    assert "up to date" in run(["dvc", "status"], project).stdout
+
+
+def test_removed_run_is_trained_again_by_the_readme_command(snake_project, tmp_path):
+    """The repair `blocklab verify` and docs/reproducibility.md give: `rm -r` a finished run, run `snakemake --cores N`
+    again: that run (only) is trained again, with the same losses, and what depends on it is remade (before: "Nothing
+    to be done", and the run stayed lost)."""
+    project = Path(shutil.copytree(snake_project, tmp_path / "project", symlinks=True))
+    name = NARROW[0]
+    shutil.rmtree(project / "data/sweep/runs" / name)
+    planned = planned_jobs(project)
+    assert planned.get("train_copy") == 1 and NARROW[1] <= set(planned), planned
+    assert not {"train_reverse", "train_dynamics", "train_sensitivity", "train_inference"} & set(planned), planned
+    run(["snakemake", "--cores", "2"], project)
+    for table in ("loss.csv",):
+        assert (project / "data/sweep/runs" / name / table).read_bytes() == \
+            (snake_project / "data/sweep/runs" / name / table).read_bytes()
+    assert (project / "data/sweep/losses.csv").read_bytes() == (snake_project / "data/sweep/losses.csv").read_bytes()
+    assert planned_jobs(project) == {}
+    assert "up to date" in run(["dvc", "status"], project).stdout
 
 
 def test_adding_a_seed_trains_only_the_new_runs(snake_project):
@@ -179,7 +226,7 @@ def test_adding_a_seed_trains_only_the_new_runs(snake_project):
 def test_changing_a_plot_option_redraws_without_retraining(snake_project):
     jobs = jobs_after_edit(snake_project, "lang: ko", "lang: en")
     # only jobs that draw: the report, and the sensitivity and dynamics families' own figures (in_report in tiny)
-    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "dynamics_figures", "all"}
+    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "dynamics_figures", "verify_and_record", "all"}
 
 
 def test_changing_a_model_parameter_retrains_what_depends_on_it(snake_project):

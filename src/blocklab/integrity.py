@@ -287,6 +287,10 @@ def register(subparsers) -> None:
     p.add_argument("--record", action="store_true",
                    help="write the MANIFEST.json of each snapshot directory given, after checking what its content "
                         "allows (for snapshots recorded before manifests existed)")
+    p.add_argument("--record-dvc", metavar="STAGE", default=None,
+                   help="after a clean check, record the outputs in dvc.lock (`dvc commit --force STAGE`), so that "
+                        "`dvc repro` and `dvc exp run` keep what Snakemake made (the Snakefile's last step); skipped "
+                        "inside a DVC stage, which records its own outputs")
     p.set_defaults(func=_verify_main)
 
 
@@ -311,4 +315,31 @@ def _verify_main(args) -> int:
           + (f"; {len(failures)} damaged (above)" if failures else ""))
     if failures:
         raise DamagedArtifact(f"{len(failures)} damaged: {failures[0]}" + (" (and more above)" if len(failures) > 1 else ""))
+    if args.record_dvc:
+        print(record_dvc(args.record_dvc))
     return 0
+
+
+def record_dvc(stage: str, root: str | Path = ".") -> str:
+    """Record the outputs Snakemake made in dvc.lock (`dvc commit --force STAGE`): the two front doors (`snakemake`,
+    `dvc repro` / `dvc exp run`) then share one state, and DVC neither deletes nor retrains what Snakemake finished.
+    Inside a DVC stage (DVC_STAGE set) DVC records the outputs itself when the stage ends; outside a DVC project
+    (no .dvc/) there is nothing to record. Returns one line saying what was done."""
+    import os
+    import shutil
+    import subprocess
+
+    root = Path(root)
+    if os.environ.get("DVC_STAGE"):
+        return f"dvc.lock: recorded by DVC itself when its stage {os.environ['DVC_STAGE']} ends"
+    if not (root / ".dvc").is_dir():
+        return "dvc.lock: not a DVC project (no .dvc/), nothing to record"
+    dvc = shutil.which("dvc")
+    if dvc is None:
+        raise OSError("dvc is not on PATH: cannot record the outputs in dvc.lock, so `dvc repro` would rerun "
+                           "the pipeline; install the project (`make install`) and run the same command again")
+    done = subprocess.run([dvc, "commit", "--force", "--quiet", stage], cwd=root, capture_output=True, text=True)
+    if done.returncode:
+        raise OSError(f"`dvc commit --force {stage}` failed ({done.returncode}): "
+                           f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+    return f"dvc.lock: recorded the outputs of stage {stage} (`dvc commit --force {stage}`)"
