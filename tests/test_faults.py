@@ -5,6 +5,7 @@ table these tests back."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -21,9 +22,9 @@ import pytest
 import yaml
 import torch
 
-from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, verify_run, verify_snapshot,
-                                verify_tree)
-from blocklab.io import OutputError, write_table
+from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, seal_run, verify_run,
+                                verify_snapshot, verify_tree)
+from blocklab.io import OutputError, read_table, write_table
 from blocklab.params import load_params
 from blocklab.training.sweep import aggregate, run_state, train_copy_run
 
@@ -188,26 +189,87 @@ def test_damaged_finished_run_stops_the_aggregation_naming_it_and_the_fix(refere
 
 
 def old_format(run: Path) -> None:
-    """A finished run as written before the checksums: meta.json without artifacts or loss_steps."""
+    """A finished run as written before the checksums: meta.json without artifacts, loss_steps or its own checksum."""
     meta_file = run / "meta.json"
-    text = meta_file.read_text()
-    import json
-
-    meta = json.loads(text)
-    del meta["artifacts"], meta["loss_steps"]
-    meta_file.write_text(json.dumps(meta, indent=2))
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    del meta["artifacts"], meta["loss_steps"], meta["meta_sha256"]
+    meta_file.write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
 
-def test_old_run_is_accepted_but_its_loss_table_is_checked(reference, tmp_path):
+def test_old_run_is_refused_until_sealed_and_sealing_checks_its_loss_table(reference, tmp_path):
+    """A meta.json without its records is damage until shown otherwise (a flipped bit in "artifacts" must not switch
+    the checks off): refused, naming `blocklab verify --seal`, which checks the loss table first."""
     run = tmp_path / "pre-w0-s0"
     shutil.copytree(reference / "whole", run)
     old_format(run)
-    losses, summary = aggregate([run])
-    assert len(losses) == STEPS
+    with pytest.raises(DamagedArtifact, match=r"meta.json has no meta_sha256 .*blocklab verify --seal"):
+        aggregate([run])
     _truncate_rows(run / "loss.csv")  # the issue's case: half the steps left, which once became the "final loss"
     with pytest.raises(DamagedArtifact, match=rf"loss.csv has 6 rows \(steps 1..6\), meta.json says the run trained "
                                               rf"steps 1..{STEPS}"):
+        seal_run(run)
+    shutil.copy2(reference / "whole" / "loss.csv", run / "loss.csv")
+    assert "sealed" in seal_run(run)
+    losses, _ = aggregate([run])
+    assert len(losses) == STEPS and verify_run(run)["loss_steps"] == STEPS
+
+
+def _meta_edit(old: str, new: str):
+    def damage(path: Path):
+        text = path.read_text(encoding="utf-8")
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    damage.__name__ = f"_{old.strip()}"
+    return damage
+
+
+def _meta_not_utf8(path: Path):
+    data = path.read_bytes()
+    at = data.index(b'"norm"')
+    path.write_bytes(data[:at + 2] + b"\xff" + data[at + 3:])
+
+
+META_DAMAGE = [  # the issue's cases: a flipped bit in a key, a changed value, a byte that is not UTF-8
+    (_meta_edit('"artifacts"', '"Artifacts"'), "differs from its own checksum"),
+    (_meta_edit('"warmup": 0', '"warmup": 1'), "differs from its own checksum"),
+    (_meta_edit('"meta_sha256"', '"meta_sha257"'), "has no meta_sha256"),
+    (_meta_not_utf8, r"meta.json is not UTF-8 text \(byte b'\\xff' at offset \d+\)"),
+]
+
+
+@pytest.mark.parametrize("damage,says", META_DAMAGE, ids=[d.__name__.strip("_") for d, _ in META_DAMAGE])
+def test_damaged_meta_json_is_refused_by_readers_and_verify(reference, tmp_path, damage, says):
+    run = tmp_path / "data" / "pre-w0-s0"
+    shutil.copytree(reference / "whole", run)
+    damage(run / "meta.json")
+    with pytest.raises(DamagedArtifact, match=says):
         aggregate([run])
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "verify", str(tmp_path / "data")], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(says, done.stdout) and f"rm -r {run}" in done.stdout, done.stdout
+
+
+def test_edited_aggregated_table_is_refused_by_readers_and_verify(reference, tmp_path):
+    """data/sweep/summary.csv with one digit changed, a parquet table with 4 bytes changed: every reader (io.read_table)
+    and `blocklab verify` refuse them, naming the table and the repair (before: read as the truth)."""
+    data = tmp_path / "data"
+    losses, summary = aggregate([reference / "whole"])
+    write_table(summary, data / "sweep" / "summary.csv")
+    write_table(losses, data / "dynamics" / "diagnostics.parquet")
+    assert (data / "sweep" / "summary.csv.sha256").is_file() and verify_tree(data) == (2, [])
+    pd.testing.assert_frame_equal(read_table(data / "sweep" / "summary.csv"), pd.read_csv(data / "sweep" / "summary.csv"))
+    _edit_a_loss(data / "sweep" / "summary.csv")
+    parquet = data / "dynamics" / "diagnostics.parquet"
+    raw = bytearray(parquet.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 4] = bytes(b ^ 0xFF for b in raw[len(raw) // 2: len(raw) // 2 + 4])
+    parquet.write_bytes(bytes(raw))
+    for table in (data / "sweep" / "summary.csv", parquet):
+        with pytest.raises(DamagedArtifact, match=rf"{table}: damaged table: {table.name} has another sha256"):
+            read_table(table)
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "verify", str(data)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 3 and "verified 0 of 2" in done.stdout and "rm " in done.stdout, done.stdout + done.stderr
 
 
 def test_aggregate_sweep_command_fails_with_one_line_and_status_3(reference, tmp_path):

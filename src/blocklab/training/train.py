@@ -220,7 +220,7 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     finished runs checks."""
     from safetensors.torch import save
 
-    from ..integrity import run_record
+    from ..integrity import run_record, seal_meta
     from ..io import write_json, write_table
 
     out_dir = Path(out_dir)
@@ -231,7 +231,7 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     write_bytes(save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}),
                 out_dir / "model.safetensors")
     written = ["loss.csv"] + (["diagnostics.parquet"] if diagnostics is not None else []) + ["model.safetensors"]
-    write_json({**meta, **run_record(out_dir, written, len(result.steps))}, out_dir / "meta.json")
+    write_json(seal_meta({**meta, **run_record(out_dir, written, len(result.steps))}), out_dir / "meta.json")
 
 
 def _checkpoint_precision(path: Path) -> str:
