@@ -7,9 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import yaml
 
-from .params import ParamsError
+from .params import ParamsError, read_params_file
 from .settings import Sweep
 from .studies.checks import validate_params
 
@@ -37,8 +36,10 @@ MODEL_CODE = ["config", "settings", "model/layers", "model/blocks", "model/model
 
 def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
     """Validate Snakemake's config and insist it equals params.yaml, which every command and DVC read."""
+    # the file first, with the loader that refuses a repeated key (Snakemake's keeps the last one without a word, and
+    # every job, reading the file itself, would then refuse it)
+    on_disk = read_params_file(params_file)
     validate_params(config, source="snakemake config")
-    on_disk = yaml.safe_load(Path(params_file).read_text(encoding="utf-8"))
     if config != on_disk:
         raise ParamsError(
             f"the Snakemake config differs from {params_file}; edit {params_file} (or use `dvc exp run -S key=value`) "
