@@ -127,6 +127,30 @@ def test_good_checkpoint_still_resumes(reference, tmp_path):
     assert (run / "loss.csv").read_bytes() == (reference / "whole" / "loss.csv").read_bytes()
 
 
+def test_sigint_writes_a_checkpoint_at_the_step_it_stopped_says_so_and_resumes_bit_identical(reference, tmp_path, capsys):
+    """Ctrl-C (SIGINT; SIGTERM the same) during step 7, with checkpoints every 5 steps: step 7 finishes, its checkpoint
+    is written (before: the run went back to step 5), one line says what was kept and how to resume; the resumed run
+    ends byte-identical to an uninterrupted one."""
+    run = tmp_path / "run"
+
+    def ctrl_c_at_7(losses):
+        if len(losses) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+        return False
+
+    previous = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train_copy_run(tiny_params(), "pre", 0, 0, run, stop_when=ctrl_c_at_7)
+    assert signal.getsignal(signal.SIGINT) is previous  # the training loop's handler is gone again
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 7
+    lines = [line for line in capsys.readouterr().err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "checkpoint at step 7 of 12 is kept" in lines[0] and "snakemake --cores N" in lines[0]
+    meta = train_copy_run(tiny_params(), "pre", 0, 0, run)
+    assert meta["resumed_from_step"] == 7
+    for name in ("loss.csv", "diagnostics.parquet"):
+        assert (run / name).read_bytes() == (reference / "whole" / name).read_bytes(), name
+
+
 def test_damaged_checkpoint_twice_keeps_both(reference, tmp_path):
     run = tmp_path / "run"
     for _ in range(2):
@@ -459,9 +483,9 @@ def test_sigkill_during_aggregation_leaves_no_half_table_and_the_rerun_is_identi
     assert blocklab(args, tmp_path).returncode == 0
     clean = finals(tmp_path / "out")
     shutil.rmtree(tmp_path / "out")
-    killed = blocklab(args, tmp_path, kill_at=2)  # losses.csv is in place, summary.csv is about to be
+    killed = blocklab(args, tmp_path, kill_at=3)  # losses.csv and its record are in place, summary.csv is about to be
     assert killed.returncode == -signal.SIGKILL
-    assert finals(tmp_path / "out") == {"losses.csv": clean["losses.csv"]}  # whole, or absent: never half
+    assert finals(tmp_path / "out") == {name: clean[name] for name in ("losses.csv", "losses.csv.sha256")}  # never half
     assert blocklab(args, tmp_path).returncode == 0
     assert finals(tmp_path / "out") == clean
 
