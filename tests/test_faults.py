@@ -545,3 +545,13 @@ def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_
     layers = package / "model" / "layers.py"
     layers.write_text(layers.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     assert provenance.numbers_code_version(package) != before
+
+
+def test_report_with_a_missing_input_stops_in_one_line_before_papermill(tmp_path):
+    """A missing table the report draws from: one line naming it and the command that makes it, exit status 2
+    (before: papermill started and ended in a 100-line traceback from inside a cell)."""
+    done = blocklab(["report", "notebook", "--params", str(TINY), "--notebook", str(ROOT / "notebooks/analysis.ipynb"),
+                     "--out-notebook", "r/a.ipynb", "--out-html", "r/a.html"], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "data/sweep/summary.csv" in done.stderr
+    assert "snakemake --cores N" in done.stderr and not (tmp_path / "r").exists()
