@@ -37,6 +37,13 @@ RUN_TARGETS = sorted({path for path in [*[f"{run}/meta.json" for run in SWEEP_RU
                                        *(inference_aggregate_inputs(config, inference_holdout_plan(config)) if HOLDOUT_OUTPUTS else [])]
                       if isinstance(path, str) and path.startswith("data/") and path.endswith("/meta.json")})
 
+# A damaged finished run (its files unlike its checksums) is trained again too: the main process sets its meta.json
+# aside before the DAG is planned (blocklab.pipeline.set_aside_damaged_runs), so the run is missing like a removed one.
+if workflow.is_main_process:
+    from blocklab.pipeline import dry_run, set_aside_damaged_runs
+
+    set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
+
 PIPELINE_TARGETS = [
     SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
     DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,

@@ -52,8 +52,9 @@ def _differences(directory: Path, recorded: dict) -> list[str]:
 
 
 def run_fix(run_dir: Path) -> str:
-    return (f"to repair, delete the run (`rm -r {run_dir}`) and rerun the pipeline (`snakemake --cores N` retrains "
-            f"that run only), or restore the good copy with `dvc checkout` where DVC holds it")
+    return (f"to repair, rerun the pipeline (`snakemake --cores N` sets a damaged run's meta.json aside and trains "
+            f"that run only, again), or delete the run (`rm -r {run_dir}`) and rerun it, or restore the good copy with "
+            f"`dvc checkout` where DVC holds it")
 
 
 def expected_loss_steps(meta: dict) -> int | None:
