@@ -157,15 +157,18 @@ def _sha256(path) -> str:
     return digest.hexdigest()
 
 
-def write_table(frame: pd.DataFrame, path) -> None:
-    """CSV or parquet by suffix, then its checksum record (``NAME.sha256``): a kill between the two leaves a table
-    whose record does not match, which Snakemake reruns as an incomplete job and every reader refuses."""
+def write_table(frame: pd.DataFrame, path, record: bool = True) -> None:
+    """CSV or parquet by suffix, then its checksum record (``NAME.sha256``; ``record=False`` for a file that another
+    record covers, such as a run's loss.csv, recorded in its meta.json): a kill between the two leaves a table whose
+    record does not match, which Snakemake reruns as an incomplete job and every reader refuses."""
     with atomic_path(path) as tmp:
         if Path(path).suffix == ".parquet":
             frame.to_parquet(tmp, index=False, compression="zstd")
         else:
             frame.to_csv(tmp, index=False)
         digest = _sha256(tmp)
+    if not record:
+        return
     with atomic_path(table_record_path(path)) as tmp:
         tmp.write_text(f"{digest}  {Path(path).name}\n", encoding="utf-8")
 

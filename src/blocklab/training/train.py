@@ -282,7 +282,8 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     from ..io import write_json, write_table
 
     out_dir = Path(out_dir)
-    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), out_dir / "loss.csv")
+    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), out_dir / "loss.csv",
+                record=False)  # meta.json records it
     if diagnostics is not None:
         with atomic_path(out_dir / "diagnostics.parquet") as tmp:
             diagnostics.to_parquet(tmp, index=False, compression="zstd")
