@@ -555,3 +555,20 @@ def test_report_with_a_missing_input_stops_in_one_line_before_papermill(tmp_path
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "data/sweep/summary.csv" in done.stderr
     assert "snakemake --cores N" in done.stderr and not (tmp_path / "r").exists()
+
+
+def test_status_lists_every_run_with_step_loss_and_eta(reference, tmp_path):
+    """`blocklab status`: every run under data/, finished or checkpointed, with the step, loss, s/step and ETA of its
+    last progress line (the training loop writes one at least every 10 s)."""
+    data = tmp_path / "data"
+    shutil.copytree(reference / "whole", data / "sweep" / "runs" / "pre-w0-s0")
+    shutil.copytree(reference / "killed", data / "sweep" / "runs" / "pre-w0-s1")
+    (data / "sweep" / "runs" / "pre-w0-s1" / "train.log").write_text(
+        "2026-12-04 21:00:00,000 blocklab.train pre-w0-s1: step 10/12 loss 4.1000 lr 1.00e-03 0.250 s/step ETA 0:00:01\n")
+    os.utime(data / "sweep" / "runs" / "pre-w0-s1" / "train.log", (1, 1))  # not written to lately: not running
+    done = blocklab(["status", str(data)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:-1]}
+    assert lines[str(data / "sweep/runs/pre-w0-s1")][1:] == ["checkpointed", "10/12", "4.1000", "0.250", "0:00:01"]
+    assert lines[str(data / "sweep/runs/pre-w0-s0")][1] == "finished"
+    assert done.stdout.splitlines()[-1] == "1 checkpointed, 1 finished"

@@ -17,6 +17,7 @@ TABLE = {
     "bench": "blocklab.bench.command",
     "smoke": "blocklab.smoke",
     "verify": "blocklab.integrity",
+    "status": "blocklab.pipeline",
     "docs": "blocklab.reporting.docs",
     "gallery": "blocklab.reporting.gallery",
     "report": ("the analysis notebook, one figure, the claims table, the HTML report in a browser", {
