@@ -132,8 +132,8 @@ DICT_CASES = [
     ("probe-model-missing-path", setting("probe.model", "/nonexistent/checkpoints/SmolLM2"), "probe.model",
      "'smollm2-135m' or a Hugging Face checkpoint directory"),
     # not numbers: JSON Schema's bounds compare false with NaN, so "> 0 and <= 1" alone lets it through (issue 47)
-    ("nan-lr", setting("sweep.lr", float("nan")), "sweep.lr", "nan is not a finite number"),
-    ("inf-ffn-ratio", setting("copy_model.ffn_ratio", float("inf")), "copy_model.ffn_ratio", "inf is not a finite number"),
+    ("nan-lr", setting("sweep.lr", float("nan")), "sweep.lr", "nan is not a finite number; allowed: a number > 0 and <= 1"),
+    ("inf-ffn-ratio", setting("copy_model.ffn_ratio", float("inf")), "copy_model.ffn_ratio", "inf is not a finite number; allowed: a number > 0"),
     ("nan-in-a-list", setting("problem9.scores.A", [90, float("nan"), 70]), "problem9.scores.A[1]", "not a finite number"),
     # what does not fit: an estimate before any job, against this machine's memory and a year of compute
     ("width-2-20", setting("copy_model.d_model", 2 ** 20), "copy_model.d_model", "activations) and this machine has"),

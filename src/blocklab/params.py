@@ -58,9 +58,10 @@ def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
         raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
     # JSON Schema's bounds compare false with NaN (neither below a minimum nor above a maximum): refused here, first
     if nonfinite := _non_finite(params):
-        (key, value), rest = nonfinite[0], nonfinite[1:]
-        raise ParamsError(f"{source}: {key}: {value} is not a finite number; allowed: a finite number in the range "
-                          f"the key names{_and_more([k for k, _ in rest])}")
+        (path, value), rest = nonfinite[0], nonfinite[1:]
+        key, rest = _key(path), [(_key(p), v) for p, v in rest]
+        raise ParamsError(f"{source}: {key}: {value} is not a finite number; allowed: {_allowed_at(path)}"
+                          f"{_and_more([k for k, _ in rest])}")
     errors = sorted(_VALIDATOR(schema()).iter_errors(params), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
@@ -82,15 +83,30 @@ _VALIDATOR = jsonschema.validators.extend(
 )
 
 
-def _non_finite(value, path=()) -> list[tuple[str, float]]:
-    """(key, value) of every NaN or infinity in the parameters (YAML's .nan, .inf), at any depth."""
+def _non_finite(value, path=()) -> list[tuple[tuple, float]]:
+    """(key path, value) of every NaN or infinity in the parameters (YAML's .nan, .inf), at any depth."""
     if isinstance(value, float) and not math.isfinite(value):
-        return [(_key(path), value)]
+        return [(path, value)]
     if isinstance(value, dict):
         return [found for k, v in value.items() for found in _non_finite(v, (*path, k))]
     if isinstance(value, list):
         return [found for i, v in enumerate(value) for found in _non_finite(v, (*path, i))]
     return []
+
+
+def _allowed_at(path: tuple) -> str:
+    """What the schema allows at a key path, in words ('a number > 0 and <= 1'), finite in any case."""
+    node, root = schema(), schema()
+    for part in path:
+        if "$ref" in node:
+            node = {**root["$defs"][node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        if isinstance(part, int):
+            node = node.get("items", {}) if isinstance(node.get("items"), dict) else {}
+        else:
+            extra = node.get("additionalProperties")
+            node = node.get("properties", {}).get(part) or (extra if isinstance(extra, dict) else {})
+    words = _allowed(node) if node else "a number"
+    return words if words != "a value" else "a finite number"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
