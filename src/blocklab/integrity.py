@@ -410,7 +410,6 @@ def record_dvc(stage: str, root: str | Path = ".") -> str:
     Inside a DVC stage (DVC_STAGE set) DVC records the outputs itself when the stage ends; outside a DVC project
     (no .dvc/) there is nothing to record. Returns one line saying what was done."""
     import os
-    import shutil
     import subprocess
 
     root = Path(root)
@@ -418,12 +417,15 @@ def record_dvc(stage: str, root: str | Path = ".") -> str:
         return f"dvc.lock: recorded by DVC itself when its stage {os.environ['DVC_STAGE']} ends"
     if not (root / ".dvc").is_dir():
         return "dvc.lock: not a DVC project (no .dvc/), nothing to record"
-    dvc = shutil.which("dvc")
-    if dvc is None:
-        raise OSError("dvc is not on PATH: cannot record the outputs in dvc.lock, so `dvc repro` would rerun "
-                           "the pipeline; install the project (`make install`) and run the same command again")
-    done = subprocess.run([dvc, "commit", "--force", "--quiet", stage], cwd=root, capture_output=True, text=True)
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("dvc") is None:
+        raise OSError("dvc is not installed beside blocklab: cannot record the outputs in dvc.lock, so `dvc repro` "
+                      "would run the pipeline again; install the project (`make install`) and run the same command again")
+    done = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", stage], cwd=root,
+                          capture_output=True, text=True)
     if done.returncode:
         raise OSError(f"`dvc commit --force {stage}` failed ({done.returncode}): "
-                           f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+                      f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
     return f"dvc.lock: recorded the outputs of stage {stage} (`dvc commit --force {stage}`)"
