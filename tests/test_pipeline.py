@@ -268,6 +268,7 @@ def test_dvc_repro_builds_the_same_artifacts(dvc_project, snake_project):
     assert_same_tables(dvc_project, snake_project)
     assert "up to date" in run(["dvc", "status"], dvc_project).stdout
     assert "didn't change" in run(["dvc", "repro"], dvc_project).stdout
+    assert planned_jobs(dvc_project) == {}  # the other way round: `snakemake` after `dvc repro` has nothing to do
 
 
 def test_dvc_params_and_plots(dvc_project, tmp_path):
