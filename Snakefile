@@ -73,4 +73,4 @@ rule verify_and_record:
         "logs/verified.txt",
     localrule: True
     shell:
-        "blocklab verify data --record-dvc pipeline > {output}"
+        "blocklab verify data --dvc-cache --record-dvc pipeline > {output}"

@@ -364,6 +364,9 @@ def register(subparsers) -> None:
     p.add_argument("--seal", action="store_true",
                    help="give each finished run directory given (or every run under it) the checksum of its own "
                         "meta.json, after checking its artifacts (for runs finished before meta.json recorded one)")
+    p.add_argument("--dvc-cache", action="store_true",
+                   help="check every object of DVC's cache (.dvc/cache) against the md5 it is named by; with "
+                        "--record-dvc, a damaged object is removed and recorded again from the verified workspace copy")
     p.add_argument("--record-dvc", metavar="STAGE", default=None,
                    help="after a clean check, record the outputs in dvc.lock (`dvc commit --force STAGE`), so that "
                         "`dvc repro` and `dvc exp run` keep what Snakemake made (the Snakefile's last step); skipped "
@@ -393,15 +396,45 @@ def _verify_main(args) -> int:
         checked, failed = verify_tree(path)
         total += checked
         failures += failed
+    damaged_objects = []
+    if args.dvc_cache:
+        checked, damaged_objects = verify_dvc_cache()
+        total += checked
+        if not args.record_dvc or failures:  # repaired below from the workspace, once the workspace is verified
+            failures += [f"{obj}: damaged DVC cache object (its md5 is not its name); to repair, run `blocklab verify "
+                         f"--dvc-cache --record-dvc pipeline` (records it again from the verified workspace copy)"
+                         for obj in damaged_objects]
+            damaged_objects = []
+    for obj in damaged_objects:
+        Path(obj).unlink()
+        print(f"{obj}: damaged DVC cache object removed; recorded again from the verified workspace below")
     for message in failures:
         print(message)
-    print(f"verified {total - len(failures)} of {total} run(s), table(s) and snapshot(s)"
+    print(f"verified {total - len(failures)} of {total} run(s), table(s), snapshot(s) and cache object(s)"
           + (f"; {len(failures)} damaged (above)" if failures else ""))
     if failures:
         raise DamagedArtifact(f"{len(failures)} damaged: {failures[0]}" + (" (and more above)" if len(failures) > 1 else ""))
     if args.record_dvc:
         print(record_dvc(args.record_dvc))
     return 0
+
+
+def verify_dvc_cache(root: str | Path = ".") -> tuple[int, list[str]]:
+    """(how many objects were checked, the damaged ones) of DVC's local cache: each object under
+    .dvc/cache/files/md5 is named by the md5 of its bytes (a directory listing's name ends in .dir)."""
+    cache = Path(root) / ".dvc" / "cache" / "files" / "md5"
+    checked, damaged = 0, []
+    for obj in sorted(cache.rglob("*")) if cache.is_dir() else []:
+        if not obj.is_file() or obj.name.endswith((".tmp", ".lock")) or obj.name.startswith("."):
+            continue
+        checked += 1
+        digest = hashlib.md5()
+        with open(obj, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if obj.parent.name + obj.name.removesuffix(".dir") != digest.hexdigest():
+            damaged.append(str(obj))
+    return checked, damaged
 
 
 def record_dvc(stage: str, root: str | Path = ".") -> str:
