@@ -52,6 +52,7 @@ PIPELINE_TARGETS = [
     expand("figs/{figure}.png", figure=FIGURES),
     "reports/analysis.html",
     "data/claims/claims.csv",
+    "data/claims/metrics.json",
     RUN_TARGETS,
 ]
 

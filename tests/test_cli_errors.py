@@ -79,8 +79,8 @@ def test_command_table_names_every_registered_subcommand():
 
     from blocklab.cli import TABLE
 
-    for group, entry in TABLE.items():
-        verbs = {group: entry} if isinstance(entry, str) else entry[1]
+    for group, (_, target) in TABLE.items():
+        verbs = {group: target} if isinstance(target, str) else target
         for module_name in set(verbs.values()):
             subparsers = argparse.ArgumentParser().add_subparsers()
             importlib.import_module(module_name).register(subparsers)
@@ -88,15 +88,101 @@ def test_command_table_names_every_registered_subcommand():
             assert registered == {v for v, m in verbs.items() if m == module_name}, (group, module_name)
 
 
-def test_the_top_level_is_short_and_lists_the_groups(tmp_path):
-    """Issue 35: at most 12 entries in `blocklab --help`; the groups' verbs appear in the group's own help."""
-    from blocklab.cli import TABLE
+def test_the_top_level_lists_the_commands_for_people_first(tmp_path):
+    """Issue 48: `blocklab --help` lists people's commands, then the pipeline's jobs, then maintenance; every command
+    is in one section, and the groups' verbs appear in the group's own help."""
+    from blocklab.cli import SECTIONS, TABLE
 
-    assert len(TABLE) <= 12
+    placed = [name for names in SECTIONS.values() for name in names]
+    assert len(placed) == len(set(placed)) and set(TABLE) <= set(placed)
+    assert list(SECTIONS)[0] == "commands for people"
+    assert {"sweep", "exp", "sensitivity", "dynamics", "inference"} <= set(list(SECTIONS.values())[1])
     result = blocklab("--help", cwd=tmp_path)
     assert result.returncode == 0
-    listed = [line.split()[0] for line in result.stdout.split("COMMAND")[-1].splitlines()
-              if line.startswith("    ") and not line.startswith("     ")]
-    assert listed == list(TABLE), listed
+    listed = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ") and
+              not line.startswith("   ") and not line.lstrip().startswith("-")]
+    assert listed == [name for name in placed if name in TABLE], listed
+    assert result.stdout.index("status") < result.stdout.index("sweep") < result.stdout.index("gallery")
     result = blocklab("sensitivity", "--help", cwd=tmp_path)
     assert result.returncode == 0 and {"plan", "train", "aggregate", "status", "snapshot"} <= set(result.stdout.split())
+
+
+def test_help_imports_no_torch(tmp_path):
+    """`blocklab --help` imports no command module, and the help of `status`, `claims` and `smoke` none that loads torch
+    (a group's help imports its verbs' modules for their lines)."""
+    code = ("import sys, contextlib, io\n"
+            "from blocklab import cli\n"
+            "for argv in (['--help'], ['status', '--help'], ['claims', '--help'], ['smoke', '--help'], []):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "        try:\n"
+            "            cli.main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "print(sorted(m for m in ('torch', 'matplotlib', 'pandas', 'transformers') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "torch" not in result.stdout and "matplotlib" not in result.stdout, result.stdout
+
+
+def test_review_takes_a_model_type_as_its_argument():
+    """`blocklab review llama` is `blocklab review --hf-config llama`."""
+    from blocklab.cli import build_parser
+
+    args = build_parser(["review", "llama"]).parse_args(["review", "llama", "--depth", "24"])
+    assert args.model_type == "llama" and args.depth == 24
+
+
+def test_report_inspect_without_a_report_fails_in_one_line(tmp_path):
+    result = blocklab("report", "inspect", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "reports/analysis.html" in lines[0] and "snakemake" in lines[0], result.stderr
+
+
+def test_status_and_claims_read_what_is_on_disk(tmp_path):
+    """`blocklab status`: every run under data/ and the main sweep's planned runs, with step and loss; `blocklab
+    claims`: the claims table, one claim a line, with the verdict counts; both fail in one line without data."""
+    for command in ("status", "claims"):
+        result = blocklab(command, cwd=tmp_path)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    (tmp_path / "params.yaml").write_text(Path(TINY).read_text(encoding="utf-8"), encoding="utf-8")
+    done = tmp_path / "data/sweep/runs/pre-w0-s0"
+    done.mkdir(parents=True)
+    (done / "loss.csv").write_text("step,loss,lr\n1,4.2,0.001\n60,0.125,0.001\n")
+    (done / "meta.json").write_text('{"status": "finished", "wall_time_s": 90.0, "sweep": {"steps": 60}}')
+    going = tmp_path / "data/dynamics/runs/learned-b64-L24-lr0.001-fp32/post-w400-s3"
+    going.mkdir(parents=True)
+    (going / "train.log").write_text("post-w400-s3: step 100/1200 loss 4.0212 lr 2.50e-04\n")
+    result = blocklab("status", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("data/")}
+    assert "finished" in rows["data/sweep/runs/pre-w0-s0"] and "60/60" in rows["data/sweep/runs/pre-w0-s0"]
+    assert "0.125" in rows["data/sweep/runs/pre-w0-s0"] and "1.5" in rows["data/sweep/runs/pre-w0-s0"]
+    assert "training" in rows[str(going.relative_to(tmp_path))] and "100/1200" in rows[str(going.relative_to(tmp_path))]
+    assert "not started" in rows["data/sweep/runs/post-w20-s1"]  # planned by the tiny sweep, not on disk
+    assert "9 runs: " in result.stdout
+    result = blocklab("claims", "--table", str(PROJECT / "docs/gallery/data/claims/claims.csv"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "d000-post-nowarm-stuck" in result.stdout and "claims: " in result.stdout.splitlines()[-1]
+
+
+def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_path, monkeypatch, capsys):
+    """`.venv/bin/blocklab smoke` without the venv on PATH: Snakemake (and, through PATH, the rules' `blocklab`) are
+    this Python's; the last lines name the report and the figures (after Snakemake's hundreds)."""
+    import argparse
+
+    from blocklab import smoke
+
+    calls = []
+    monkeypatch.setattr(smoke, "make_scratch_project", lambda dest, config: dest)
+    monkeypatch.setattr(smoke.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or
+                        subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    args = argparse.Namespace(keep=tmp_path / "scratch", config="configs/tiny.yaml", cores=2)
+    assert smoke._main(args) == 0
+    (command, kwargs), = calls
+    here = Path(sys.executable).parent
+    assert command[0] == str(here / "snakemake") or not (here / "snakemake").is_file()
+    assert kwargs["env"]["PATH"].split(":")[0] == str(here)
+    last = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert str(tmp_path / "scratch" / "reports/analysis.html") in last[0] and str(tmp_path / "scratch" / "figs") in last[1]

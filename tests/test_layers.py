@@ -28,26 +28,27 @@ from pathlib import Path
 import pytest
 
 from blocklab.pipeline import imports_of, package_modules
+from blocklab.studies import protocol
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 
 # First matching prefix wins (longest first); every module of the package must match one (tested).
-STUDIES = ["sensitivity", "dynamics", "inference"]
+STUDIES = list(protocol.STUDIES)
 STUDY_MODULES = ["plan", "run", "aggregate", "figures", "commands"]  # bottom to top, inside each study
 JUDGES_CLAIMS = ["blocklab.studies.sensitivity.aggregate", "blocklab.studies.inference.aggregate"]
 LAYERS = {
     "params": ["blocklab.config", "blocklab.params", "blocklab.settings", "blocklab.io", "blocklab.provenance",
                "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
-               "blocklab.studies.checks",
+               "blocklab.studies.checks", "blocklab.studies.protocol",
                *[f"blocklab.studies.{s}.plan" for s in STUDIES]],
     "model": ["blocklab.model", "blocklab"],  # the package itself re-exports config and the model's blocks
     "training": ["blocklab.training"],
     "experiments": ["blocklab.experiments", "blocklab.bench", "blocklab.studies",  # studies.family: the commands' helper
                     *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("run", "aggregate")]],
     "reviewer": ["blocklab.review"],
-    "figures and reporting": ["blocklab.figures", "blocklab.reporting", *JUDGES_CLAIMS,
+    "figures and reporting": ["blocklab.figures", "blocklab.reporting", "blocklab.lab", *JUDGES_CLAIMS,
                               *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("figures", "commands")]],
-    "cli": ["blocklab.cli", "blocklab.smoke"],
+    "cli": ["blocklab.cli", "blocklab.smoke", "blocklab.status"],
 }
 ORDER = list(LAYERS)
 
@@ -180,10 +181,10 @@ def test_a_module_imports_alone_in_a_fresh_process(module):
 
 
 def test_the_plan_names_runs_as_the_sweep_does():
-    """blocklab.studies.cells keeps its own copy of the sweep's run-directory name (the params layer cannot import
-    training)."""
+    """One run-directory name (issue 48): ``settings.run_name``, which the sweep and the studies' cells both use."""
+    from blocklab import settings
     from blocklab.studies import cells as study
     from blocklab.training import sweep
 
-    for norm, warmup, seed in [("post", 0, 0), ("pre", 400, 2), ("post", 40, 11)]:
-        assert study.run_name(norm, warmup, seed) == sweep.run_name(norm, warmup, seed)
+    assert study.run_name is settings.run_name and sweep.run_name is settings.run_name
+    assert settings.run_name("post", 400, 2) == "post-w400-s2"

@@ -513,9 +513,10 @@ def test_mixtral_routed_experts_are_reviewed():
 
 
 def test_qwen2_moe_shared_expert_counts_in_the_active_width():
-    # qwen2_moe cfg 96-99: 60 experts of 1408, 4 per token; mod 337-343 a shared expert MLP of 5632 on every token
+    # qwen2_moe cfg 96-99: 60 experts of 1408, 4 per token; mod 337-343 a shared expert MLP of 5632 on every token:
+    # one module sized for 5632 / 1408 = 4 experts (Qwen1.5-MoE's "4 shared experts"): shared experts count by width
     s = hf_review("qwen2_moe").facts["structure"]
-    assert s["moe"] == {"experts": 60, "per_token": 4, "shared": 1}
+    assert s["moe"] == {"experts": 60, "per_token": 4, "shared": 4}
     assert s["ffn_ratio"] == (4 * 1408 + 5632) / 2048
 
 
@@ -645,3 +646,100 @@ def test_memory_cap_refuses_before_allocating():
     assert review.exit_status == EXIT_CANNOT
     (finding,) = review.findings
     assert "over the cap" in finding.message and "--max-memory-gb" in finding.message
+
+
+# --- issue 46: mixed stacks ----------------------------------------------------------------------
+
+
+def test_a_shared_expert_module_sized_for_two_counts_two():
+    # ernie4_5_moe cfg: moe_num_experts 64, moe_k 6, moe_num_shared_experts 2, moe_intermediate_size 1536; mod: the
+    # shared expert MLP is moe_intermediate_size * moe_num_shared_experts wide; layer 0 dense (moe_layer_start_index 1)
+    s = hf_review("ernie4_5_moe").facts["structure"]
+    assert s["moe"] == {"experts": 64, "per_token": 6, "shared": 2}
+    assert s["ffn_ratio"] == (6 * 1536 + 2 * 1536) / 2560
+
+
+def test_full_rope_at_a_high_theta_is_full():
+    # apertus cfg: rope_theta 12e6 with Llama 3 scaling (factor 8) on every query/key dimension: the slowest pair
+    # turns by ~6e-7 rad a position at the tiny head width of 8
+    assert hf_review("apertus").facts["structure"]["evidence"]["rotary_fraction"] == 1.0
+
+
+def test_glm4_moe_default_config_is_not_refused():
+    # glm4_moe cfg: 96 heads at hidden 4096 and no head_dim: mod uses hidden // heads = 42, and builds
+    config = hf_arch.load_config("glm4_moe")
+    assert (config.hidden_size, config.num_attention_heads) == (4096, 96)
+
+
+@pytest.mark.parametrize("model_type, width_key", [("recurrent_gemma", "lru_width"),
+                                                    ("gemma3n_text", "vocab_size_per_layer_input")])
+def test_every_wide_part_is_shrunk(model_type, width_key):
+    # recurrent_gemma cfg: lru_width 2560 (= hidden_size); gemma3n_text cfg: a second embedding table of
+    # vocab_size_per_layer_input 262144 x (layers x hidden_size_per_layer_input), and intermediate_size per layer;
+    # unshrunk, the tiny builds held 22.8 and 17.9 GiB of float64 weights
+    full = hf_arch.load_config(model_type)
+    tiny = hf_arch.shrink(full)
+    cls, _ = hf_arch.model_class(tiny, prefer_head=False)
+    with torch.device("meta"):
+        numel = sum(p.numel() for p in cls(tiny).parameters())
+    assert 8 * numel < 2**27 and getattr(tiny, width_key) < getattr(full, width_key)
+
+
+def test_a_config_deeper_than_the_probe_says_how_deep_it_probed(monkeypatch):
+    monkeypatch.setattr(hf_arch, "MAX_LAYERS", 3)
+    review = review_architecture({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                  "intermediate_size": 176, "num_hidden_layers": 5, "vocab_size": 128})
+    assert review.facts["depth"] == {"config": 5, "probed": 3}
+    (note,) = [f for f in review.findings if f.check == "depth"]
+    assert note.severity == "info" and "layers 3-4 are not probed" in note.message
+    assert [p["indices"] for p in review.facts["structure"]["layers"]] == [[0, 1, 2]]
+
+
+def test_memory_messages_keep_small_caps_readable():
+    review = review_architecture("llama", max_memory_gb=0.001)
+    assert "over the cap of 0.001 GiB" in review.findings[0].message
+
+
+def test_differential_attention_reads_two_softmax_maps_per_head():
+    # diffllama mod DiffLlamaAttention: two attention calls share q and k over the two halves of v, the heads are
+    # chunked in two and combined as out1 - lambda * out2 (two softmax maps per output head), then groupnorm (an
+    # RMSNorm over 2 x head_dim) BEFORE o_proj; cfg 51-54 + 74-76: 32 query heads of 64 at 2048, K/V heads default to
+    # the query heads (MHA), 8192 / 2048 SwiGLU
+    review = hf_review("diffllama")
+    s = review.facts["structure"]
+    assert (s["mixer"], s["position"], s["ffn"]) == ("attention", "rope", "swiglu")
+    assert s["evidence"]["heads"]["maps_per_head"] == 2
+    assert (s["query_heads"], s["kv_heads"]) == (32, 32) and s["ffn_ratio"] == 8192 / 2048
+    assert review.severity_of("head count") == "info" and review.exit_status == EXIT_PASS
+
+
+def test_bitnet_sub_norms_do_not_hide_attention_or_activation():
+    # bitnet mod: o_proj(attn_sub_norm(attn)) and down_proj(ffn_sub_norm(act(gate) * up)); cfg 44-49: 2560 wide,
+    # 20 query / 5 K/V heads, 6912 hidden, relu2
+    s = hf_review("bitnet").facts["structure"]
+    assert (s["attention"], s["query_heads"], s["kv_heads"], s["position"]) == ("GQA", 20, 5, "rope")
+    assert (s["ffn"], s["ffn_ratio"], s["norm_placement"]) == ("reglu2", 6912 / 2560, "pre")
+
+
+def test_recurrent_gemma_recurrence_and_local_attention():
+    # recurrent_gemma cfg 65 + 75: block_types (recurrent, recurrent, attention) repeated, attention window 2048,
+    # partial_rotary_factor 0.5 (cfg 90); mod 480-483: the MLP is intermediate_size // 2 = 3840 wide (1.5x); the
+    # RG-LRU's recurrent_gate_weight is a block-diagonal 3-D weight inside the recurrence, not routed experts
+    review = hf_review("recurrent_gemma")
+    found = patterns(review)
+    attention = tuple(i for i in range(26) if i % 3 == 2)
+    assert {k: p["mixer"] for k, p in found.items()} == {
+        attention: "attention", tuple(i for i in range(26) if i % 3 != 2): "recurrent"}
+    assert found[attention]["sliding_window"] == 2048
+    assert all(p["moe"] is None and p["ffn_ratio"] == 1.5 for p in found.values())
+    assert review.facts["structure"]["evidence"]["rotary_fraction"] == 0.5
+    assert review.severity_of("ffn") is None  # no "3-D weights without a layer" warning
+
+
+def test_bamba_says_it_has_no_attention():
+    # bamba cfg: attn_layer_indices unset: every layer a Mamba-2 scan (mamba_d_state 128: ssm); its 256-position
+    # chunk is shrunk with the rest (6 probe tokens padded to 256 made this review take 647 s)
+    assert hf_arch.shrink(hf_arch.load_config("bamba")).mamba_chunk_size == hf_arch.CHUNK
+    review = hf_review("bamba")
+    assert review.exit_status == EXIT_CANNOT
+    assert "layers 0-31: ssm" in review.findings[0].message

@@ -8,7 +8,7 @@ import pytest
 
 import user_blocks
 from blocklab import cli
-from blocklab.review import EXIT_FLAG, EXIT_PASS, EXIT_REJECT, review_module
+from blocklab.review import EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, review_module
 from blocklab.review.architecture import STRUCTURE_KEYS
 
 # the structure each correct block computes (user_blocks.py, its forward())
@@ -40,6 +40,25 @@ CORRECT = {
     # x + n1(attn(x)), h + n2(ffn(h)); nn.RMSNorm
     "OutputNormBlock": ("decoder", dict(CLASSIC, norm_placement="output", norm_kind="rmsnorm", position="none",
                                         causal=True)),
+    # issue 46. DiffAttentionBlock: x + out_proj(subln(...)(norm1(x))), SwiGLU 176; nn.RMSNorm; 4 differential heads
+    # (q and k as 8 heads of 8, paired; v as 4 heads of 16); rotate() on q and k; triu(1) -inf: causal
+    "DiffAttentionBlock": ("decoder", dict(FLAT_LLAMA, kv_heads=4, attention="MHA")),
+    # NormFormerBlock: x + out(attn_ln(heads)) with ln1 before; fc2(ffn_ln(gelu(fc1(ln2 h)))) 4x; causal, no position
+    "NormFormerBlock": ("decoder", dict(CLASSIC, norm_placement="pre", position="none", causal=True, ffn="gelu")),
+    # BitNetStyleBlock: RMSNorm written out; 4 query / 2 K/V heads; rotate(); relu(gate)^2 * up, 3 x d_model
+    "BitNetStyleBlock": ("decoder", dict(FLAT_LLAMA, ffn="reglu2", ffn_ratio=3.0)),
+    # T5StyleBlock: x + o(attn(norm1(x))) with relative_attention_bias on the logits; wo(relu(wi(norm2 h))) 4x;
+    # RMSNorm written out; no mask
+    "T5StyleBlock": ("encoder", dict(CLASSIC, norm_placement="pre", norm_kind="rmsnorm", position="relative-bias",
+                                     causal=False)),
+    # TemperatureBlock: x + out(attn(norm1(x))) with logits times exp(logit_scale[h]); nn.RMSNorm; FeedForward
+    "TemperatureBlock": ("decoder", dict(CLASSIC, norm_placement="pre", norm_kind="rmsnorm", position="none",
+                                         causal=True)),
+    # torch's nn.MultiheadAttention (4 heads, fused in_proj) behind nn.LayerNorm, FeedForward; no mask; both layouts
+    "TorchMHABlock": ("encoder", dict(CLASSIC, norm_placement="pre", position="none", causal=False)),
+    "TorchMHABlockSeqFirst": ("encoder", dict(CLASSIC, norm_placement="pre", position="none", causal=False)),
+    # nn.TransformerEncoderLayer(norm_first=True): x + sa(norm1(x)), x + ff(norm2(x)); relu, 4 x d_model
+    "seq_first_encoder_layer": ("encoder", dict(CLASSIC, norm_placement="pre", position="none", causal=False)),
 }
 
 
@@ -103,6 +122,16 @@ MUTANTS = {
     "BlockNarrowMLP": ("decoder", EXIT_FLAG, [("ffn ratio", 1.5)]),
     # x + attn(x), h + ffn(h): no norm at all
     "NoNormBlock": ("decoder", EXIT_FLAG, [("norm position", "none")]),
+    # n = ln_1(x); x = n + attn(n): the residual carries ln_1's output, not x (ln_2's, after it, is the norm of the
+    # attention's sum: a post-norm's, which is allowed)
+    "BlockNormalisedResidual": ("decoder", EXIT_FLAG, [("residual", "attn.c_proj")]),
+    # x + (att @ v) without c_proj: the heads' output flows into mlp.c_fc's input through the stream
+    "BlockNoOutputProjection": ("decoder", EXIT_CANNOT, [("output projection", None), ("structure", None)]),
+    # ReZero: x + alpha * attn(x), h + alpha * ffn(h), no norm anywhere (its design): only the missing norm is said;
+    # alpha = 0 at init does not make it parallel or windowed
+    "ReZeroBlock": ("decoder", EXIT_FLAG, [("norm position", "none")]),
+    # tokens mixed by a causal depthwise convolution, no softmax anywhere: nothing to review as a transformer block
+    "ConvMixerBlock": ("decoder", EXIT_CANNOT, [("structure", None)]),
 }
 
 
@@ -153,3 +182,86 @@ def test_cli_text_and_json_come_from_one_structure(name, status, tmp_path, capsy
     s = saved["structure"]
     if s["attention"]:
         assert f"{s['attention']} {s['query_heads']}/{s['kv_heads']}" in text
+
+
+# --- issue 46: what the blocks above compute, read through norms, gates, layouts and fixed-size parameters ----------
+
+
+def test_a_norm_before_the_output_projection_does_not_hide_the_attention():
+    # DiffAttentionBlock: subln on (B, H, T, 16) before out_proj; a differential head's output is 2 x 8 = 16 wide;
+    # BitNetStyleBlock: attn_sub_norm over the heads' 64 features before o_proj; NormFormerBlock: attn_ln before out
+    for name, head_dim in (("DiffAttentionBlock", 16), ("BitNetStyleBlock", 16), ("NormFormerBlock", 16)):
+        s = review(name, "decoder").facts["structure"]
+        assert (s["mixer"], s["evidence"]["heads"]["head_dim"], s["qk_norm"]) == ("attention", head_dim, False), name
+        assert s["evidence"]["mixer"]["softmax"] is True, name
+
+
+def test_a_norm_after_the_activation_does_not_hide_it():
+    # NormFormerBlock: fc2(ffn_ln(gelu(fc1 n))); BitNetStyleBlock: down(ffn_sub_norm(relu(gate n)^2 * up n))
+    for name, kind, norm in (("NormFormerBlock", "gelu", "ffn_ln"), ("BitNetStyleBlock", "reglu2", "ffn_sub_norm")):
+        ffn = review(name, "decoder").facts["structure"]["evidence"]["ffn"]
+        assert (ffn["kind"], ffn["after_activation"]) == (kind, [norm])
+
+
+def test_parameters_sized_by_heads_or_buckets_are_not_hard_coded_widths():
+    # T5StyleBlock: relative_attention_bias (32 buckets, 4 heads); NormFormerBlock: head_scale (4,);
+    # TemperatureBlock: logit_scale (4, 1, 1): none has the width's size, every other parameter follows d_model
+    for name, role, kept in (("T5StyleBlock", "encoder", ["relative_attention_bias.weight"]),
+                             ("NormFormerBlock", "decoder", ["head_scale"]),
+                             ("TemperatureBlock", "decoder", ["logit_scale"])):
+        widths = review(name, role).facts["widths"]
+        assert (widths["fixed"], widths["not_width_sized"]) == ([], kept), name
+
+
+def test_a_zero_gate_at_init_does_not_change_what_the_block_is():
+    # ReZeroBlock: alpha = zeros(1); with it at 0 the FFN would not read the attention (parallel) and position 0
+    # would reach position 0 only (a "window" of 1)
+    r = review("ReZeroBlock", "decoder")
+    s = r.facts["structure"]
+    assert r.facts["zero_at_init"] == ["alpha"] and r.severity_of("zero at init") == "info"
+    assert (s["residual"], s["sliding_window"], s["attention"]) == ("sequential", None, "MHA")
+
+
+def test_torch_layers_in_their_default_layout_are_read_transposed():
+    # batch_first=False: nn.TransformerEncoderLayer reads (time, batch, d); TorchMHABlockSeqFirst transposes itself
+    # around nn.MultiheadAttention(batch_first=False), so its own input stays (batch, time, d)
+    assert review("seq_first_encoder_layer", "encoder").facts["layout"] == "(time, batch, d_model)"
+    assert review("TorchMHABlockSeqFirst", "encoder").facts["layout"] == "(batch, time, d_model)"
+    r = review_module("torch.nn:TransformerEncoderLayer", "encoder", kwargs={"batch_first": False})
+    assert r.facts["layout"] == "(time, batch, d_model)" and r.exit_status == EXIT_PASS
+
+
+def test_a_normalised_residual_is_read_as_post_norm():
+    s = review("BlockNormalisedResidual", "decoder").facts["structure"]
+    assert s["norm_placement"] == "post"
+    assert [x["residual_carries_norm"] for x in s["evidence"]["sublayers"]] == ["ln_1", None]
+
+
+def test_module_from_a_file_path_and_from_the_current_folder(tmp_path, monkeypatch, capsys):
+    import shutil
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    source = tmp_path / "issue46_block.py"
+    shutil.copy(user_blocks.__file__, source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "issue46_block", raising=False)
+    assert cli.main(["review", "--module", "./issue46_block.py:Block", "--role", "decoder"]) == EXIT_PASS
+    monkeypatch.delitem(sys.modules, "issue46_block", raising=False)
+    sys.path[:] = [p for p in sys.path if p not in ("", str(tmp_path))]
+    assert cli.main(["review", "--module", "issue46_block:FlatLlamaBlock", "--role", "decoder"]) == EXIT_PASS
+    assert cli.main(["review", "--module", "./no_such_file.py:Block", "--role", "decoder"]) == EXIT_USAGE
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_unwritable_json_is_refused_before_any_verdict(tmp_path, capsys):
+    argv = ["review", "--module", "user_blocks:Block", "--role", "decoder", "--json", str(tmp_path / "no" / "r.json")]
+    assert cli.main(argv) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert "verdict" not in out.out and "does not exist" in out.err
+
+
+def test_a_block_whose_mixer_is_no_attention_is_not_passed():
+    r = review("ConvMixerBlock", "decoder")
+    (cannot,) = [f for f in r.findings if f.severity == "cannot"]
+    assert r.facts["structure"]["mixer"] == "conv" and "no softmax attention" in cannot.message

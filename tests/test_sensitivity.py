@@ -77,7 +77,7 @@ def test_status_tells_finished_checkpointed_and_untouched_runs_and_projects_from
     deep = planned[(planned["depth"] == 24) & (planned["batch_size"] == 16) & (planned["precision"] == "fp32")].index[0]
     (tmp_path / deep).mkdir(parents=True)
     torch.save({"step": 300, "seconds": 150.0}, tmp_path / deep / "checkpoint.pt")
-    frame = sens_run.progress(FULL, tmp_path).set_index("run_dir")
+    frame = sens_run.status(FULL, tmp_path).set_index("run_dir")
     assert frame.loc[finished, "status"] == "finished" and frame.loc[finished, "steps_left"] == 0
     assert frame.loc[deep, ["status", "steps_done", "steps_left", "seconds"]].tolist() == ["checkpointed", 300, steps - 300, 150.0]
     assert (frame.drop([finished, deep])["status"] == "not started").all()

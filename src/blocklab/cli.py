@@ -1,5 +1,5 @@
-"""The `blocklab` command: `blocklab <group> <verb>` for the pipeline's steps, a few commands at the top for people.
-Every pipeline rule calls one of these; user errors exit 2 without a traceback."""
+"""The `blocklab` command: a few commands for people first, then the pipeline's jobs (`blocklab <group> <verb>`, what
+the Snakemake rules call) and maintenance. User errors exit 2 without a traceback."""
 from __future__ import annotations
 
 import argparse
@@ -8,30 +8,42 @@ import sys
 
 from .config import ConfigError
 
-# The whole command line, defined here once: a top-level command -> the module that defines it, or a group -> its help
-# and {verb -> module}. Each module's register(subparsers) adds its own commands (setting `func` on each parser), under
-# the group's verbs for a group. Only the module of the command being run is imported, so one broken or slow module
-# never affects the others. The commands people type come first; the groups hold what the Snakemake rules call.
+# The whole command line, defined here once: a command -> (its line in `blocklab --help`, the module that defines it),
+# or a group -> (its line, {verb -> module}). Each module's register(subparsers) adds its own commands (setting `func`
+# on each parser), under the group's verbs for a group. Only the module of the command being run is imported (`blocklab
+# --help` imports none: no torch), so one broken or slow module never affects the others.
 TABLE = {
-    "review": "blocklab.review",
-    "bench": "blocklab.bench.command",
-    "smoke": "blocklab.smoke",
-    "verify": "blocklab.integrity",
-    "status": "blocklab.pipeline",
-    "docs": "blocklab.reporting.docs",
-    "gallery": "blocklab.reporting.gallery",
-    "report": ("the analysis notebook, one figure, the claims table, the HTML report in a browser", {
+    "status": ("every run of the pipeline on disk: its state, step and loss", "blocklab.status"),
+    "claims": ("the claims table: each claim of the chapters, its measured value and verdict",
+               "blocklab.reporting.claims_table"),
+    "report": ("the HTML report in a browser (inspect); the pipeline's notebook, figure, claims and metrics jobs", {
+        "inspect": "blocklab.reporting.browser",
         "notebook": "blocklab.reporting.report",
         "figure": "blocklab.reporting.report",
         "claims": "blocklab.reporting.claims",
-        "inspect": "blocklab.reporting.browser",
+        "metrics": "blocklab.reporting.metrics",
     }),
-    "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed (the pipeline's jobs)", {
+    "review": ("check a transformer block or a Hugging Face architecture against the 2026 defaults "
+               "(blocklab review llama)", "blocklab.review"),
+    "lab": ("put a block through document 000's copy-task stress test: does it start without warm-up, how often "
+            "does it collapse (blocklab lab deepnorm --out DIR)", "blocklab.lab.command"),
+    "bench": ("copy-task sweep throughput: the plain per-run loop vs the fast path, side by side",
+              "blocklab.bench.command"),
+    "smoke": ("the whole pipeline on the tiny configuration in a scratch copy (minutes)", "blocklab.smoke"),
+    "verify": ("check finished runs and recorded snapshots against their checksums", "blocklab.integrity"),
+    "lab-job": ("the stability lab's jobs (workflow/rules/lab.smk runs them; people run `blocklab lab`)", {
+        "run": "blocklab.lab.jobs",
+        "gradnorm": "blocklab.lab.jobs",
+        "report": "blocklab.lab.jobs",
+        "run-builtin": "blocklab.lab.jobs",
+        "record": "blocklab.lab.jobs",
+    }),
+    "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed", {
         "train": "blocklab.training.sweep",
         "train-group": "blocklab.training.batched",
         "aggregate": "blocklab.training.sweep",
     }),
-    "exp": ("the single experiments of documents 000 and 004 (the pipeline's jobs)", {
+    "exp": ("the single experiments of documents 000 and 004", {
         "gradnorm": "blocklab.experiments.gradnorm",
         "residual-sim": "blocklab.experiments.residual_sim",
         "problem9": "blocklab.experiments.problem9",
@@ -43,7 +55,7 @@ TABLE = {
         "probe-residual": "blocklab.experiments.probe",
         "probe-copy": "blocklab.experiments.probe",
     }),
-    "sensitivity": ("the sensitivity study: what document 000 leaves open (status and snapshot for people)", {
+    "sensitivity": ("the sensitivity study: what document 000 leaves open (its status and snapshot for people)", {
         "plan": "blocklab.studies.sensitivity.commands",
         "train": "blocklab.studies.sensitivity.commands",
         "gradnorm": "blocklab.studies.sensitivity.commands",
@@ -52,7 +64,7 @@ TABLE = {
         "status": "blocklab.studies.sensitivity.commands",
         "figures": "blocklab.studies.sensitivity.commands",
     }),
-    "dynamics": ("the training-dynamics study: why post-norm fails (status and snapshot for people)", {
+    "dynamics": ("the training-dynamics study: why post-norm fails (its status and snapshot for people)", {
         "plan": "blocklab.studies.dynamics.commands",
         "train": "blocklab.studies.dynamics.commands",
         "snapshot": "blocklab.studies.dynamics.commands",
@@ -61,7 +73,7 @@ TABLE = {
         "detectors": "blocklab.experiments.detectors",
         "figures": "blocklab.studies.dynamics.commands",
     }),
-    "inference": ("the inferred setup: fitting runs ranked by the document's losses (status and snapshot for people)", {
+    "inference": ("the inferred setup: fitting runs ranked by the document's losses (its status for people)", {
         "plan": "blocklab.studies.inference.commands",
         "train": "blocklab.studies.inference.commands",
         "snapshot": "blocklab.studies.inference.commands",
@@ -70,16 +82,23 @@ TABLE = {
         "aggregate": "blocklab.studies.inference.commands",
         "score": "blocklab.studies.inference.commands",
     }),
+    "docs": ("rewrite the README's and docs/' generated blocks from the recorded tables (--check: only compare)",
+             "blocklab.reporting.docs"),
+    "gallery": ("redraw every figure of a finished run into docs/gallery with provenance", "blocklab.reporting.gallery"),
+}
+
+# `blocklab --help` in three parts, in this order. A name here without an entry in TABLE is left out (a slot).
+SECTIONS = {
+    "commands for people": ("status", "claims", "report", "review", "lab", "bench", "smoke", "verify"),
+    "the pipeline's jobs (the Snakemake rules call these; `blocklab status` shows where they stand)":
+        ("sweep", "exp", "sensitivity", "dynamics", "inference", "lab-job"),
+    "maintenance": ("docs", "gallery"),
 }
 
 # Every command as the words that call it ("sweep train", "review") -> its module.
-COMMANDS = {f"{name} {verb}": module for name, entry in TABLE.items() if isinstance(entry, tuple)
-            for verb, module in entry[1].items()}
-COMMANDS |= {name: entry for name, entry in TABLE.items() if isinstance(entry, str)}
-
-
-class UserError(ConfigError):
-    """Bad input from the user: reported as one line, exit status 2."""
+COMMANDS = {f"{name} {verb}": module for name, (_, target) in TABLE.items() if isinstance(target, dict)
+            for verb, module in target.items()}
+COMMANDS |= {name: target for name, (_, target) in TABLE.items() if isinstance(target, str)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,25 +112,38 @@ def _register(modules, subparsers) -> None:
         importlib.import_module(name).register(subparsers)
 
 
+def _overview() -> str:
+    """The commands of `blocklab --help`, by section, each with its line from TABLE."""
+    width = max(map(len, TABLE)) + 2
+    parts = []
+    for title, names in SECTIONS.items():
+        lines = [f"  {name:<{width}}{TABLE[name][0]}" for name in names if name in TABLE]
+        parts.append(f"{title}:\n" + "\n".join(lines))
+    return "\n\n".join(parts) + "\n\n`blocklab COMMAND --help`: a command's options; `blocklab GROUP --help`: its verbs."
+
+
 def build_parser(words=()) -> argparse.ArgumentParser:
     """The parser for the command that ``words`` (the command line's leading words) name, importing its module alone
-    when they name one; else for every top-level command and group (help, usage errors). ``words=None``: every
-    command of every group (for the tests)."""
+    when they name one; every other command gets a bare entry from TABLE (help, usage errors), importing nothing.
+    ``words=None``: every command of every group (for the tests)."""
     every = words is None
     words = list(words or [])[:2] + [None, None]
-    parser = _Parser(prog="blocklab", description=__doc__)
-    top = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    known = words[0] in TABLE
-    for name, entry in TABLE.items():
-        if isinstance(entry, str):
-            if every or not known or words[0] == name:
-                _register([entry], top)
+    parser = _Parser(prog="blocklab", usage="blocklab [-h] COMMAND ...", description=__doc__,
+                     epilog=_overview(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                                prog="blocklab", help=argparse.SUPPRESS)
+    for name, (about, target) in TABLE.items():
+        named = every or words[0] == name
+        if isinstance(target, str):
+            if named:
+                _register([target], top)
+            else:
+                top.add_parser(name, description=about)
             continue
-        about, verbs = entry
-        group = top.add_parser(name, help=about, description=about)
+        group = top.add_parser(name, description=about)
         sub = group.add_subparsers(dest="verb", required=True, parser_class=_Parser, metavar="VERB")
-        if every or words[0] == name:
-            _register([verbs[words[1]]] if words[1] in verbs and not every else verbs.values(), sub)
+        if named:
+            _register([target[words[1]]] if words[1] in target and not every else target.values(), sub)
     return parser
 
 

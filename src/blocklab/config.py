@@ -4,7 +4,49 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 NORM_KINDS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post")
+
+
+@dataclass(frozen=True)
+class NormPosition:
+    """Where a block puts its norms, declared once: the model (blocks.py holds one residual class per name), the
+    closed-form counts, the stack's final norm, the figures' colours and labels and the stability lab read this.
+
+    ``norms`` per residual sub-layer; ``gate``: a learned scale inside the residual ("scalar", "vector", or "" for
+    none); ``ends_normalised``: the stream leaving a block has just been normalised; ``final_norm``: the stack puts one
+    norm after its last block (GPT-2's ln_f); ``fixes_post``: a fix from the literature for post-norm's instability.
+    """
+
+    name: str
+    formula: str
+    paper: str
+    norms: int
+    gate: str
+    ends_normalised: bool
+    final_norm: bool
+    colour: str
+    label_ko: str
+    label_en: str
+    fixes_post: bool = False
+
+
+# The order is the figures' order. Adding a position: a line here, its residual class in model/blocks.py, and its name
+# in params.schema.yaml's enum (tests/test_layout.py checks the three agree).
+POSITIONS = {p.name: p for p in (
+    NormPosition("post", "LN(h + F(h))", "Vaswani et al. 2017", 1, "", True, False, "#c0392b", "뒤 정규화", "post-norm"),
+    NormPosition("pre", "h + F(LN(h))", "Xiong et al. 2020 (GPT-2's layout)", 1, "", False, True, "#1f6f8b",
+                 "앞 정규화", "pre-norm"),
+    NormPosition("deepnorm", "LN(α·h + F(h)), α = (2N)^¼; value, output and FFN weights × β = (8N)^-¼ at init",
+                 "Wang et al. 2022 (DeepNet)", 1, "", True, False, "#7b3294", "DeepNorm", "DeepNorm", True),
+    NormPosition("admin", "LN(ω ⊙ h + F(h)), ω learned, ω₀ = √((M+1)/ln(M+1) − 1), M = 2N residual sub-layers",
+                 "Liu et al. 2020 (Admin)", 1, "vector", True, False, "#e08214", "Admin", "Admin", True),
+    NormPosition("b2t", "x' = LN(x + A(x)); LN(x' + F(x') + x): the block input skips every norm but the last",
+                 "Takase et al. 2022 (B2T connection)", 1, "", True, False, "#b8860b", "B2T", "B2T", True),
+    NormPosition("rezero", "h + α·F(h), α learned, α₀ = 0, no norm anywhere", "Bachlechner et al. 2020 (ReZero)",
+                 0, "scalar", False, False, "#4d9221", "ReZero", "ReZero", True),
+    NormPosition("sandwich", "h + LN(F(LN(h)))", "Ding et al. 2021 (CogView sandwich); Kim et al. 2025 (Peri-LN)",
+                 2, "", False, True, "#2c7fb8", "샌드위치 정규화", "sandwich (Peri-LN)", True),
+)}
+NORM_POSITIONS = tuple(POSITIONS)
 FFN_KINDS = ("relu", "gelu", "swiglu")
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "none")
 INIT_SCHEMES = ("default", "xavier")

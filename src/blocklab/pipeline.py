@@ -5,7 +5,6 @@ The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.y
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 
@@ -244,56 +243,3 @@ def dry_run(workflow, argv=None) -> bool:
         a in ("--dry-run", "--dryrun", "--dry") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
         for a in argv)
 
-
-# ---- blocklab status: every run, where it stands ----------------------------------------------------------------------
-
-_PROGRESS = re.compile(r"step (\d+)/(\d+) loss (\S+) lr \S+ (\S+) s/step ETA (\S+)")
-RUNNING_WITHIN_S = 120  # a run whose log grew this recently counts as running (progress lines come every 10 s)
-
-
-def runs_status(data: str | Path = "data") -> list[dict]:
-    """Every run directory under ``data`` (finished, checkpointed, running or started): its status, the step it is
-    at of how many, its last loss, seconds a step and ETA, from its meta.json and its train.log's last progress line."""
-    import time
-
-    found = sorted({p.parent for name in ("meta.json", "checkpoint.pt", "train.log")
-                    for p in Path(data).rglob(name) if "runs" in p.parts})
-    rows = []
-    for run in found:
-        row = {"run": str(run), "status": "started", "step": "", "loss": "", "s/step": "", "ETA": ""}
-        log = run / "train.log"
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
-        last = next((m for m in map(_PROGRESS.search, reversed(lines)) if m), None)
-        if last:
-            row.update(step=f"{last[1]}/{last[2]}", loss=last[3], **{"s/step": last[4]}, ETA=last[5])
-        if (run / "meta.json").is_file():
-            row.update(status="finished", ETA="")
-        elif log.is_file() and time.time() - log.stat().st_mtime < RUNNING_WITHIN_S:
-            row["status"] = "running"
-        elif (run / "checkpoint.pt").is_file():
-            row["status"] = "checkpointed"
-        rows.append(row)
-    return rows
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("status", help="every run under data/: finished, running or checkpointed, with its step, "
-                                             "loss, seconds a step and ETA")
-    p.add_argument("data", nargs="?", default="data", type=Path)
-    p.set_defaults(func=_status_main)
-
-
-def _status_main(args) -> int:
-    rows = runs_status(args.data)
-    if not rows:
-        print(f"no runs under {args.data}")
-        return 0
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    for line in [dict(zip(columns, columns)), *rows]:
-        print("  ".join(str(line[c]).ljust(widths[c]) for c in columns).rstrip())
-    counts = {}
-    for row in rows:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-    return 0

@@ -64,3 +64,8 @@ class Sweep:
         section = params["sweep"]
         return cls(**{**section, "norms": tuple(section["norms"]), "warmups": tuple(section["warmups"]),
                       "seeds": tuple(section["seeds"])})
+
+
+def run_name(norm: str, warmup: int, seed: int) -> str:
+    """A copy-task run's directory name, in the main sweep and in every study: ``pre-w0-s0``."""
+    return f"{norm}-w{warmup}-s{seed}"

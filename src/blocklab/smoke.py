@@ -1,6 +1,7 @@
 """A scratch copy of the project with the tiny configuration: same DAG, same code paths, minutes instead of hours."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -45,4 +46,17 @@ def _main(args) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     make_scratch_project(dest, args.config)
     print(f"scratch project: {dest}", file=sys.stderr)
-    return subprocess.run(["snakemake", "--cores", str(args.cores)], cwd=dest).returncode
+    # this environment's bin first: the rules call `blocklab`, papermill and jupyter by name
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    status = subprocess.run([snakemake_command(), "--cores", str(args.cores)], cwd=dest, env=env).returncode
+    if status == 0:  # the last lines a reader sees, after Snakemake's hundreds
+        print(f"\nsmoke run finished in {dest}\n  report:  {dest / 'reports/analysis.html'}\n  figures: {dest / 'figs'}/"
+              f"\n  claims:  {dest / 'data/claims/claims.csv'}")
+    return status
+
+
+def snakemake_command() -> str:
+    """Snakemake of this Python's environment (``.venv/bin/blocklab smoke`` works without the venv on PATH), else
+    the one on PATH."""
+    beside = Path(sys.executable).parent / "snakemake"
+    return str(beside) if beside.is_file() else shutil.which("snakemake") or "snakemake"

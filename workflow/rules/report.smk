@@ -24,6 +24,19 @@ rule claims:
         "blocklab report claims --params {PARAMS_FILE} --data data --out {output}"
 
 
+# The outcome in a few numbers for `dvc metrics show` / `dvc exp show` (dvc.yaml's metrics).
+rule metrics:
+    input:
+        "data/claims/claims.csv",
+        "data/sweep/summary.csv",
+        DYNAMICS_TABLES["rates"] if config["dynamics"]["in_report"] else [],
+        code=code_closure("reporting/metrics"),
+    output:
+        "data/claims/metrics.json",
+    shell:
+        "blocklab report metrics --params {PARAMS_FILE} --data data --out {output}"
+
+
 rule report:
     input:
         ANALYSIS_DATA,

@@ -1,37 +1,144 @@
-"""Transformer blocks. The only difference between pre-norm and post-norm lives in the two residual wrappers.
+"""Transformer blocks. Where the norms sit lives only in the residual wrappers, one class per norm position:
 
     pre-norm  (GPT-2, Xiong et al. 2020):  h <- h + F(LN(h))
     post-norm (Vaswani et al. 2017):       h <- LN(h + F(h))
 
-A block is a short sequence of residual sub-layers; the config's ``norm_position`` picks the wrapper.
+and the literature's fixes for post-norm (``config.POSITIONS`` declares each one's norms, gate, final norm and labels;
+the stability lab trains them at document 000's setup). A block is a short sequence of residual sub-layers; the
+config's ``norm_position`` picks the wrapper. Every wrapper takes ``block_input`` (the stream entering the block): only
+B2T reads it. ``init_`` (where a wrapper has one) runs after the model's own initialization and draws no random numbers,
+so a seed gives the same pre- and post-norm weights as before the fixes existed.
 """
 from __future__ import annotations
 
+import math
+
+import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import POSITIONS, ConfigError, ModelConfig
 from .layers import Attention, make_ffn, make_norm
 
 
 class PreNormResidual(nn.Module):
+    """h + F(LN(h))."""
+
     def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
         super().__init__()
         self.norm, self.sublayer = make_norm(cfg), sublayer
 
-    def forward(self, h, *args, **kwargs):
+    def forward(self, h, *args, block_input=None, **kwargs):
         return h + self.sublayer(self.norm(h), *args, **kwargs)
 
 
 class PostNormResidual(nn.Module):
+    """LN(h + F(h))."""
+
     def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
         super().__init__()
         self.norm, self.sublayer = make_norm(cfg), sublayer
 
-    def forward(self, h, *args, **kwargs):
+    def forward(self, h, *args, block_input=None, **kwargs):
         return self.norm(h + self.sublayer(h, *args, **kwargs))
 
 
-RESIDUAL = {"pre": PreNormResidual, "post": PostNormResidual}
+class DeepNormResidual(nn.Module):
+    """DeepNorm (Wang et al. 2022, DeepNet), decoder-only constants for N blocks:
+
+        h <- LN(α·h + F(h)),  α = (2N)^(1/4);
+        at init the value and output projections and both FFN matrices are multiplied by β = (8N)^(-1/4)
+        (as torchscale does, on top of the model's own initialization).
+    """
+
+    def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
+        super().__init__()
+        self.norm, self.sublayer = make_norm(cfg), sublayer
+        self.alpha = (2 * cfg.n_layers) ** 0.25
+        self.beta = (8 * cfg.n_layers) ** -0.25
+
+    def forward(self, h, *args, block_input=None, **kwargs):
+        return self.norm(self.alpha * h + self.sublayer(h, *args, **kwargs))
+
+    @torch.no_grad()
+    def init_(self):
+        scaled = [self.sublayer.v, self.sublayer.o] if isinstance(self.sublayer, Attention) else [
+            m for m in self.sublayer.modules() if isinstance(m, nn.Linear)]
+        for linear in scaled:
+            linear.weight.mul_(self.beta)
+
+
+class AdminResidual(nn.Module):
+    """Admin (Liu et al. 2020), the admin-torch default (output change O(log M)) with ω as a learned vector:
+
+        h <- LN(ω ⊙ h + F(h)),  ω₀ = sqrt((M + 1) / ln(M + 1) − 1),  M = 2N residual sub-layers of N blocks.
+    """
+
+    def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
+        super().__init__()
+        self.norm, self.sublayer = make_norm(cfg), sublayer
+        m = 2 * cfg.n_layers
+        self.omega0 = math.sqrt((m + 1) / math.log(m + 1) - 1)
+        self.omega = nn.Parameter(torch.full((cfg.d_model,), self.omega0))
+
+    def forward(self, h, *args, block_input=None, **kwargs):
+        return self.norm(self.omega * h + self.sublayer(h, *args, **kwargs))
+
+    @torch.no_grad()
+    def init_(self):
+        self.omega.fill_(self.omega0)
+
+
+class B2TResidual(nn.Module):
+    """B2T connection (Takase et al. 2022): post-norm whose last sub-layer also adds the block's input, which so skips
+    every norm of the block but the last:  x' = LN(x + A(x));  x'' = LN(x' + F(x') + x)."""
+
+    def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
+        super().__init__()
+        self.norm, self.sublayer = make_norm(cfg), sublayer
+
+    def forward(self, h, *args, block_input=None, **kwargs):
+        out = h + self.sublayer(h, *args, **kwargs)
+        return self.norm(out if block_input is None else out + block_input)
+
+
+class ReZeroResidual(nn.Module):
+    """ReZero (Bachlechner et al. 2020): h <- h + α·F(h), α a learned scalar starting at 0; no norm anywhere."""
+
+    def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
+        super().__init__()
+        self.sublayer = sublayer
+        self.alpha = nn.Parameter(torch.zeros(()))
+
+    def forward(self, h, *args, block_input=None, **kwargs):
+        return h + self.alpha * self.sublayer(h, *args, **kwargs)
+
+    @torch.no_grad()
+    def init_(self):
+        self.alpha.zero_()
+
+
+class SandwichResidual(nn.Module):
+    """Sandwich-LN (Ding et al. 2021, CogView) / Peri-LN (Kim et al. 2025): h <- h + LN_out(F(LN_in(h)))."""
+
+    def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
+        super().__init__()
+        self.norm, self.sublayer, self.out_norm = make_norm(cfg), sublayer, make_norm(cfg)
+
+    def forward(self, h, *args, block_input=None, **kwargs):
+        return h + self.out_norm(self.sublayer(self.norm(h), *args, **kwargs))
+
+
+RESIDUAL = {"pre": PreNormResidual, "post": PostNormResidual, "deepnorm": DeepNormResidual, "admin": AdminResidual,
+            "b2t": B2TResidual, "rezero": ReZeroResidual, "sandwich": SandwichResidual}
+assert set(RESIDUAL) == set(POSITIONS), "every norm position of config.POSITIONS has its residual class here"
+
+
+def init_residuals(model: nn.Module) -> nn.Module:
+    """Each residual wrapper's own initialization (DeepNorm's β, Admin's ω, ReZero's α), after the model's."""
+    for module in model.modules():
+        if hasattr(module, "init_") and type(module) in RESIDUAL.values():
+            module.init_()
+    return model
 
 
 class EncoderBlock(nn.Module):
@@ -44,8 +151,7 @@ class EncoderBlock(nn.Module):
         self.ffn = residual(cfg, make_ffn(cfg))
 
     def forward(self, h):
-        h = self.attn(h)
-        return self.ffn(h)
+        return self.ffn(self.attn(h), block_input=h)
 
 
 class DecoderOnlyBlock(nn.Module):
@@ -58,8 +164,7 @@ class DecoderOnlyBlock(nn.Module):
         self.ffn = residual(cfg, make_ffn(cfg))
 
     def forward(self, h):
-        h = self.attn(h)
-        return self.ffn(h)
+        return self.ffn(self.attn(h), block_input=h)
 
 
 class DecoderBlock(nn.Module):
@@ -70,12 +175,13 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if cfg.norm_position not in ("pre", "post"):
+            raise ConfigError(f"norm_position={cfg.norm_position!r} is built for the decoder-only stack (its constants"
+                              " count two sub-layers a block); the encoder-decoder takes one of ['post', 'pre']")
         residual = RESIDUAL[cfg.norm_position]
         self.attn = residual(cfg, Attention(cfg, causal=True))
         self.cross = residual(cfg, Attention(cfg, cross=True))
         self.ffn = residual(cfg, make_ffn(cfg))
 
     def forward(self, h, memory):
-        h = self.attn(h)
-        h = self.cross(h, memory)
-        return self.ffn(h)
+        return self.ffn(self.cross(self.attn(h), memory), block_input=h)

@@ -1,7 +1,7 @@
 """Closed-form parameter counts from a configuration, term by term as document 004 writes them."""
 from __future__ import annotations
 
-from ..config import ModelConfig
+from ..config import POSITIONS, ModelConfig
 
 
 def norm_params(cfg: ModelConfig) -> int:
@@ -26,12 +26,20 @@ def ffn_params(cfg: ModelConfig) -> int:
     return 2 * d * h + ((h + d) if cfg.bias else 0)
 
 
+def residual_params(cfg: ModelConfig) -> int:
+    """What one residual wrapper holds besides its sub-layer: its norms and its gate (config.POSITIONS)."""
+    position = POSITIONS[cfg.norm_position]
+    gate = {"": 0, "scalar": 1, "vector": cfg.d_model}[position.gate]
+    return position.norms * norm_params(cfg) + gate
+
+
 def block_params(cfg: ModelConfig, kind: str) -> int:
-    """kind: 'encoder' or 'decoder_only' (attention + FFN + 2 norms) or 'decoder' (+ cross-attention + 1 norm)."""
+    """kind: 'encoder' or 'decoder_only' (attention + FFN + 2 residuals) or 'decoder' (+ cross-attention + 1 residual).
+    With pre- or post-norm a residual holds one norm."""
     if kind in ("encoder", "decoder_only"):
-        return attention_params(cfg) + ffn_params(cfg) + 2 * norm_params(cfg)
+        return attention_params(cfg) + ffn_params(cfg) + 2 * residual_params(cfg)
     if kind == "decoder":
-        return 2 * attention_params(cfg) + ffn_params(cfg) + 3 * norm_params(cfg)
+        return 2 * attention_params(cfg) + ffn_params(cfg) + 3 * residual_params(cfg)
     raise ValueError(f"kind={kind!r} is not allowed; choose one of ['encoder', 'decoder_only', 'decoder']")
 
 
@@ -41,7 +49,7 @@ def _embedding_params(cfg: ModelConfig) -> int:
 
 
 def _final_norm_params(cfg: ModelConfig) -> int:
-    return norm_params(cfg) if cfg.norm_position == "pre" else 0
+    return norm_params(cfg) if POSITIONS[cfg.norm_position].final_norm else 0
 
 
 def decoder_lm_params(cfg: ModelConfig) -> int:

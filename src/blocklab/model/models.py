@@ -3,15 +3,16 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..config import ModelConfig
-from .blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock
+from ..config import POSITIONS, ModelConfig
+from .blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock, init_residuals
 from .init import initialize
 from .layers import make_norm, make_position
 
 
 def final_norm(cfg: ModelConfig) -> nn.Module:
-    """Pre-norm leaves the stream un-normalized, so one norm follows the last block (GPT-2); post-norm ends normed."""
-    return make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+    """Pre-norm leaves the stream un-normalized, so one norm follows the last block (GPT-2); post-norm ends normed.
+    Every norm position declares it (``config.POSITIONS[...].final_norm``)."""
+    return make_norm(cfg) if POSITIONS[cfg.norm_position].final_norm else nn.Identity()
 
 
 class DecoderLM(nn.Module):
@@ -25,7 +26,7 @@ class DecoderLM(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
-        initialize(self, cfg.init)
+        init_residuals(initialize(self, cfg.init))
 
     def forward(self, tokens, return_hidden: bool = False):
         """Logits (batch, time, vocab); with ``return_hidden`` also the stream before block 1 and after every block."""
@@ -53,7 +54,7 @@ class EncoderDecoder(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
-        initialize(self, cfg.init)
+        init_residuals(initialize(self, cfg.init))
 
     def encode(self, source):
         h = self.position(self.embed(source))

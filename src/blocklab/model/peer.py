@@ -65,6 +65,8 @@ class PeerGPT(nn.Module):
         super().__init__()
         if cfg.ffn_kind != "gelu" or cfg.norm_kind != "layernorm" or cfg.position not in ("sinusoidal", "learned"):
             raise ValueError("the peer model is the GELU / LayerNorm / additive-position GPT only")
+        if cfg.norm_position not in ("pre", "post"):
+            raise ValueError(f"the peer model is GPT-2's pre- or post-norm block only, not {cfg.norm_position!r}")
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         if cfg.position == "learned":
             self.wpe = nn.Embedding(cfg.max_len, cfg.d_model)

@@ -567,12 +567,6 @@ def answers_for(problem: str, data: Data, claims: pd.DataFrame | None = None, la
     return [answer(key, data, claims, lang) for key in ORDER if spec[key]["problem"] == problem]
 
 
-def problem_markdown(problem: str, lang: str = "ko") -> str:
-    """The problem's statement as the document asks it, as a quotation."""
-    p = texts()["problems"][problem]
-    return f"> **{texts()['labels']['question'][lang]}** — {p['question'][lang]}"
-
-
 def problem_title(problem: str, lang: str = "ko") -> str:
     return texts()["problems"][problem]["title"][lang]
 

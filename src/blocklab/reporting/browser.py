@@ -188,6 +188,12 @@ def register(subparsers) -> None:
     p.add_argument("html", nargs="?", default="reports/analysis.html")
     p.add_argument("--screenshot", default=None, help="also write a full-page PNG here")
     p.add_argument("--width", type=int, default=1200)
-    p.set_defaults(func=lambda a: print(json.dumps(
-        {k: v for k, v in inspect_report(a.html, screenshot=a.screenshot, width=a.width).items() if k != "answers"},
-        indent=1, ensure_ascii=False)))
+    p.set_defaults(func=_inspect_main)
+
+
+def _inspect_main(args) -> None:
+    if not Path(args.html).is_file():  # else Chromium opens an error page and the check reports it as an empty report
+        raise FileNotFoundError(f"no report at {args.html}: the pipeline makes it (`snakemake --cores 2 "
+                                "reports/analysis.html`, or `make run`; `make smoke` makes one in a scratch copy)")
+    seen = inspect_report(args.html, screenshot=args.screenshot, width=args.width)
+    print(json.dumps({k: v for k, v in seen.items() if k != "answers"}, indent=1, ensure_ascii=False))

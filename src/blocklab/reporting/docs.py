@@ -22,9 +22,9 @@ import pandas as pd
 
 from ..io import atomic_path, read_table
 from ..settings import CopyTask
+from .verdicts import VERDICTS
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not checkable here")
 
 
 def _note(*sources: str) -> str:

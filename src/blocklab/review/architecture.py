@@ -48,17 +48,31 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     # (a convolution's kernel is applied by its own layer, which the hooks see)
     modules = dict(a.driver.layer.named_modules())
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
+                   and sorted(p.shape)[-2] > 1  # not a per-head gain shaped (heads, 1, 1)
                    and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
+    unprojected = next((g for g in selfs if g.unprojected), None)
+    if unprojected is not None:
+        first = unprojected.unprojected[0]
+        mixers = [c.name for c in unprojected.ins if c.index < next(i.index for i in unprojected.ins
+                                                                      if i.name == first)]
+        return {"reviewable": False, "attention_found": True, "ffn_found": False, "output_projection": None,
+                "reason": f"no output projection after the token mixing: the values mixed from {mixers} reach "
+                          f"'{first}', the next sub-layer's in-projection, without a projection back to the model "
+                          "width (W_O) of their own; the attention and the sub-layer after it cannot be told apart"}
     if not selfs or not a.ffns:
         missing = " and ".join(n for n, found in (("token mixer (attention or other)", selfs),
                                                   ("feed-forward network", a.ffns)) if not found)
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
         hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
+        if not selfs:
+            hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
+                     "with an earlier layer), which mixes none of the layer's own input")
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
     cross = [g for g in a.attentions if g.cross]
     routed = [g for g in a.ffns if g.experts]
-    ffn = routed[0] if routed else a.ffns[0]
+    # the FFN expands: beside a low-rank adapter that also works per token (Gemma 3n's LAuReL, AltUp), the widest
+    ffn = routed[0] if routed else max(a.ffns, key=lambda g: g.out.inp.shape[-1])
     # a layer can mix tokens twice, side by side (Falcon-H1: attention and a Mamba scan on the same input): the
     # attention is the one reviewed, the others are named in the evidence
     mixers = []
@@ -90,7 +104,18 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins)
     ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
     bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
+    # 3-D weights inside a token mixer (RecurrentGemma's block-diagonal gates in its recurrence) are the mixer's work,
+    # not a feed-forward network's
+    spans = [(g.ins[0].index, g.out.index) for g in a.sublayers if g.mixes]
+    inside = {c.name for c in a.calls if any(lo < c.index < hi for lo, hi in spans)}
+    bulk = [b for b in bulk if not any(n == b or n.startswith(b + ".") for n in inside)]
     residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
+    normalised = {g.out.name: a.normalised_residual(g) for g in a.sublayers}
+    if normalised.get(attn.out.name):
+        # h = N(h) + F(N(h)): the stream between blocks is normalised at the start of each, which across a stack is
+        # post-norm, norm(h + F(h)), not pre-norm
+        placements["attention"] = {**placements["attention"], "placement": "post",
+                                   "residual_carries": normalised[attn.out.name]}
     return {
         "reviewable": True,
         "mixer": mixer["kind"],
@@ -110,7 +135,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         "cross_attention": bool(cross),
         "evidence": {
             "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
-                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
+                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name],
+                           "residual_carries_norm": normalised[g.out.name]}
                           for g in a.sublayers],
             "mixer": {"kind": mixer["kind"], "others_beside_it": others, "reach_of_position_0": mixer["reach"],
                       "heads_measured": bool(mixer["heads"].get("measured")),
@@ -136,7 +162,10 @@ def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:
     active = (experts["per_token"] or 0) * (experts["hidden"] or 0) + sum(f["hidden"] for f in shared)
     facts = {"kind": kind, "activation": activation, "hidden": active, "matrices": 3 if kind in GATED_KINDS else 2,
              "writer": experts["module"], "inputs": [], "experts": experts, "shared": shared}
-    moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": len(shared)}
+    # shared experts by width: one dense FFN sized for two experts (ERNIE 4.5's moe_num_shared_experts 2) is two
+    width = experts["hidden"] or 0
+    count = round(sum(f["hidden"] for f in shared) / width) if width and shared else len(shared)
+    moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": count}
     return facts, moe
 
 
@@ -257,11 +286,38 @@ def _fingerprint(model, layer, tiny_config, decoder_side: bool, seed: int) -> tu
     x[1, 0] += torch.randn(driver.width, dtype=torch.float64, generator=generator)
     x[2, :-1] = x[2, :-1].roll(1, dims=0)  # the prefix rotated by one place, the last token kept
     calls, y = Tracer(driver).run(x)
+    return _fingerprint_of(calls, y, driver.seq)
+
+
+def _fingerprint_of(calls, y, seq: int) -> tuple:
     shapes = tuple((type(c.module).__name__, tuple(c.inp.shape[2:]), tuple(c.out.shape[2:])) for c in calls)
     scale = y[0].abs().max().clamp_min(1e-30)
-    reach = tuple(t for t in range(driver.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
+    reach = tuple(t for t in range(seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
     aware = ((y[2, -1] - y[0, -1]).abs().max() / scale).item() > TOL
     return shapes, reach, aware
+
+
+def _fingerprints(model, layers, tiny_config, decoder_side: bool, seed: int) -> list[tuple]:
+    """_fingerprint of every layer from one run of the whole model (hf.StackDriver: each layer fed the same x);
+    layer by layer, one run up to each, if that run fails or misses a layer."""
+    try:
+        driver = hf.StackDriver(model, layers, tiny_config, seed=seed, decoder_side=decoder_side)
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(1, driver.seq, driver.width, dtype=torch.float64, generator=generator).expand(3, -1, -1)
+        x = x.clone()
+        x[1, 0] += torch.randn(driver.width, dtype=torch.float64, generator=generator)
+        x[2, :-1] = x[2, :-1].roll(1, dims=0)
+        calls, _ = Tracer(driver).run(x)
+        if len(driver.outputs) == len(layers):
+            by_layer = {i: [] for i in range(len(layers))}
+            for c in calls:
+                by_layer[int(c.name.split(".")[0])].append(c)
+            return [_fingerprint_of(by_layer[i], driver.outputs[i], driver.seq) for i in range(len(layers))]
+    except MemoryCapExceeded:
+        raise
+    except Exception:  # noqa: BLE001 - a model whose layers cannot all be fed at once: one run per layer
+        pass
+    return [_fingerprint(model, layer, tiny_config, decoder_side, seed) for layer in layers]
 
 
 def _state_space(s: dict, config) -> dict:
@@ -302,8 +358,8 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
     first = hf.ModelDriver(model, layers[0], tiny_config, seed=seed, decoder_side=decoder_side)
     absolute = hf.absolute_position(first)
     groups: dict = {}
-    for i, layer in enumerate(layers):
-        groups.setdefault(_fingerprint(model, layer, tiny_config, decoder_side, seed), []).append(i)
+    for i, fingerprint in enumerate(_fingerprints(model, layers, tiny_config, decoder_side, seed)):
+        groups.setdefault(fingerprint, []).append(i)
     patterns = []
     for indices in sorted(groups.values()):
         rep = next((i for i in indices if i > 0), indices[0])  # the first layer can be special (ModernBERT's)
@@ -422,6 +478,13 @@ def _review_architecture(source, attention, depth, warmup_steps, seed, only_laye
     review = review_model(model, tiny_config, full_config, subject=subject, only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)
+    full_depth = next((hf._int_attr(full_config, k) for k in hf.LAYER_KEYS if hf._int_attr(full_config, k)), None)
+    tiny_depth = next((hf._int_attr(tiny_config, k) for k in hf.LAYER_KEYS if hf._int_attr(tiny_config, k)), None)
+    review.facts["depth"] = {"config": full_depth, "probed": tiny_depth}
+    if full_depth and tiny_depth and tiny_depth < full_depth:
+        review.add("depth", "info", f"the config has {full_depth} layers; the tiny model keeps the first {tiny_depth} "
+                   f"(at most {hf.MAX_LAYERS}): layers {tiny_depth}-{full_depth - 1} are not probed, and the layer "
+                   "patterns list the probed layers only", review.facts["depth"])
     review.facts["attention_backend"] = "eager" if fallback else attention
     if fallback:
         review.add("attention backend", "info", f"{fallback}: reviewed with eager attention", "eager")

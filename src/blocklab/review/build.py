@@ -4,9 +4,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import importlib.util
 import inspect
+import os
 import sys
 import typing
+from pathlib import Path
 
 from torch import nn
 
@@ -20,15 +23,50 @@ DROPOUT_WORDS = ("dropout", "pdrop", "drop_rate")
 TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
-def resolve(target: str):
-    """'package.module:Name' (Name may be dotted) -> the object."""
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"--module must look like package.module:ClassOrFactory, got {target!r}")
+def _import_file(path: str):
+    """A module from a file path (./block.py): imported under its file name, its folder first on sys.path so that
+    its own imports of files beside it work."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ConfigError(f"--module {path!r}: no such file")
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = file.stem
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(file):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"--module {path!r}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and config_class_of look the module up by name
     try:
-        obj = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"cannot import module {module_name!r}: {err}") from None
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's file: one line, not a traceback
+        del sys.modules[name]
+        raise ConfigError(f"importing {path!r} failed: {type(err).__name__}: {err}") from None
+    return module
+
+
+def resolve(target: str):
+    """'package.module:Name' or 'path/to/file.py:Name' (Name may be dotted) -> the object. Importing runs the
+    module's code. A module is looked up in the current folder too, as `python -m` does (the `blocklab` script
+    alone would not)."""
+    module_name, _, attr = target.rpartition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--module must look like package.module:ClassOrFactory or path/to/file.py:Class, "
+                          f"got {target!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        obj = _import_file(module_name)
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            obj = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ConfigError(f"cannot import module {module_name!r}: {err}") from None
+        except Exception as err:  # the module's own code failed while importing
+            raise ConfigError(f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"module {module_name!r} has no attribute {attr!r}")

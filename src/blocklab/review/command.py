@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
+from pathlib import Path
 
 from ..config import ConfigError
 from ..io import write_json
@@ -32,7 +34,8 @@ EXIT_HELP = """exit status:
   built in float64 and driven whole; every layer is probed, and each distinct layer pattern read in full.
   Parameters are counted at the config's full size on the meta device.
 
-supported --module targets:
+supported --module targets (--module IMPORTS the module and RUNS its code, the block's constructor and forward: review
+only code you trust; a module is looked up in the current folder too, and path/to/file.py:Class imports that file):
   a transformers layer class, e.g. transformers.models.llama.modeling_llama:LlamaDecoderLayer: built inside its
       own model from its config class and reviewed as --hf-config does (--role encoder/decoder picks the stack
       of an encoder-decoder)
@@ -68,9 +71,13 @@ def register(subparsers) -> None:
                        "defaults", description=doc.split("\n\n")[0], epilog=EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--module", help="package.module:ClassOrFactory of the block to probe")
+    what.add_argument("--module", help="package.module:ClassOrFactory (looked up in the current folder too) or "
+                                       "path/to/file.py:Class of the block to probe; this IMPORTS the module and "
+                                       "RUNS its code (the constructor and forward): review only code you trust")
     what.add_argument("--hf-config", help="config.json path, a shipped name (llama3-8b, qwen3-vl-4b-text) or a "
                                           "transformers model_type (gpt2, t5, ...)")
+    what.add_argument("model_type", nargs="?", metavar="MODEL_TYPE",
+                      help="shorthand for --hf-config MODEL_TYPE: `blocklab review llama`")
     what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
                       help="print a markdown table of these architectures against the 2026 checklist (with --json: "
                            "record it, for blocklab docs)")
@@ -105,6 +112,8 @@ def _parse_kwargs(text: str | None) -> dict:
 
 
 def run_review(args) -> Review:
+    if getattr(args, "model_type", None):
+        args.hf_config = args.model_type
     if sum(bool(getattr(args, k, None)) for k in ("module", "hf_config", "table")) != 1:
         raise ConfigError("give exactly one of --module, --hf-config or --table")
     for name in ("d_model", "depth"):
@@ -114,6 +123,10 @@ def run_review(args) -> Review:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     attention = getattr(args, "attention", "eager")
     cap = getattr(args, "max_memory_gb", None)
+    if cap is not None and not cap > 0:
+        raise ConfigError(f"--max-memory-gb must be > 0, got {cap}")
+    if getattr(args, "json", None):
+        check_writable(args.json)
     if args.hf_config:
         return review_architecture(args.hf_config, attention=attention, depth=args.depth,
                                    warmup_steps=args.warmup_steps, max_memory_gb=cap)
@@ -126,11 +139,25 @@ def run_review(args) -> Review:
     if not args.role:
         raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
     return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
-                         kwargs=_parse_kwargs(args.kwargs), subject=args.module)
+                         kwargs=_parse_kwargs(args.kwargs), subject=args.module, max_memory_gb=cap)
+
+
+def check_writable(path: str) -> None:
+    """--json's file can be written (its folder exists and is writable, the file itself is not a folder or
+    read-only): checked before the review, so no verdict is printed for a run that then exits 3."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    problem = ("is a folder" if target.is_dir() else f"its folder {folder} does not exist" if not folder.is_dir()
+               else "the file is not writable" if target.exists() and not os.access(target, os.W_OK)
+               else f"its folder {folder} is not writable" if not os.access(folder, os.W_OK) else None)
+    if problem:
+        raise ConfigError(f"cannot write --json {path}: {problem}")
 
 
 def _main(args) -> int:
     try:
+        if getattr(args, "json", None):
+            check_writable(args.json)
         if getattr(args, "table", None):
             reviews = table.run(args.table, getattr(args, "attention", "eager"), getattr(args, "max_memory_gb", None))
             print(f"`blocklab review --table {' '.join(args.table)}` ({dt.date.today().isoformat()}; bold: the "

@@ -38,10 +38,17 @@ SLOPE_TOL = 1e-6  # ALiBi's log-attention is linear in distance to round-off (~1
 VISIBLE = 0.0  # attention weights of masked keys are exactly 0 (exp of -inf or of float64's minimum)
 ROTARY_PROBE = 10.0  # logits up to ~35 (below Gemma 2's softcap of 50); the slowest RoPE pair at theta 1e7 and
 # head_dim 8 turns by ~3e-5 rad over 6 positions: logits move by ~1e-3
-ROTARY_TOL = 1e-5  # attention weights >= 1/9 here; many eager kernels take the softmax in float32 (~1e-7 relative)
+ROTARY_TOL = 1e-10  # an unrotated offset meets only zero keys: its logits are exactly 0 and its weights exactly
+# uniform, in any precision; a rotated one moves them: Apertus's slowest pair (theta 1.2e7, Llama 3 scaling by 8, head
+# width 8) turns by ~6e-7 rad a position, which moves the weights by ~1e-5, float32 softmax or not
 SUM_TOL = 1e-5  # a softmax's rows sum to one to float32 round-off (~1e-7) in many eager kernels
 GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value everywhere: sigmoid, SiLU > 0 there
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB with three significant digits: a cap of 0.01 GiB reads 0.01, not 0.0."""
+    return f"{n / 2**30:.3g} GiB"
 
 
 class one_thread(contextlib.ContextDecorator):
@@ -91,6 +98,11 @@ class SubLayer:
     out: Call
     mixes: bool = False
     cross: bool = False
+    unprojected: list = None  # in-projections whose input already holds this sub-layer's mixed values: the mixing
+    # reaches another projection without a projection back to the width of its own (an attention without W_O)
+    read: Call | None = None  # where the mixed values are read: the first call after the in-projections whose input
+    # an edit at position 0 moves at later positions (a norm on the heads' output before the output projection:
+    # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
     experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
 
 
@@ -126,13 +138,20 @@ def _is_projection(module: nn.Module, inp) -> bool:
 
 
 def experts_weights(module: nn.Module) -> list[torch.Tensor]:
-    """A module's own weights of 3 dimensions (experts, out, in): routed experts applied without a layer each."""
-    return [p for p in module.parameters(recurse=False) if p.dim() == 3]
+    """A module's own weights of 3 dimensions (experts, out, in): routed experts applied without a layer each (not a
+    per-head gain or temperature shaped (heads, 1, 1) for broadcasting)."""
+    return [p for p in module.parameters(recurse=False) if p.dim() == 3 and min(p.shape[1:]) > 1]
 
 
-def _is_experts(module: nn.Module, inp, out, width: int) -> bool:
+def _is_experts(module: nn.Module, inp, out, width: int, args: tuple = ()) -> bool:
+    """Routed experts: 3-D weights, width in and out, and handed one routing row per token (an integer tensor with as
+    many rows as tokens, when it is handed integers at all: not a recurrence's position ids, as RecurrentGemma's
+    block-diagonal gates are)."""
+    tokens = inp.numel() // max(inp.shape[-1], 1) if torch.is_tensor(inp) else None
+    integers = [a for a in args[1:] if torch.is_tensor(a) and not a.is_floating_point() and a.dim() >= 1]
+    routed = not integers or any(a.numel() // max(a.shape[-1], 1) == tokens for a in integers)
     return (bool(experts_weights(module)) and torch.is_tensor(inp) and inp.is_floating_point()
-            and inp.shape[-1] == width and out.shape[-1] == width)
+            and inp.shape[-1] == width and out.shape[-1] == width and routed)
 
 
 def out_width(module: nn.Module) -> int:
@@ -159,14 +178,36 @@ class Tracer:
                        if (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
         self.cap = cap or _CAP[0]
         self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
+        self.seq_first = self._seq_first_calls() if getattr(driver, "seq_first", False) else set()
+
+    def _seq_first_calls(self) -> set:
+        """(module name, 'in' or 'out') of the hooked tensors laid out (time, batch, ...), read from one run of a
+        single batch element, where the layouts cannot be confused: a block driven in torch's default layout keeps
+        it in its norms and FFN, while the Q/K/V layers of nn.MultiheadAttention see (batch, time, ...)."""
+        found, handles = set(), []
+        seq = self.driver.seq
+
+        def hook(module, args, output, name):
+            for side, t in (("in", args[0] if args else None), ("out", output)):
+                if torch.is_tensor(t) and t.dim() >= 3 and t.shape[0] == seq and t.shape[1] == 1:
+                    found.add((name, side))
+
+        for name, module in self.leaves:
+            handles.append(module.register_forward_hook(lambda m, a, o, name=name: hook(m, a, o, name)))
+        try:
+            self.driver(torch.zeros(1, seq, self.driver.width, dtype=torch.float64))
+        finally:
+            for h in handles:
+                h.remove()
+        return found
 
     def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
         calls, seen, handles, batch = [], {}, [], x.shape[0]
         # the calls keep every hooked input and output; the model's own intermediates take about as much again
         if self.per_element is not None and 2 * batch * self.per_element > self.cap:
             raise MemoryCapExceeded(f"a batched run of {batch} inputs would hold about "
-                                    f"{2 * batch * self.per_element / 2**30:.1f} GiB of activations, over the cap "
-                                    f"of {self.cap / 2**30:.1f} GiB (--max-memory-gb)")
+                                    f"{gib(2 * batch * self.per_element)} of activations, over the cap "
+                                    f"of {gib(self.cap)} (--max-memory-gb)")
         lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
 
         def hook(module, args, output, name):
@@ -174,12 +215,14 @@ class Tracer:
                 return None
             seen[name] = seen.get(name, -1) + 1
             key = (name, seen[name])
+            flip_in, flip_out = (name, "in") in self.seq_first, (name, "out") in self.seq_first
+            canon = lambda t, flip: t.transpose(0, 1) if flip else t  # noqa: E731 - (batch, time, ...) for all
             if edit is not None:
-                copy, back = _tokens(output.clone(), batch, lengths)
+                copy, back = _tokens(canon(output.clone(), flip_out), batch, lengths)
                 changed = edit(key, copy.contiguous())
-                output = output if changed is None else back(changed).reshape(output.shape)
-            calls.append(Call(len(calls), name, module, _tokens(args[0], batch, lengths)[0].detach(),
-                              _tokens(output, batch, lengths)[0].detach(), key, tuple(args)))
+                output = output if changed is None else canon(back(changed), flip_out).reshape(output.shape)
+            calls.append(Call(len(calls), name, module, _tokens(canon(args[0], flip_in), batch, lengths)[0].detach(),
+                              _tokens(canon(output, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
             return output
 
         for name, module in self.leaves:
@@ -213,7 +256,7 @@ class LayerAnalysis:
     def __init__(self, driver, seed: int = 0, cap: int | None = None):
         self._start(driver, seed, cap)
         self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)
-                            or _is_experts(c.module, c.inp, c.out, self.width)]
+                            or _is_experts(c.module, c.inp, c.out, self.width, c.args)]
         self.norm_calls = [c for c in self.calls if c not in self.projections and c.out.shape == c.inp.shape
                            and c.inp.shape[-1] > 1 and self._is_norm(c)]
         self.depends = self._dependencies()
@@ -272,7 +315,7 @@ class LayerAnalysis:
     def _sublayers(self) -> list[SubLayer]:
         groups, current = [], []
         for call in self.projections:
-            if _is_experts(call.module, call.inp, call.out, self.width):  # the whole sub-layer in one call
+            if _is_experts(call.module, call.inp, call.out, self.width, call.args):  # the whole sub-layer in one call
                 groups.append(SubLayer(ins=[call], out=call, experts=True))
                 continue
             feeds = [c for c in current if self.depends.get((c.key, call.key))]
@@ -302,6 +345,23 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+            # an in-projection reading a model-width tensor that the mixing already moved: the next sub-layer reads
+            # the stream with the unprojected values in it (a Mamba scan's x_proj reads its convolution's inner
+            # width: that is the mixer's own work)
+            g.unprojected = [c.name for c in g.ins[1:] if traced[c.key].inp.shape[-1] == self.width
+                             and _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL] if g.mixes else []
+            # a call that carries the mixed values on to the writer: as many features as the writer reads, and
+            # dependent on every in-projection (not the attention weights a dropout reads)
+            between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.key in traced
+                       and traced[c.key].inp.dim() >= 2 and traced[c.key].inp.shape[:2] == inp.shape[:2]
+                       and _features(traced[c.key].inp) == inp.shape[-1]
+                       and all(self.depends.get((p.key, c.key)) for p in g.ins)]
+            g.read = next((c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
+                          g.out) if g.mixes else g.out
+
+    def read_input(self, traced: dict, g: SubLayer) -> torch.Tensor:
+        """The mixed values as the attention hands them on, (batch, time, features): the read point's input."""
+        return traced[g.read.key].inp.flatten(2)
 
     @property
     def attentions(self) -> list[SubLayer]:
@@ -317,7 +377,7 @@ class LayerAnalysis:
         """Where the per-token work of an attention ends: the in-projections, and the QK-norms that read them (a norm
         over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
         the norms its features may feed."""
-        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
+        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index]
         feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins}
         return [*g.ins, *[n for n in inner if any(n in f for f in feeds.values())]], feeds
 
@@ -341,7 +401,7 @@ class LayerAnalysis:
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(2 * n + 1), edit)
-        o_in = traced[g.out.key].inp
+        o_in = self.read_input(traced, g)
         base, scale = o_in[0], o_in[0].abs().max().clamp_min(1e-30)
         moved = ((o_in[1:n + 1] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
         later = ((o_in[n + 1:, 1:] - base[1:]).abs().amax(dim=(1, 2)) / scale) > TOL  # (features,)
@@ -362,14 +422,48 @@ class LayerAnalysis:
         head_dim, widest = min(blocks), max(blocks)
         heads = o_width // head_dim
         kv_heads = max(1, heads // (widest // head_dim))
-        v_offsets = {}
+        v_offsets, queries = {}, {}
         for (key, f), row, role in zip(features, moved, roles):
             if role == "v":
                 v_offsets[(key, f)] = row.nonzero().flatten()[0].item() % head_dim
-        return {"measured": True, "head_dim": head_dim, "heads": heads, "kv_heads": kv_heads, "o_width": o_width,
-                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
-                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
-                "v_offsets": v_offsets}
+            if role == "q":
+                queries.setdefault(row.nonzero().flatten()[0].item() // head_dim, []).append((key, f))
+        out = {"measured": True, "head_dim": head_dim, "heads": heads, "kv_heads": kv_heads, "o_width": o_width,
+               "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
+               "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
+               "v_offsets": v_offsets}
+        out["maps_per_head"] = self._maps_per_head(g, queries)
+        return out
+
+    def _maps_per_head(self, g: SubLayer, queries: dict) -> int:
+        """2 when each head's output is the sum of two separate softmax readings (differential attention: each half
+        of a head's query features has a softmax of its own), else 1. With the keys and values as they are, queries
+        zero (element 0), only the first half of each head's query features (1), only the second half (2), all (3):
+        two separate softmaxes add, O3 - O1 - O2 + O0 = 0; one softmax over the summed logits does not."""
+        halves = {}
+        for feats in queries.values():
+            if len(feats) < 2:
+                return 1
+            for part, half in enumerate((feats[:len(feats) // 2], feats[len(feats) // 2:]), start=1):
+                for key, f in half:
+                    halves.setdefault(key, {})[f] = part
+        if not halves:
+            return 1
+
+        def edit(key, out):
+            if key not in halves:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, part in halves[key].items():
+                flat[0, :, f] = 0.0
+                flat[3 - part, :, f] = 0.0  # element 1 keeps part 1, element 2 part 2
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(4), edit)
+        o = self.read_input(traced, g)
+        rest = o[3] - o[1] - o[2] + o[0]
+        scale = (o[3] - o[0]).abs().max().clamp_min(1e-30)
+        return 2 if (rest.abs().max() / scale).item() < SUM_TOL else 1
 
     # --- attention pattern with queries and keys silenced ----------------------------------------
 
@@ -396,7 +490,7 @@ class LayerAnalysis:
         traced, _ = self.tracer.inputs_of(self.batch(2), edit)
         hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
         both = [torch.stack([o_in[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
-                for o_in in traced[g.out.key].inp[:2]]
+                for o_in in self.read_input(traced, g)[:2]]
         patterns = both[0]
         # softmax attention with queries and keys silenced averages the visible values: each row is a distribution
         # (non-negative, the same sum on every row: one, or the output gate's value); linear attention reads its
@@ -442,7 +536,7 @@ class LayerAnalysis:
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
-        o_in = traced[g.out.key].inp
+        o_in = self.read_input(traced, g)
         rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
         return len(rotated) / hd
 
@@ -497,6 +591,22 @@ class LayerAnalysis:
         y = self.driver_with_zero(g.out.key, x)
         return _rel(y[1], y[0]) > TOL
 
+    def normalised_residual(self, g: SubLayer) -> str | None:
+        """The input norm N whose output the residual carries, h = N(h) + F(N(h)): a later tensor (a call's input or
+        the layer's output) is N's output plus the sub-layer's. Not a post-norm block's second sub-layer, whose input
+        norm is the norm of the sum before it (norm(h + F(h)) feeds the FFN and its residual): only a norm of the
+        raw stream counts. None when the residual carries the raw stream."""
+        stream_in = self.stream_input(g)
+        sums = {n.key for o in self.sublayers if o.out.index < g.out.index for n in self._sum_norms(o)}
+        later = [c.inp for c in self.calls if c.index > g.out.index] + [self.y]
+        for n in self.norm_calls:
+            if n.index < stream_in.index and n.key not in sums and _same(n.out, stream_in.inp) \
+                    and n.out.shape == g.out.out.shape:
+                total = n.out + g.out.out
+                if any(_same(t, total) for t in later):
+                    return n.name
+        return None
+
     def driver_with_zero(self, key, x):
         _, y = self.tracer.run(x, lambda k, out: torch.zeros_like(out) if k == key else None)
         return y
@@ -534,7 +644,7 @@ class LayerAnalysis:
 
     def qk_norm(self, g: SubLayer) -> list[str]:
         keys = [c.key for c in g.ins]
-        return [n.name for n in self.norm_calls if g.ins[0].index < n.index < g.out.index
+        return [n.name for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index
                 and any(self.depends.get((k, n.key)) for k in keys)]
 
     def experts(self, g: SubLayer) -> dict:
@@ -574,20 +684,24 @@ class LayerAnalysis:
 
     def ffn(self, g: SubLayer) -> dict:
         """Which activation turns the in-projections' outputs into the writer's input."""
-        down_in, hidden = g.out.inp, g.out.inp.shape[-1]
+        hidden = g.out.inp.shape[-1]
+        # the activation's output is the writer's input, or the input of what runs on it first (NormFormer's and
+        # BitNet's norm after the activation)
+        between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.inp.shape == g.out.inp.shape]
+        targets = [g.out, *between]
         outs = [c.out for c in g.ins if c.out.shape[-1] in (hidden, 2 * hidden)]
         if len(outs) == 1 and outs[0].shape[-1] == 2 * hidden:  # fused gate and up
             outs = list(outs[0].split(hidden, dim=-1))
-        kind, activation = "unknown", "unknown"
-        if len(outs) == 1:
+        kind, activation, at = "unknown", "unknown", None
+        candidates = ([(PLAIN, lambda act: [act(outs[0])])] if len(outs) == 1 else
+                      [(GATED, lambda act: [act(a) * b for a, b in (outs, outs[::-1])])] if len(outs) == 2 else [])
+        for kinds, made in candidates:
             for name, act in ACTIVATIONS.items():
-                if _rel(act(outs[0]), down_in) < ACT_TOL:
-                    kind, activation = PLAIN[name], name
-                    break
-        elif len(outs) == 2:
-            for name, act in ACTIVATIONS.items():
-                if any(_rel(act(a) * b, down_in) < ACT_TOL for a, b in (outs, outs[::-1])):
-                    kind, activation = GATED[name], name
+                at = next((t for t in targets for m in made(act) if _rel(m, t.inp) < ACT_TOL), None)
+                if at is not None:
+                    kind, activation = kinds[name], name
                     break
         return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,
-                "writer": g.out.name, "inputs": [c.name for c in g.ins]}
+                "writer": g.out.name, "inputs": [c.name for c in g.ins],
+                "after_activation": [c.name for c in targets if at is not None and c.index >= at.index
+                                     and c is not g.out]}

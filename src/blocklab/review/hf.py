@@ -42,11 +42,17 @@ HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
 OTHER_HEAD_DIMS = ("linear_key_head_dim", "linear_value_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
                    "v_head_dim", "mamba_d_head", "mamba_d_state", "state_size", "ssm_state_size", "d_state")
 SSM_STATE_KEYS = ("mamba_d_state", "ssm_state_size", "state_size", "d_state")  # a state-space layer's state width
-RANK_KEYS = ("kv_lora_rank", "q_lora_rank")  # MLA's low-rank bottlenecks: scaled with the width, at least 4
+RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "laurel_rank")  # low-rank bottlenecks (MLA's, Gemma 3n's LAuReL):
+# scaled with the width, at least 4
+PER_LAYER_KEYS = ("hidden_size_per_layer_input",)  # Gemma 3n's per-layer input width: scaled with the width
+VOCAB_KEYS = ("vocab_size_per_layer_input",)  # a second embedding table's vocabulary (Gemma 3n): to VOCAB
 HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
+CHUNK_KEYS = ("mamba_chunk_size", "chunk_size")  # a Mamba-2 scan's chunk: the same recurrence computed in blocks,
+# padded to a whole chunk (256 positions for 6 tokens made one probe of Bamba take minutes): to CHUNK
+CHUNK = 8
 WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_attention", "attention_chunk_size")
-EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 HEAD_KEYS = ("encoder_attention_heads", "decoder_attention_heads")  # besides num_attention_heads (BART)
 LAYER_KEYS = ("num_hidden_layers", "num_decoder_layers", "decoder_layers", "encoder_layers")
@@ -100,8 +106,8 @@ SIZE_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_s
 
 
 def validate(config, source: str):
-    """Values no architecture can have: a size that is not a positive integer, query heads that do not divide the
-    width (when no head_dim says otherwise), K/V heads that do not divide the query heads."""
+    """Values no architecture can have: a size that is not a positive integer, K/V heads that do not divide the
+    query heads."""
     for key in SIZE_KEYS:
         value = getattr(config, key, None)
         if value is None or isinstance(value, (list, tuple)):  # absent, or one value per layer (OpenELM)
@@ -109,11 +115,9 @@ def validate(config, source: str):
         least = 1 if key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size") else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"--hf-config {source}: {key} must be an integer >= {least}, got {value!r}")
-    d, heads = _int_attr(config, "hidden_size"), _int_attr(config, "num_attention_heads")
-    explicit = any(_int_attr(config, k) for k in HEAD_DIM_KEYS)
-    if d and heads and not explicit and d % heads:
-        raise ConfigError(f"--hf-config {source}: num_attention_heads={heads} does not divide hidden_size={d} "
-                          "(and the config gives no head_dim)")
+    # query heads that do not divide the width are the config class's to refuse (Llama's does): GLM-4-MoE's own
+    # default, 96 heads at 4096, builds with head_dim 4096 // 96 = 42
+    heads = _int_attr(config, "num_attention_heads")
     kv = next((_int_attr(config, k) for k in KV_KEYS if _int_attr(config, k)), None)
     if heads and kv and heads % kv:
         raise ConfigError(f"--hf-config {source}: num_key_value_heads={kv} does not divide "
@@ -142,8 +146,20 @@ def shrink(config, attention: str = "eager"):
                           "this reviewer can shrink")
     head_dim = next((_int_attr(config, k) for k in HEAD_DIM_KEYS if _int_attr(config, k)), d // heads)
     for key in FFN_KEYS:
+        value = getattr(config, key, None)
         if _int_attr(config, key):
-            setattr(tiny, key, round(getattr(config, key) * WIDTH / d))
+            setattr(tiny, key, round(value * WIDTH / d))
+        elif isinstance(value, list) and value and all(isinstance(v, int) and v > 0 for v in value):
+            setattr(tiny, key, [max(1, round(v * WIDTH / d)) for v in value])  # one width per layer (Gemma 3n)
+    for key, value in vars(config).items():  # another stream as wide as the model (RecurrentGemma's lru_width)
+        if key.endswith("_width") and _int_attr(config, key) == d:
+            setattr(tiny, key, WIDTH)
+    for key in PER_LAYER_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, max(HEAD_DIM // 2, round(getattr(config, key) * WIDTH / d)))
+    for key in VOCAB_KEYS:
+        if (_int_attr(config, key) or 0) > VOCAB:
+            setattr(tiny, key, VOCAB)
     for key in KV_KEYS:
         kv = _int_attr(config, key)
         if kv:
@@ -175,6 +191,9 @@ def shrink(config, attention: str = "eager"):
             tiny.mamba_d_ssm = max(HEAD_DIM, HEAD_DIM * round(config.mamba_d_ssm * WIDTH / d / HEAD_DIM))
         inner = getattr(tiny, "mamba_d_ssm", None) or int(getattr(tiny, "mamba_expand", 1) * WIDTH)
         tiny.mamba_n_heads = max(1, inner // HEAD_DIM)
+    for key in CHUNK_KEYS:
+        if (_int_attr(config, key) or 0) > CHUNK:
+            setattr(tiny, key, CHUNK)
     for key in WINDOW_KEYS:
         if (_int_attr(config, key) or 0) > WINDOW:
             setattr(tiny, key, WINDOW)
@@ -223,10 +242,10 @@ def build_tiny(config, seed: int = 0, cap: int | None = None) -> nn.Module:
         with torch.device("meta"):
             numel = sum(p.numel() for p in cls(config).parameters())
         if 8 * numel > cap:
-            from .dataflow import MemoryCapExceeded
+            from .dataflow import MemoryCapExceeded, gib
 
             raise MemoryCapExceeded(f"the tiny {cls.__name__} would hold {numel:,} float64 weights "
-                                    f"({8 * numel / 2**30:.1f} GiB), over the cap of {cap / 2**30:.1f} GiB "
+                                    f"({gib(8 * numel)}), over the cap of {gib(cap)} "
                                     "(--max-memory-gb): some width of this config is not shrunk")
     torch.manual_seed(seed)
     try:
@@ -267,8 +286,9 @@ def stacks(model: nn.Module) -> dict[str, nn.ModuleList]:
     for name, sub in model.named_modules():
         if any(name.startswith(prefix + ".") for prefix in found):
             continue
-        if isinstance(sub, nn.ModuleList) and len(sub) >= 2 and (len({type(m) for m in sub}) == 1
-                                                                 or len(sub) in depths):
+        # layers have parts of their own: a list of bare projections (Gemma 3n's altup_projections) is no stack
+        if isinstance(sub, nn.ModuleList) and len(sub) >= 2 and all(list(m.children()) for m in sub) \
+                and (len({type(m) for m in sub}) == 1 or len(sub) in depths):
             found[name] = sub
     return found
 
@@ -319,12 +339,10 @@ class ModelDriver:
             if x is None:
                 captured["input"] = (args[0] if args else kwargs["hidden_states"]).detach()
                 raise _Stop
-            if args and torch.is_tensor(args[0]):
-                return (x, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": x}
+            return _swap_input(x, args, kwargs, captured)
 
         def grab(module, args, output):
-            captured["output"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
+            captured["output"] = _layer_output(output, captured)
             raise _Stop
 
         handles = [self.layer.register_forward_pre_hook(swap, with_kwargs=True),
@@ -342,6 +360,51 @@ class ModelDriver:
 
     def layer_input(self, ids) -> torch.Tensor:
         return self(None, ids)
+
+
+def _swap_input(x, args, kwargs, captured: dict):
+    """A layer's forward pre-hook result: its input replaced by x."""
+    given = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
+    new = x
+    if torch.is_tensor(given) and given.dim() == x.dim() + 1 and given.shape[1:] == x.shape:
+        # the layer reads several parallel streams, (streams, batch, time, width) (Gemma 3n's AltUp): each gets x,
+        # and the first stream of its output is read
+        new = x.unsqueeze(0).expand(given.shape[0], *x.shape).contiguous()
+        captured["streams"] = True
+    if args and torch.is_tensor(args[0]):
+        return (new, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": new}
+
+
+def _layer_output(output, captured: dict) -> torch.Tensor:
+    out = output[0] if isinstance(output, (tuple, list)) else output
+    return (out[0] if captured.get("streams") else out).detach()
+
+
+class StackDriver(ModelDriver):
+    """Every layer of a stack on the same x in ONE run of the whole model: each layer's input is replaced by x, its
+    output kept (``outputs``, by layer index). For the cheap probes of every layer (architecture._fingerprint):
+    one run instead of one run up to each layer. Its ``layer`` is the stack (hooks see 'i.module' names)."""
+
+    def __init__(self, model: nn.Module, layers, config, seed: int = 0, decoder_side: bool = False):
+        super().__init__(model, layers, config, seed, decoder_side)
+        self.layers, self.outputs = list(layers), {}
+
+    def __call__(self, x: torch.Tensor, ids=None) -> torch.Tensor:
+        self.outputs, handles = {}, []
+        for i, layer in enumerate(self.layers):
+            captured = {}
+            handles.append(layer.register_forward_pre_hook(
+                lambda m, a, k, captured=captured: _swap_input(x, a, k, captured), with_kwargs=True))
+            handles.append(layer.register_forward_hook(
+                lambda m, a, o, i=i, captured=captured: self.outputs.__setitem__(i, _layer_output(o, captured))))
+        try:
+            with torch.no_grad():
+                self.model(**self.inputs(x.shape[0], ids), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        return self.outputs[len(self.layers) - 1]
 
 
 class _Lookups(TorchFunctionMode):

@@ -9,7 +9,7 @@ import torch
 from ..config import ConfigError
 from .architecture import layer_entry, read_layer
 from .build import DEFAULT_WIDTH, Builder, resolve
-from .dataflow import LayerAnalysis, one_thread
+from .dataflow import LayerAnalysis, MemoryCapExceeded, memory_cap, one_thread
 from .probe import MEMORY_SEQ, SEQ, BlockDriver, Probe, width_check
 from .report import Review
 from .rules import judge_structure
@@ -19,9 +19,13 @@ ROLES = ("encoder", "decoder", "cross")
 
 
 def review_module(target, role: str, d_model: int | None = None, depth: int | None = None, warmup_steps: int = 0,
-                  kwargs: dict | None = None, seed: int = 0, subject: str | None = None) -> Review:
-    """Build, probe and judge one block. ``target``: 'pkg.mod:Name', a class, a factory or a module instance."""
-    with one_thread():
+                  kwargs: dict | None = None, seed: int = 0, subject: str | None = None,
+                  max_memory_gb: float | None = None) -> Review:
+    """Build, probe and judge one block. ``target``: 'pkg.mod:Name', 'file.py:Name', a class, a factory or a module
+    instance (a name is imported: its code runs). Batched probes past ``max_memory_gb`` end in 'cannot review'."""
+    if max_memory_gb is not None and not max_memory_gb > 0:
+        raise ConfigError(f"--max-memory-gb must be > 0, got {max_memory_gb}")
+    with one_thread(), memory_cap(int(max_memory_gb * 2**30) if max_memory_gb else None):
         return _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, subject)
 
 
@@ -52,12 +56,32 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         probe = Probe(module, role, width, seed)
     if probe.traced_mha:
         review.facts["traced_multihead_attention"] = probe.traced_mha
+    if probe.refilled:
+        review.facts["zero_at_init"] = probe.refilled
+        # said in the text: the gates (fewer numbers than the width: a scalar, one per head), not the zero biases
+        params = dict(probe.module.named_parameters())
+        gates = [n for n in probe.refilled if params[n].numel() < width]
+        if gates:
+            review.add("zero at init", "info", f"{', '.join(gates[:4])}{' ...' if len(gates) > 4 else ''}: zero at "
+                       "init, a gate that silences what it multiplies (ReZero's alpha): probed nonzero, so the "
+                       "structure read is the trained block's (facts.zero_at_init lists every zero parameter)", gates)
+    review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
+    if probe.call.seq_first:
+        review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
+                   "False): a change of one batch element moved the others; reviewed with x transposed", "seq_first")
     _caller_mask(review, probe)
     try:
         structure = read_layer(LayerAnalysis(BlockDriver(probe), seed))
+    except MemoryCapExceeded as err:
+        structure = {"reviewable": False, "reason": str(err)}
     except Exception as err:  # noqa: BLE001 - the user's forward under edited inputs: say so, never a traceback
         structure = {"reviewable": False, "reason": f"driving the block with hooks failed: {type(err).__name__}: "
                                                     f"{err}"}
+    if structure.get("reviewable") and structure["mixer"] != "attention":
+        # a block is reviewed for its attention: a block whose token mixing is no softmax attention is not passed
+        mixer = structure["mixer"]
+        structure = {"reviewable": False, "mixer": mixer, "reason": f"no softmax attention recognised in the data "
+                     f"flow: its token mixing reads as {mixer} (evidence.mixer)", "evidence": structure["evidence"]}
     structure["expected_causal"] = role != "encoder"
     structure["layers"] = [layer_entry(structure, [0])]  # one block: one layer, one pattern
     review.facts["structure"] = structure

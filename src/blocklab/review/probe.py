@@ -28,6 +28,7 @@ class Caller:
     def __init__(self, module: nn.Module, role: str):
         self.module, self.role = module, role
         self.forward_params = _parameters(module.forward)
+        self.seq_first = False  # the block reads (time, batch, d): torch's layers with batch_first=False
 
     def mask_kwargs(self, length: int) -> dict | None:
         p, mask = self.forward_params, causal_float_mask(length)
@@ -41,9 +42,11 @@ class Caller:
 
     def __call__(self, x, memory=None, masked: bool = False) -> torch.Tensor:
         kwargs = (self.mask_kwargs(x.shape[-2]) or {}) if masked else {}
+        if self.seq_first:
+            x, memory = x.transpose(0, 1), None if memory is None else memory.transpose(0, 1)
         out = self.module(x, memory, **kwargs) if self.role == "cross" else self.module(x, **kwargs)
         out = out[0] if isinstance(out, (tuple, list)) else out
-        return out.detach()
+        return (out.transpose(0, 1) if self.seq_first and torch.is_tensor(out) else out).detach()
 
 
 # --- nn.MultiheadAttention, made observable ------------------------------------------------------
@@ -71,12 +74,14 @@ def _mha_forward(self, query, key, value, key_padding_mask=None, need_weights=Tr
                  average_attn_weights=True, is_causal=False):
     """nn.MultiheadAttention's math (F.multi_head_attention_forward, no bias_k/add_zero_attn), through hookable
     layers: the fused in-projection when query, key and value are one tensor, else one per input."""
+    # which inputs are one tensor is decided before the layout change: transposed copies are new tensors
+    same, kv_same = query is key is value, key is value
     if not self.batch_first:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
     E, H = self.embed_dim, self.num_heads
-    if query is key is value:
+    if same:
         q, k, v = self.in_proj_fused(query).split(E, dim=-1)
-    elif key is value:
+    elif kv_same:
         q, (k, v) = self.in_proj_q(query), self.in_proj_kv(key).split(E, dim=-1)
     else:
         q, k, v = self.in_proj_q(query), self.in_proj_k(key), self.in_proj_v(value)
@@ -132,6 +137,7 @@ class Probe:
         self.traced_mha = make_traceable(self.module)
         self.role, self.width = role, width
         self.generator = torch.Generator().manual_seed(seed)
+        self.refilled = self._refill_zeros()
         self.call = Caller(self.module, role)
         self.x = self.randn(BATCH, SEQ, width)
         self.memory = self.randn(BATCH, MEMORY_SEQ, width) if role == "cross" else None
@@ -147,6 +153,30 @@ class Probe:
             raise ConfigError(f"the block maps x of shape {tuple(self.x.shape)} to {shape}: a transformer block "
                               "keeps (batch, time, d_model)")
         self.scale = self.y.abs().max().item()
+        self._find_layout()
+
+    def _find_layout(self) -> None:
+        """A block that mixes the batch elements (a change of element 0 moves element 1's output) reads its input as
+        (time, batch, d), torch's default layout (batch_first=False): from then on it is called on x transposed."""
+        other = self.x.clone()
+        other[0] += self.randn(SEQ, self.width)
+        if _changed(self.run(other)[1], self.y[1], self.scale) > TOL:
+            self.call.seq_first = True
+            self.y = self.run(self.x)
+            self.scale = self.y.abs().max().item()
+
+    def _refill_zeros(self) -> list[str]:
+        """Parameters that are all zero at init (ReZero's alpha, a zero-initialised gate or output layer) silence
+        what they multiply: the block would read as less than it is (a sub-layer that adds nothing, an FFN that
+        does not read the attention). Each gets random values in [0.5, 1) for the probe; the names are returned.
+        A gate's value at init does not change what the block is."""
+        names = []
+        with torch.no_grad():
+            for name, p in self.module.named_parameters():
+                if p.numel() and not p.any():
+                    p.copy_(0.5 + 0.5 * torch.rand(p.shape, dtype=p.dtype, generator=self.generator))
+                    names.append(name)
+        return names
 
     def use_caller_mask(self) -> None:
         """From now on every call passes the causal mask: the block only masks when the caller asks."""
@@ -185,8 +215,19 @@ def width_check(builder: Builder, width: int, first: nn.Module) -> dict:
     except ConfigError as err:
         return {"tested": True, "second_width": second_width, "error": str(err), "fixed": []}
     a, b = dict(first.named_parameters()), dict(second.named_parameters())
-    fixed = sorted(n for n in a.keys() & b.keys() if a[n].shape == b[n].shape and any(s > 1 for s in a[n].shape))
+    common = sorted(a.keys() & b.keys())
+    # the sizes of activations that meet the model width: the width itself, and a dimension that stays put in a
+    # weight whose other dimension follows d_model (an FFN hidden width written as 256)
+    widths = {width, infer_width(first)}  # asked for, and built at (a block that ignores its width argument)
+    for n in common:
+        if a[n].dim() == b[n].dim() and a[n].shape != b[n].shape:
+            widths.update(s for s, t in zip(a[n].shape, b[n].shape) if s == t and s > 1)
+    unchanged = [n for n in common if a[n].shape == b[n].shape and any(s > 1 for s in a[n].shape)]
+    # a parameter that keeps its shape is a hard-coded width only if it has such a size; one sized by heads,
+    # buckets or experts alone (T5's relative-bias table, a per-head temperature) does not scale with width by design
+    fixed = [n for n in unchanged if widths & set(a[n].shape)]
     return {"tested": True, "second_width": second_width, "fixed": fixed, "parameters": len(a),
+            "not_width_sized": [n for n in unchanged if n not in fixed],
             "built_width": infer_width(first), "second_built_width": infer_width(second)}
 
 
@@ -197,6 +238,7 @@ class BlockDriver:
     def __init__(self, probe: Probe):
         self.probe, self.layer, self.width, self.seq = probe, probe.module, probe.width, SEQ
         self.memory_seq = MEMORY_SEQ if probe.role == "cross" else None
+        self.seq_first = probe.call.seq_first  # the hooked tensors outside nn.MultiheadAttention are (time, batch, ...)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         memory = None if self.probe.memory is None else self.probe.memory[:1].expand(x.shape[0], -1, -1)

@@ -29,6 +29,9 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
         review.add(check, severity, prefix + message, value)
 
     if not s.get("reviewable"):
+        if "output_projection" in s:
+            add("output projection", "flag", "the attention has no output projection (W_O): its heads' output is "
+                "added to the stream as it is", None)
         add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
         return
     _placement(add, s, depth, warmup_steps)
@@ -203,6 +206,10 @@ def _attention(add, s) -> None:
     if full and not full["agrees_with_tiny"]:
         add("attention", "flag", f"the tiny build measured {s['evidence']['tiny']['query_heads']}/"
             f"{s['evidence']['tiny']['kv_heads']} heads, which the full-size shapes ({heads}) do not repeat", None)
+    maps = (s["evidence"].get("heads") or {}).get("maps_per_head", 1)
+    if maps > 1:
+        add("attention", "info", f"differential attention: each head's output is read from {maps} separate softmax "
+            "maps (each half of its query features has its own)", maps)
     add("attention", "pass" if attention == "GQA" else "info",
         f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
         attention)
@@ -213,6 +220,10 @@ def _residuals(add, s) -> None:
         if not sub["residual_kept_when_silenced"]:
             add("residual", "flag", f"none around '{sub['writer']}': silenced, the output no longer depends on the "
                 "input (deep stacks then lose their gradient path)", sub["writer"])
+        elif sub.get("residual_carries_norm"):
+            add("residual", "flag", f"around '{sub['writer']}' the residual carries the normalised stream "
+                f"{sub['residual_carries_norm']}(h), not h: h = norm(h) + F(norm(h)), across a stack post-norm "
+                "(norm(h + F(h))): the raw stream has no identity path", sub["writer"])
 
 
 def _causal(add, s) -> None:
@@ -230,6 +241,10 @@ def _causal(add, s) -> None:
 
 def _heads(add, s) -> None:
     check = s.get("measured_heads_vs_config") or {}
-    if check.get("config") and check.get("measured") and check["config"] != check["measured"]:
+    maps = (s.get("evidence", {}).get("heads") or {}).get("maps_per_head", 1)
+    if maps > 1 and check.get("config") and check.get("measured") and check["config"] == maps * check["measured"]:
+        add("head count", "info", f"differential attention: {check['measured']} heads of {maps} softmax maps "
+            f"each, the {check['config']} query heads the config declares", check["measured"])
+    elif check.get("config") and check.get("measured") and check["config"] != check["measured"]:
         add("head count", "flag", f"the attention computes {check['measured']} heads, the config declares "
             f"{check['config']}", check["measured"])

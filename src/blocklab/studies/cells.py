@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..config import ConfigError
-from ..settings import CopyModel, CopyTask, Sweep
+from ..settings import CopyModel, CopyTask, Sweep, run_name  # noqa: F401 (run_name: the plans take it from here)
 
 CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
 POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
@@ -32,11 +32,6 @@ def run_dir(runs: str, cell: "Cell", run: str, main_sweep: bool) -> str:
     return f"{SWEEP_RUNS}/{run}" if main_sweep else f"{runs}/{cell.name}/{run}"
 
 
-def run_name(norm: str, warmup: int, seed: int) -> str:
-    """A sweep run's directory name (the same as ``training.sweep.run_name``; tests/test_layers.py checks they agree)."""
-    return f"{norm}-w{warmup}-s{seed}"
-
-
 @dataclass(frozen=True)
 class Cell:
     position: str
@@ -51,12 +46,12 @@ class Cell:
 
     @classmethod
     def parse(cls, name: str) -> "Cell":
-        match = re.fullmatch(r"([a-z]+)-b(\d+)-L(\d+)-lr([0-9.e+-]+)-(fp32|bf16)", name)
-        if not match:
+        if not re.fullmatch(CELL_PATTERN, name):
             raise ConfigError(f"--cell={name!r} is not a cell name; allowed: {{position}}-b{{batch}}-L{{depth}}-lr{{lr}}-"
                               "{fp32|bf16}, e.g. learned-b32-L24-lr0.001-fp32")
-        position, batch, depth, lr, precision = match.groups()
-        return cls(position, int(batch), int(depth), float(lr), precision)
+        position, batch, depth, rest = name.split("-", 3)  # the learning rate may hold a "-" (1e-05)
+        lr, precision = rest.rsplit("-", 1)
+        return cls(position, int(batch[1:]), int(depth[1:]), float(lr[2:]), precision)
 
 
 def default_cell(params: dict) -> Cell:

@@ -16,7 +16,7 @@ from ..io import read_json
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..params import load_params
 from ..runtime import resolve_device, set_threads
-from ..settings import CopyTask, Sweep
+from ..settings import CopyTask, Sweep, run_name
 from .commands import add_aggregate, add_train
 from .copy_model import build_copy_model, copy_model_config
 from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table
@@ -27,10 +27,6 @@ from .train import CheckpointMismatch, read_checkpoint, train, write_run
 log = logging.getLogger("blocklab.sweep")
 
 RUN_FILES = ("loss.csv", "diagnostics.parquet", "model.safetensors", "meta.json")  # meta.json is written last: it marks a finished run
-
-
-def run_name(norm: str, warmup: int, seed: int) -> str:
-    return f"{norm}-w{warmup}-s{seed}"
 
 
 def train_copy_run(params: dict, norm: str, warmup: int, seed: int, out_dir: Path, device: str = "cpu",

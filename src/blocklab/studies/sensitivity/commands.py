@@ -14,7 +14,7 @@ from ..family import add_command, add_plan, add_snapshot, add_status, add_train
 from .aggregate import aggregate, claims_by_setting, finished_verdicts, write_snapshot
 from .figures import save_figures
 from .plan import GRADNORM, TABLES, plan, read_records, snapshots, with_cells
-from .run import gradnorm_by_choice, progress, projected_seconds, train
+from .run import gradnorm_by_choice, projected_seconds, status, train
 
 log = logging.getLogger("blocklab.sensitivity")
 
@@ -113,7 +113,7 @@ def _status_main(args) -> None:
     if args.verdicts:
         _verdicts_main(params, args)
         return
-    frame = progress(params, args.root)
+    frame = status(params, args.root)
     frame["projected_s"] = projected_seconds(frame)
     by_status = frame["status"].value_counts()
     print(frame.groupby("setting", sort=False).agg(

@@ -51,7 +51,7 @@ def gradnorm_by_choice(params: dict) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[GRADNORM_COLUMNS]
 
 
-def progress(params: dict, root: str | Path = ".") -> pd.DataFrame:
+def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
     """Where each planned run stands (the study may span sessions): finished, checkpointed at a step, or not started.
 
     ``seconds`` is the run time spent so far (a finished run's ``wall_time_s``, a checkpoint's saved seconds), and
@@ -63,10 +63,10 @@ def progress(params: dict, root: str | Path = ".") -> pd.DataFrame:
     rows = []
     for row in plan(params).drop_duplicates("run_dir").itertuples(index=False):
         state = run_state(root / row.run_dir, steps)
-        status, done, seconds = state["status"], state["steps_done"], state["seconds"]
+        where, done, seconds = state["status"], state["steps_done"], state["seconds"]
         rows.append({"setting": row.setting, "run": row.run, "batch_size": row.batch_size, "depth": row.depth,
-                     "precision": row.precision, "status": status, "steps_done": done,
-                     "steps_left": 0 if status == "finished" else steps - done, "seconds": seconds,
+                     "precision": row.precision, "status": where, "steps_done": done,
+                     "steps_left": 0 if where == "finished" else steps - done, "seconds": seconds,
                      "run_dir": row.run_dir})
     return pd.DataFrame(rows)
 

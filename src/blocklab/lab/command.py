@@ -1,0 +1,230 @@
+"""`blocklab lab`: put a block through document 000's copy-task stress test, as Snakemake jobs.
+
+    blocklab lab deepnorm --out lab/deepnorm                      # a built-in norm position
+    blocklab lab --module my_block.py:Block --out lab/mine        # your own block (imports and runs your code)
+    blocklab lab --hf-config llama --profile quick --out lab/llama
+
+Everything is checked first (the profile, the seeds, the block: built at the lab's width, read by the reviewer, one
+forward through the whole stack), then ``spec.json`` is written to the output folder and ``workflow/rules/lab.smk``
+trains the runs in it (``--cores``; ``--slurm`` uses profiles/slurm). A finished run is cached; a killed run resumes
+from its checkpoint; a changed spec retrains. Exit status: 2 bad options, 3 a block that cannot be built, called or
+trained on the copy task (nothing runs), 1 a failed job.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ..config import NORM_POSITIONS, ConfigError
+from ..io import write_table
+
+REPO = Path(__file__).resolve().parents[3]
+SNAKEFILE = REPO / "workflow" / "rules" / "lab.smk"
+
+
+def register(subparsers) -> None:
+    if "lab" not in subparsers.choices:
+        _register_front(subparsers)
+
+
+def _register_front(subparsers) -> None:
+    p = subparsers.add_parser("lab", help="put a block through document 000's copy-task stress test (24 blocks, no "
+                              "warm-up vs warm-up, seeds): lab.csv, rates with intervals, a figure and a page",
+                              description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("block", nargs="?", choices=list(NORM_POSITIONS), metavar="BLOCK",
+                   help=f"a built-in norm position: one of {', '.join(NORM_POSITIONS)}")
+    p.add_argument("--module", help="your block: FILE.py:Class or package.module:Class (imported and run: it is your "
+                   "code); built as the reviewer builds it (`blocklab review --help`)")
+    p.add_argument("--kwargs", help="JSON of extra constructor arguments for --module")
+    p.add_argument("--hf-config", help="a transformers model type (llama, qwen2, gpt2, ...): its causal LM at the copy "
+                   "task's size")
+    p.add_argument("--profile", default="document", choices=["document", "quick", "tiny"],
+                   help="document (default: params.yaml's setup, hours), quick (minutes: batch 16, 400 steps, no "
+                   "warm-up arm), tiny (tests)")
+    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the profile's)")
+    p.add_argument("--warmups", nargs="+", type=int, help="warm-up steps compared (default: the profile's)")
+    p.add_argument("--out", required=True, type=Path, help="output folder (runs, lab.csv, rates.csv, lab.png, "
+                   "README.md)")
+    p.add_argument("--params", default="params.yaml", type=Path)
+    p.add_argument("--cores", type=int, default=2, help="Snakemake --cores (one run a core)")
+    p.add_argument("--slurm", action="store_true", help="submit the runs to SLURM (profiles/slurm)")
+    p.add_argument("--dry-run", action="store_true", help="check and plan only")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    from .spec import check_model, make_spec, profile_setup
+
+    from ..params import load_params
+
+    if args.kwargs:
+        try:
+            kwargs = json.loads(args.kwargs)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--kwargs is not JSON: {err}") from None
+        if not isinstance(kwargs, dict):
+            raise ConfigError("--kwargs must be a JSON object")
+    else:
+        kwargs = {}
+    if sum(bool(x) for x in (args.block, args.module, args.hf_config)) != 1:
+        raise ConfigError("give exactly one block: a built-in name (one of " + ", ".join(NORM_POSITIONS) +
+                          "), --module FILE.py:Class, or --hf-config MODEL_TYPE")
+    profile_setup(load_params(args.params), args.profile, args.seeds, args.warmups)  # bad options: exit 2, first
+    try:
+        spec = make_spec(args.params, args.profile, args.block, args.module, args.hf_config, kwargs, args.seeds,
+                         args.warmups)
+        size = check_model(spec)
+    except ConfigError as err:  # the block: built, called, read; nothing has run
+        print(f"blocklab lab: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 3
+    spec.read["params_path"] = str(Path(args.params).resolve())
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    text = spec.to_json()
+    if not (out / "spec.json").is_file() or (out / "spec.json").read_text(encoding="utf-8") != text:
+        from ..io import write_bytes
+
+        write_bytes(text.encode(), out / "spec.json")  # rewritten only when it changed: a changed spec retrains
+    runs = len(spec.runs())
+    print(f"blocklab lab: {spec.block.label} ({size['parameters']:,} parameters), {spec.profile} profile: {runs} runs "
+          f"of {spec.setup.steps} steps (warm-ups {list(spec.setup.warmups)} x seeds {list(spec.setup.seeds)}) into "
+          f"{out}", file=sys.stderr)
+    snakemake = Path(sys.executable).with_name("snakemake")
+    command = [str(snakemake) if snakemake.exists() else "snakemake", "--snakefile", str(SNAKEFILE), "--directory",
+               str(out), "--cores", str(args.cores), "--config", "spec=spec.json", "--rerun-incomplete"]
+    command += ["--profile", str(REPO / "profiles" / "slurm")] if args.slurm else ["--workflow-profile", "none"]
+    if args.dry_run:
+        command.append("--dry-run")
+    done = subprocess.run(command, cwd=out)
+    if done.returncode:
+        print(f"blocklab lab: a job failed (exit {done.returncode}); finished runs are kept, the same command resumes",
+              file=sys.stderr)
+        return 1
+    if not args.dry_run:
+        print(f"blocklab lab: {out / 'README.md'}, {out / 'lab.png'}, {out / 'lab.csv'}", file=sys.stderr)
+    return 0
+
+
+# --- the jobs workflow/rules/lab.smk runs ---------------------------------------------------------------------------
+
+
+def register_jobs(subparsers) -> None:
+    run = subparsers.add_parser("run", help="train one lab run")
+    run.add_argument("--spec", required=True, type=Path)
+    run.add_argument("--warmup", required=True, type=int)
+    run.add_argument("--seed", required=True, type=int)
+    run.add_argument("--out-dir", required=True, type=Path)
+    run.add_argument("--threads", type=int, default=1)
+    run.set_defaults(func=_job_run)
+    grad = subparsers.add_parser("gradnorm", help="the gradient per block at init")
+    grad.add_argument("--spec", required=True, type=Path)
+    grad.add_argument("--out", required=True, type=Path)
+    grad.set_defaults(func=_job_gradnorm)
+    rep = subparsers.add_parser("report", help="lab.csv, rates.csv, lab.png, README.md from the finished runs")
+    rep.add_argument("--spec", required=True, type=Path)
+    rep.add_argument("--out", required=True, type=Path)
+    rep.set_defaults(func=_job_report)
+    one = subparsers.add_parser("run-builtin", help="train one built-in norm position at the document's setup (the "
+                                "recorded runs of docs/lab; the same numbers as `blocklab lab NAME`'s run)")
+    one.add_argument("--norm", required=True, choices=list(NORM_POSITIONS))
+    one.add_argument("--warmup", required=True, type=int)
+    one.add_argument("--seed", required=True, type=int)
+    one.add_argument("--out-dir", required=True, type=Path)
+    one.add_argument("--params", default="params.yaml", type=Path)
+    one.set_defaults(func=_job_run_builtin)
+    rec = subparsers.add_parser("record", help="record finished runs in git (loss.csv, meta.json) and write STATUS.md")
+    rec.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<norm>-w<warmup>-s<seed>)")
+    rec.add_argument("--to", required=True, type=Path, help="e.g. docs/lab")
+    rec.set_defaults(func=_job_record)
+
+
+def _job_run_builtin(args) -> int:
+    from ..params import load_params
+    from ..runtime import set_threads
+    from ..training.sweep import train_copy_run
+    from .spec import params_for, profile_setup
+
+    params = load_params(args.params)
+    setup = profile_setup(params, "document", seeds=[args.seed], warmups=[args.warmup])
+    set_threads(1)
+    train_copy_run(params_for(params, setup), args.norm, args.warmup, args.seed, args.out_dir, "cpu")
+    return 0
+
+
+def _job_record(args) -> int:
+    """Copy each finished run's loss.csv and meta.json (checked against its checksums) to ``--to/runs/<run>/``, and
+    write ``--to/STATUS.md``: every run found, finished (outcome, final loss) or checkpointed (its step)."""
+    import shutil
+
+    from ..integrity import read_run
+    from ..training.sweep import run_state
+    from .run import outcome
+
+    rows = []
+    for run_dir in sorted(p for p in args.runs.iterdir() if p.is_dir()):
+        state = run_state(run_dir, 0)
+        if state["status"] == "finished":
+            meta, loss = read_run(run_dir)
+            found = outcome(loss["step"].tolist(), loss["loss"].tolist(), meta["copy_task"]["vocab_size"],
+                            meta.get("diverged_step"))
+            target = args.to / "runs" / run_dir.name
+            target.mkdir(parents=True, exist_ok=True)
+            for name in ("loss.csv", "meta.json"):
+                shutil.copyfile(run_dir / name, target / name)
+            rows.append(f"| {run_dir.name} | finished | {len(loss)} | {found['outcome']} | {found['final_loss']:.4g} |"
+                        f" {meta.get('libraries', {}).get('cpu') or ''} |")
+        else:
+            rows.append(f"| {run_dir.name} | {state['status']} | {state['steps_done']} | | | |")
+    text = ["# Stability lab runs at the document's setup: where they stand", "",
+            f"Generated by `blocklab lab-job record --runs {args.runs} --to {args.to}`; do not edit by hand. A finished"
+            " run's loss.csv and meta.json are in `runs/<run>/`; a checkpointed one resumes on the machine that holds"
+            " its checkpoint (`bash docs/lab/run.sh`).", "",
+            "| run | state | steps | outcome | final loss | processor |", "|---|---|---:|---|---:|---|", *rows, ""]
+    args.to.mkdir(parents=True, exist_ok=True)
+    (args.to / "STATUS.md").write_text("\n".join(text), encoding="utf-8")
+    return 0
+
+
+def _load(path: Path):
+    from ..params import load_params
+    from .spec import Spec, params_sha256
+
+    spec = Spec.from_file(path)
+    params_path = spec.read.get("params_path")
+    if not params_path or not Path(params_path).is_file():
+        raise ConfigError(f"{path}: its params file {params_path!r} is gone; run `blocklab lab` again")
+    if params_sha256(params_path) != spec.params_sha256:
+        raise ConfigError(f"{params_path} changed since this lab was planned; run `blocklab lab` again (it replans)")
+    return spec, load_params(params_path)
+
+
+def _job_run(args) -> int:
+    from .run import train_lab_run
+
+    spec, params = _load(args.spec)
+    if (args.warmup, args.seed) not in spec.runs():
+        raise ConfigError(f"run w{args.warmup}-s{args.seed} is not in {args.spec}'s plan {spec.runs()}")
+    train_lab_run(spec, params, args.warmup, args.seed, args.out_dir, args.threads)
+    return 0
+
+
+def _job_gradnorm(args) -> int:
+    from .run import gradnorm_at_init
+
+    spec, _ = _load(args.spec)
+    write_table(gradnorm_at_init(spec, spec.setup.seeds), args.out)
+    return 0
+
+
+def _job_report(args) -> int:
+    from ..io import read_table
+    from .report import write_report
+    from .run import row_of
+
+    spec, _ = _load(args.spec)
+    run_dirs = {(w, s): args.out / "runs" / spec.run_name(w, s) for w, s in spec.runs()}
+    rows = [row_of(spec, d) for d in run_dirs.values()]
+    write_report(spec, rows, run_dirs, read_table(args.out / "gradnorm.csv"), args.out)
+    return 0

@@ -1,0 +1,135 @@
+"""One lab run and what it shows: learned, never, collapsed or diverged; the gradient per block at init.
+
+A built-in norm position trains through the sweep's own code (``training.sweep.train_copy_run``): the same numbers as a
+sweep run of that position at the same setup and seed. A user's block or a Hugging Face layer trains through the same
+loop (``training.train.train``: Adam, linear warm-up, checkpoints every ``checkpoint_every`` steps, resumed after a kill,
+a non-finite loss ends the run as diverged) with the same data stream.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .. import provenance
+from ..integrity import read_run
+from ..runtime import set_threads
+from ..training.tasks import copy_batch, copy_loss
+from ..training.train import train, write_run
+from .spec import Spec, build_model, params_for
+
+# Outcome thresholds, in units of chance (ln V, the loss of a model that learned nothing), the sweep's own: a run has
+# learned when its loss falls below 0.1 ln V; it is back at chance at 0.9 ln V; it ends collapsed when it had learned and
+# its last loss is above half of chance.
+LEARNED, CHANCE, ENDS_COLLAPSED = 0.1, 0.9, 0.5
+OUTCOMES = ("learned", "never", "collapsed", "diverged")
+COLUMNS = ["block", "n_layers", "warmup", "seed", "outcome", "final_loss", "step_learned", "step_collapsed"]
+
+
+def outcome(steps: list[int], losses: list[float], vocab_size: int, diverged_step: int | None) -> dict:
+    """The run's outcome and its two steps: the first step below LEARNED·ln V, the first step after it back at
+    CHANCE·ln V (set also when the run recovered: its outcome then stays learned)."""
+    chance = math.log(vocab_size)
+    learned = next((s for s, x in zip(steps, losses) if x < LEARNED * chance), None)
+    back = None
+    if learned is not None:
+        back = next((s for s, x in zip(steps, losses) if s > learned and x >= CHANCE * chance), None)
+    final = losses[-1] if losses else float("nan")
+    if diverged_step is not None:
+        kind = "diverged"
+    elif learned is None:
+        kind = "never"
+    elif final > ENDS_COLLAPSED * chance:
+        kind = "collapsed"
+        back = back or next(s for s, x in zip(steps, losses) if s > learned and x > ENDS_COLLAPSED * chance)
+    else:
+        kind = "learned"
+    return {"outcome": kind, "final_loss": final, "step_learned": learned, "step_collapsed": back}
+
+
+def train_lab_run(spec: Spec, params: dict, warmup: int, seed: int, out_dir: Path, threads: int = 1) -> dict:
+    """Train one run of the lab into ``out_dir`` (resuming from its checkpoint) and return its row of lab.csv."""
+    set_threads(threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if spec.block.kind == "builtin":
+        from ..training.sweep import train_copy_run
+
+        meta = train_copy_run(params_for(params, spec.setup), spec.block.source, warmup, seed, out_dir, "cpu",
+                              lab={"spec": spec_identity(spec)})
+    else:
+        meta = _train_other(spec, warmup, seed, out_dir)
+    return row_of(spec, out_dir)
+
+
+def spec_identity(spec: Spec) -> dict:
+    return {"block": spec.block.__dict__, "profile": spec.profile, "setup": spec.setup.__dict__}
+
+
+def _train_other(spec: Spec, warmup: int, seed: int, out_dir: Path) -> dict:
+    provenance.code_version()
+    setup = spec.setup
+    model = build_model(spec, seed)
+    generator = torch.Generator().manual_seed(seed)
+
+    def next_batch(gen):
+        return copy_batch(setup.batch_size, setup.seq_len, setup.vocab_size, gen)
+
+    def loss_fn(m, batch):
+        inputs, targets = batch
+        return copy_loss(m(inputs).float(), targets)
+
+    identity = {"lab": spec_identity(spec), "warmup": warmup, "seed": seed, "code": provenance.numbers_code_version()}
+    result = train(model, next_batch, loss_fn, steps=setup.steps, lr=setup.lr, warmup=warmup, generator=generator,
+                   checkpoint=out_dir / "checkpoint.pt", checkpoint_every=setup.checkpoint_every,
+                   desc=f"{spec.block.label} {spec.run_name(warmup, seed)}", identity=identity)
+    meta = provenance.stamp(
+        run=spec.run_name(warmup, seed), norm=spec.block.label, warmup=warmup, seed=seed, device="cpu",
+        threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
+        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
+        lab=spec_identity(spec), read=spec.read,
+        copy_task={"vocab_size": setup.vocab_size, "seq_len": setup.seq_len, "batch_size": setup.batch_size})
+    write_run(out_dir, result, model, meta)
+    (out_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return meta
+
+
+def row_of(spec: Spec, run_dir: Path) -> dict:
+    """A finished run's row of lab.csv, from its files (checked against their recorded checksums)."""
+    meta, loss = read_run(Path(run_dir))
+    steps, losses = loss["step"].tolist(), loss["loss"].tolist()
+    found = outcome(steps, losses, spec.setup.vocab_size, meta.get("diverged_step"))
+    if found["outcome"] == "diverged":
+        found["final_loss"] = float("nan")
+    return {"block": spec.block.label, "n_layers": spec.setup.n_layers, "warmup": int(meta["warmup"]),
+            "seed": int(meta["seed"]), **found}
+
+
+def gradnorm_at_init(spec: Spec, seeds) -> pd.DataFrame:
+    """Xiong et al. 2020 Fig. 3 for this block: the norm of d(copy loss)/d(every parameter of block i) at init, one
+    batch, for each seed; beside it the same for the built-in pre- and post-norm blocks at the same setup (the whole
+    block's gradient, so that any block can be measured the same way)."""
+    from .spec import Block, Spec as _Spec, builtin_read
+
+    rows = []
+    subjects = [(spec.block.label, spec)]
+    for norm in ("pre", "post"):
+        if not (spec.block.kind == "builtin" and spec.block.source == norm):
+            subjects.append((norm, _Spec(Block("builtin", norm), spec.profile, spec.setup, spec.params_sha256,
+                                         builtin_read(norm))))
+    setup = spec.setup
+    for label, subject in subjects:
+        for seed in seeds:
+            model = build_model(subject, seed)
+            inputs, targets = copy_batch(setup.batch_size, setup.seq_len, setup.vocab_size,
+                                         torch.Generator().manual_seed(seed))
+            loss = copy_loss(model(inputs).float(), targets)
+            loss.backward()
+            for i, block in enumerate(model.blocks, start=1):
+                grads = [p.grad for p in block.parameters() if p.grad is not None]
+                norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item() if grads else 0.0
+                rows.append({"block_kind": label, "seed": seed, "block": i, "grad_norm": norm,
+                             "initial_loss": loss.item()})
+    return pd.DataFrame(rows)

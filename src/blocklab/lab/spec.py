@@ -1,0 +1,418 @@
+"""What a lab run trains: the profile's setup, the block and the stack around it, decided and checked before any run.
+
+A lab spec is a small JSON file (``spec.json`` in the lab's output folder): the Snakemake jobs read it, so every run of
+one lab trains the same block at the same setup, and a changed spec retrains (it is an input of every job).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..config import NORM_POSITIONS, POSITIONS, ConfigError, ModelConfig
+from ..model.layers import LearnedPosition, make_norm
+from ..params import load_params
+from ..settings import CopyModel, CopyTask, Sweep
+
+PROFILES = ("document", "quick", "tiny")
+PROFILE_TRADES = {
+    "document": "nothing: document 000's setup as params.yaml holds it (24 blocks, d 128, 4 heads, lr 1e-3, the default"
+                " batch, 1,200 steps, warm-ups and seeds of the sweep)",
+    "quick": "batch 16 instead of the default and 400 steps instead of 1,200, no warm-up arm, seeds 0 and 1: whether "
+             "the block starts at all at 24 blocks and lr 1e-3 (pre-norm learns within 400 steps at batch 16, post-norm"
+             " does not), in minutes; it cannot see a collapse after warm-up, nor compare with the recorded runs",
+    "tiny": "2 blocks of width 16, 12 steps: the code path only (tests); it measures nothing about stability",
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The copy task and the stack's size and training, one profile's values."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    ffn_ratio: float
+    vocab_size: int
+    seq_len: int
+    batch_size: int
+    lr: float
+    steps: int
+    warmups: tuple[int, ...]
+    seeds: tuple[int, ...]
+    checkpoint_every: int
+    position: str = "learned"
+
+
+def profile_setup(params: dict, profile: str, seeds=None, warmups=None) -> Setup:
+    """The profile's setup from params.yaml; ``seeds``/``warmups`` replace the profile's lists."""
+    if profile not in PROFILES:
+        raise ConfigError(f"--profile {profile!r} is not allowed; choose one of {list(PROFILES)}")
+    model, task, sweep = CopyModel.from_params(params), CopyTask.from_params(params), Sweep.from_params(params)
+    base = dict(n_layers=model.n_layers, d_model=model.d_model, n_heads=model.n_heads, ffn_ratio=float(model.ffn_ratio),
+                vocab_size=task.vocab_size, seq_len=task.seq_len, batch_size=task.batch_size, lr=sweep.lr,
+                steps=sweep.steps, warmups=tuple(sweep.warmups), seeds=tuple(sweep.seeds),
+                checkpoint_every=sweep.checkpoint_every, position=model.position)
+    if profile == "quick":
+        base.update(batch_size=16, steps=400, warmups=(0,), seeds=(0, 1), checkpoint_every=100)
+    elif profile == "tiny":
+        base.update(n_layers=2, d_model=16, n_heads=2, seq_len=8, batch_size=4, steps=12, warmups=(0, 4), seeds=(0,),
+                    checkpoint_every=5)
+    if seeds is not None:
+        base["seeds"] = tuple(seeds)
+    if warmups is not None:
+        base["warmups"] = tuple(warmups)
+    setup = Setup(**base)
+    bad = [s for s in setup.seeds if not isinstance(s, int) or s < 0]
+    if bad or not setup.seeds or len(set(setup.seeds)) != len(setup.seeds):
+        raise ConfigError(f"--seeds {list(setup.seeds)}: give distinct integers >= 0")
+    bad = [w for w in setup.warmups if not isinstance(w, int) or not 0 <= w <= setup.steps]
+    if bad or not setup.warmups or len(set(setup.warmups)) != len(setup.warmups):
+        raise ConfigError(f"--warmups {list(setup.warmups)}: give distinct integers in 0..{setup.steps} (the profile's"
+                          " steps)")
+    return setup
+
+
+@dataclass
+class Block:
+    """Where the block comes from: ``kind`` builtin (a norm position's name), module (--module), hf (--hf-config)."""
+
+    kind: str
+    source: str
+    kwargs: dict = field(default_factory=dict)
+    search_path: str | None = None  # the folder a --module was named from: its jobs import it from there
+
+    @property
+    def label(self) -> str:
+        return self.source.rpartition(":")[2] if self.kind == "module" else self.source
+
+
+@dataclass
+class Spec:
+    block: Block
+    profile: str
+    setup: Setup
+    params_sha256: str
+    read: dict = field(default_factory=dict)  # what the reviewer read of the block, the final norm used
+
+    def to_json(self) -> str:
+        return json.dumps({"block": asdict(self.block), "profile": self.profile, "setup": asdict(self.setup),
+                           "params_sha256": self.params_sha256, "read": self.read}, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_file(cls, path) -> "Spec":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        setup = data["setup"]
+        setup = Setup(**{**setup, "warmups": tuple(setup["warmups"]), "seeds": tuple(setup["seeds"])})
+        return cls(Block(**data["block"]), data["profile"], setup, data["params_sha256"], data.get("read", {}))
+
+    def run_name(self, warmup: int, seed: int) -> str:
+        return f"w{warmup}-s{seed}"
+
+    def runs(self) -> list[tuple[int, int]]:
+        return [(w, s) for w in self.setup.warmups for s in self.setup.seeds]
+
+
+def params_for(params: dict, setup: Setup) -> dict:
+    """params.yaml with the profile's setup in its sections (what a built-in block's run trains: the sweep's own path)
+    and the diagnostics off (an execution setting: the losses are the same with them)."""
+    out = json.loads(json.dumps(params))
+    out["copy_model"].update(n_layers=setup.n_layers, d_model=setup.d_model, n_heads=setup.n_heads,
+                             ffn_ratio=setup.ffn_ratio, position=setup.position)
+    out["copy_task"].update(vocab_size=setup.vocab_size, seq_len=setup.seq_len, batch_size=setup.batch_size)
+    out["sweep"].update(steps=setup.steps, lr=setup.lr, warmups=list(setup.warmups), seeds=list(setup.seeds),
+                        checkpoint_every=setup.checkpoint_every)
+    out.setdefault("diagnostics", {})["enabled"] = False
+    return out
+
+
+def model_config(setup: Setup, norm: str = "pre") -> ModelConfig:
+    return ModelConfig(d_model=setup.d_model, n_heads=setup.n_heads, n_layers=setup.n_layers, ffn_kind="gelu",
+                       ffn_ratio=setup.ffn_ratio, norm_kind="layernorm", norm_position=norm, position=setup.position,
+                       vocab_size=setup.vocab_size, max_len=2 * setup.seq_len)
+
+
+# --- the stack around a user's block --------------------------------------------------------------------------------
+
+
+class CallBlock(nn.Module):
+    """A user's block called as the copy task needs it: (batch, time, d) in and out, with the caller-side causal mask
+    its forward takes (the reviewer's finding), a tuple output's first element, torch's sequence-first layout."""
+
+    def __init__(self, block: nn.Module, mask: str | None, seq_first: bool):
+        super().__init__()
+        self.block, self.mask, self.seq_first = block, mask, seq_first
+
+    def forward(self, h):
+        kwargs = {}
+        if self.mask:
+            t = h.shape[-2]
+            causal = torch.triu(torch.full((t, t), float("-inf"), dtype=h.dtype, device=h.device), diagonal=1)
+            kwargs = {self.mask: causal}
+            if self.mask == "src_mask" and "is_causal" in _forward_params(self.block):
+                kwargs["is_causal"] = True
+        x = h.transpose(0, 1) if self.seq_first else h
+        out = self.block(x, **kwargs)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return out.transpose(0, 1) if self.seq_first else out
+
+
+def _forward_params(module) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+class BlockStack(nn.Module):
+    """The copy-task LM of document 000 around any block: token embedding and learned positions, ``n_layers`` copies
+    of the block, a final norm where the block leaves the stream un-normalised (as read by the reviewer), the head."""
+
+    def __init__(self, cfg: ModelConfig, make_block, final_norm: bool):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = LearnedPosition(cfg)
+        self.blocks = nn.ModuleList(make_block() for _ in range(cfg.n_layers))
+        self.norm = make_norm(cfg) if final_norm else nn.Identity()
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens):
+        h = self.position(self.embed(tokens))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h))
+
+
+class HFStack(nn.Module):
+    """A Hugging Face causal LM built from its config at the copy task's size: its own embeddings, position signal,
+    decoder layers, final norm and head."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The decoder layers (the model's longest ModuleList), not registered twice."""
+        return _hf_layers(self.model)
+
+    def forward(self, tokens):
+        return self.model(input_ids=tokens, use_cache=False).logits
+
+
+def _hf_layers(model) -> nn.ModuleList:
+    stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    return max(stacks, key=len) if stacks else nn.ModuleList()
+
+
+def hf_config(model_type: str, setup: Setup):
+    """A Hugging Face config of ``model_type`` at the copy task's size (width, heads, depth, FFN 4x, vocabulary)."""
+    from ..review.hf import load_config
+
+    config = load_config(model_type)
+    values = {"hidden_size": setup.d_model, "num_attention_heads": setup.n_heads, "num_key_value_heads": setup.n_heads,
+              "head_dim": setup.d_model // setup.n_heads, "intermediate_size": round(setup.ffn_ratio * setup.d_model),
+              "num_hidden_layers": setup.n_layers, "vocab_size": setup.vocab_size,
+              "max_position_embeddings": max(2 * setup.seq_len, 64), "n_positions": max(2 * setup.seq_len, 64),
+              "tie_word_embeddings": False, "use_cache": False, "layer_types": None}
+    for key, value in values.items():
+        if key in ("head_dim", "n_positions", "layer_types") and not hasattr(config, key):
+            continue
+        setattr(config, key, value)
+    if hasattr(config, "n_inner"):
+        config.n_inner = round(setup.ffn_ratio * setup.d_model)
+    for key in list(vars(config)):
+        if any(w in key for w in ("dropout", "pdrop")) and isinstance(getattr(config, key), float):
+            setattr(config, key, 0.0)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ConfigError(f"--hf-config {model_type}: an encoder-decoder; the copy task trains a decoder-only stack")
+    return config
+
+
+def build_model(spec: Spec, seed: int) -> nn.Module:
+    """The run's model at initialization (the same seed always gives the same weights)."""
+    setup, block = spec.setup, spec.block
+    if block.kind == "builtin":
+        from ..training.copy_model import build_copy_model
+
+        return build_copy_model(model_config(setup, block.source), seed)
+    torch.manual_seed(seed)
+    if block.kind == "hf":
+        from transformers import AutoModelForCausalLM
+
+        config = hf_config(block.source, setup)
+        return HFStack(AutoModelForCausalLM.from_config(config, attn_implementation="eager"))
+    from ..review.build import Builder
+
+    builder = Builder(load_target(block.source, block.search_path), block.kwargs)
+    read = spec.read
+    return BlockStack(model_config(setup), lambda: CallBlock(builder.build(setup.d_model), read.get("mask"),
+                                                              bool(read.get("seq_first"))),
+                      bool(read.get("final_norm")))
+
+
+def params_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def builtin_read(name: str) -> dict:
+    position = POSITIONS[name]
+    return {"norm_placement": name, "final_norm": position.final_norm, "formula": position.formula,
+            "paper": position.paper, "how": f"built-in norm position {name!r} (blocklab.model.blocks)"}
+
+
+def make_spec(params_path, profile: str, builtin: str | None = None, module: str | None = None,
+              hf: str | None = None, kwargs: dict | None = None, seeds=None, warmups=None) -> Spec:
+    """Everything checked before any run: the profile, the block's source, and (``check_block``) that it builds and
+    keeps the shape."""
+    chosen = [x for x in (builtin, module, hf) if x]
+    if len(chosen) != 1:
+        raise ConfigError("give exactly one block: a built-in name (one of "
+                          f"{list(NORM_POSITIONS)}), --module FILE.py:Class or package.module:Class, or --hf-config"
+                          " MODEL_TYPE")
+    params = load_params(params_path)
+    setup = profile_setup(params, profile, seeds, warmups)
+    if builtin:
+        if builtin not in NORM_POSITIONS:
+            raise ConfigError(f"block {builtin!r} is not a built-in norm position; choose one of {list(NORM_POSITIONS)}"
+                              ", or --module / --hf-config")
+        block, read = Block("builtin", builtin), builtin_read(builtin)
+    elif module:
+        source, search = module_source(module)
+        block = Block("module", source, with_heads(load_target(source, search), dict(kwargs or {}), setup.n_heads),
+                      search)
+        read = read_block(block, setup)
+    else:
+        block = Block("hf", hf)
+        read = read_hf(block, setup)
+    return Spec(block, profile, setup, params_sha256(params_path), read)
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# --- a user's block: where it is, what the reviewer reads of it -----------------------------------------------------
+
+
+def module_source(target: str) -> tuple[str, str]:
+    """--module as given (``FILE.py:Class``, ``./dir/file.py:Class``, ``package.module:Class``) -> the importable
+    'module:Class' and the folder it is imported from (absolute: the jobs run in the lab's output folder)."""
+    name, sep, attr = target.partition(":")
+    if not sep or not name or not attr:
+        raise ConfigError(f"--module must look like FILE.py:Class or package.module:Class, got {target!r}")
+    if name.endswith(".py") or "/" in name:
+        path = Path(name).expanduser().resolve()
+        if path.suffix != ".py":
+            path = path.with_suffix(".py")
+        if not path.is_file():
+            raise ConfigError(f"--module {target!r}: no such file {path}")
+        return f"{path.stem}:{attr}", str(path.parent)
+    return f"{name}:{attr}", str(Path.cwd().resolve())
+
+
+def load_target(source: str, search_path: str | None):
+    """The class or factory ``source`` names, importing its module from ``search_path`` first."""
+    import sys
+
+    from ..review.build import resolve
+
+    if search_path and search_path not in sys.path:
+        sys.path.insert(0, search_path)
+    return resolve(source)
+
+
+def with_heads(obj, kwargs: dict, n_heads: int) -> dict:
+    """The constructor arguments with the lab's head count, where the block takes one and the user gave none."""
+    import inspect
+
+    from ..review.build import HEAD_NAMES, TORCH_LAYERS, Builder, _first, _parameters
+
+    builder = Builder(obj, kwargs)
+    if inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS):
+        name = "nhead"
+    elif builder.width_arg == "cfg":
+        name = builder.config_heads
+    elif builder.width_arg:
+        name = _first(HEAD_NAMES, _parameters(obj))
+    else:
+        name = None
+    return {name: n_heads, **kwargs} if name else kwargs
+
+
+def read_block(block: Block, setup: Setup) -> dict:
+    """What the reviewer reads of the block at the lab's width: its norm placement (hence the stack's final norm),
+    whether it needs a caller-side causal mask, whether it leaks the future with it. A block that cannot be built or
+    called is a ConfigError here, before any run."""
+    from ..review.build import TORCH_LAYERS, Builder
+    from ..review.judge import review_module
+
+    obj = load_target(block.source, block.search_path)
+    review = review_module(obj, "decoder", d_model=setup.d_model, kwargs=block.kwargs, subject=block.source)
+    structure = review.facts.get("structure", {})
+    causal = review.facts.get("causal", {})
+    plain, masked = causal.get("without_caller_mask", {}), causal.get("with_caller_mask")
+    mask = None
+    if plain.get("leaks"):
+        if not masked or masked.get("leaks"):
+            raise ConfigError(f"{block.source}: the block lets a position read later positions (not causal, even with"
+                              " a caller-side mask): on the copy task it would read the answer")
+        module = Builder(obj, block.kwargs).build(setup.d_model)
+        params = _forward_params(module)
+        mask = next((m for m in ("tgt_mask", "src_mask", "is_causal") if m in params), None)
+    built = Builder(obj, block.kwargs).build(setup.d_model)
+    seq_first = isinstance(built, TORCH_LAYERS) and not getattr(built.self_attn, "batch_first", True)
+    placement = structure.get("norm_placement") if structure.get("reviewable") else None
+    ends_normalised = placement == "post"
+    return {"norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
+            "how": Builder(obj, block.kwargs).how, "reviewable": bool(structure.get("reviewable")),
+            "reason": structure.get("reason")}
+
+
+def read_hf(block: Block, setup: Setup) -> dict:
+    """A Hugging Face architecture: built at the copy task's size, its own final norm (the model's)."""
+    from ..review.hf import model_types
+
+    if block.source not in model_types():
+        raise ConfigError(f"--hf-config {block.source!r} is not a model type of transformers (e.g. llama, qwen2, "
+                          "gpt2)")
+    return {"norm_placement": None, "final_norm": "the model's own", "how": f"transformers {block.source} config at"
+            f" the copy task's size, AutoModelForCausalLM.from_config (eager attention)"}
+
+
+def check_model(spec: Spec) -> dict:
+    """Build the stack once and run one batch forward: it must give (batch, time, vocab) logits, and a later token must
+    not change an earlier position's logits. Raises ConfigError (before any run) otherwise. Returns its size."""
+    setup = spec.setup
+    try:
+        model = build_model(spec, 0)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's constructor or transformers: one line
+        raise ConfigError(f"building the stack of {spec.block.source} failed: {type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:200]}") from None
+    tokens = torch.randint(0, setup.vocab_size, (2, 2 * setup.seq_len - 1), generator=torch.Generator().manual_seed(0))
+    try:
+        with torch.no_grad():
+            logits = model(tokens)
+            changed = tokens.clone()
+            changed[:, -1] = (changed[:, -1] + 1) % setup.vocab_size
+            later = model(changed)
+    except Exception as err:  # noqa: BLE001
+        raise ConfigError(f"calling the stack of {spec.block.source} on a (batch, time, {setup.d_model}) stream failed:"
+                          f" {type(err).__name__}: {' '.join(str(err).split())[:200]}") from None
+    expected = (2, tokens.shape[1], setup.vocab_size)
+    if tuple(logits.shape) != expected:
+        raise ConfigError(f"{spec.block.source} changes the stream's shape: the stack gives {tuple(logits.shape)}, the "
+                          f"copy task needs {expected} (each block must map (batch, time, d) to the same shape)")
+    if not torch.allclose(logits[:, :-1], later[:, :-1]):
+        raise ConfigError(f"{spec.block.source}: a later token changes earlier positions' outputs (not causal): on the"
+                          " copy task it would read the answer")
+    return {"parameters": sum(p.numel() for p in model.parameters())}

@@ -1,0 +1,145 @@
+"""`blocklab status`: where the whole pipeline stands, from what is on disk: every training run under ``data/``
+(finished, in progress, or planned by the main sweep and not started), its step and its latest loss.
+
+It reads files only (meta.json, loss.csv, train.log): no torch, nothing is written, and it is safe to run beside a
+training pipeline. A finished run's step and loss are its loss table's last row; a run in progress shows the last
+line its training log wrote (every 50 steps). The studies' plans hold more runs than are on disk: `blocklab
+<study> status` lists each planned run with its projected time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+
+# What the training loop logs (blocklab.training.train): "<run>: step 150/1200 loss 4.1432 lr 3.75e-04 2.512 s/step
+# ETA 0:43:57" (the seconds a step and the ETA since issue 47; at least every 10 s)
+LOG_LINE = re.compile(r": step (\d+)/(\d+) loss (\S+)(?: lr \S+ (\S+) s/step ETA (\S+))?")
+RUNNING_S = 300  # a log written to in the last five minutes: the run is taken to be training now
+STUDIES = ("sensitivity", "dynamics", "inference")
+
+
+def _last_line(path: Path) -> str:
+    with open(path, "rb") as handle:
+        handle.seek(0, 2)
+        handle.seek(max(0, handle.tell() - 4096))
+        lines = handle.read().decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _last_logged(log: Path) -> tuple[int, int, float, str, str] | None:
+    """The last (step, steps, loss, seconds a step, ETA) a training log reports ('' where it did not), or None."""
+    with open(log, "rb") as handle:
+        handle.seek(0, 2)
+        handle.seek(max(0, handle.tell() - 65536))
+        found = LOG_LINE.findall(handle.read().decode("utf-8", "replace"))
+    if not found:
+        return None
+    step, steps, loss, per_step, eta = found[-1]
+    return int(step), int(steps), float(loss), per_step, eta
+
+
+def run_row(run_dir: Path, steps: int | None = None, now: float | None = None) -> dict:
+    """One run's state from its directory: ``state`` (finished, diverged, training, stopped, not started), ``step``
+    of ``steps``, the latest ``loss`` and the ``minutes`` of training recorded (a finished run's wall time)."""
+    now = time.time() if now is None else now
+    row = {"state": "not started", "step": None, "steps": steps, "loss": None, "minutes": None, "s/step": "", "ETA": ""}
+    meta_path, log = run_dir / "meta.json", run_dir / "train.log"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return {**row, "state": "damaged (meta.json; `blocklab verify`)"}
+        row["state"] = "diverged" if meta.get("status") == "diverged" else "finished"
+        row["steps"] = (meta.get("sweep") or {}).get("steps", steps)
+        if isinstance(meta.get("wall_time_s"), (int, float)):
+            row["minutes"] = meta["wall_time_s"] / 60
+        if (run_dir / "loss.csv").is_file():
+            last = _last_line(run_dir / "loss.csv").split(",")
+            if len(last) >= 2 and last[0].isdigit():
+                row["step"], row["loss"] = int(last[0]), float(last[1])
+        return row
+    logged = _last_logged(log) if log.is_file() else None
+    if logged is not None:
+        row["step"], row["steps"], row["loss"], row["s/step"], row["ETA"] = logged
+    if log.is_file() or (run_dir / "checkpoint.pt").is_file():
+        if log.is_file() and now - log.stat().st_mtime < RUNNING_S:
+            row["state"] = "training"
+        else:
+            resumes = (run_dir / "checkpoint.pt").is_file()
+            row["state"] = f"stopped ({'resumes from its checkpoint' if resumes else 'starts over'} when rerun)"
+    return row
+
+
+def run_dirs(data: Path) -> list[Path]:
+    """Every run directory under ``data`` (``.../runs/[<cell>/]<run>`` holding a meta.json, a log or a checkpoint)."""
+    found = set()
+    for name in ("meta.json", "train.log", "checkpoint.pt"):
+        found |= {p.parent for p in data.glob(f"**/runs/**/{name}")}
+    return sorted(found)
+
+
+def planned_sweep_runs(params_path: Path) -> tuple[list[str], int | None]:
+    """The main sweep's run names and steps from params.yaml (read, not validated: status must work on any state)."""
+    import yaml
+
+    from .settings import run_name
+
+    try:
+        sweep = yaml.safe_load(params_path.read_text(encoding="utf-8"))["sweep"]
+        return ([run_name(n, w, s) for n in sweep["norms"] for w in sweep["warmups"] for s in sweep["seeds"]],
+                int(sweep["steps"]))
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return [], None
+
+
+def status(root: Path, params_path: Path) -> list[dict]:
+    """Every run, on disk or planned by the main sweep: its directory (relative to ``root``) and its ``run_row``."""
+    data = root / "data"
+    planned, steps = planned_sweep_runs(params_path)
+    dirs = {d: None for d in run_dirs(data)}
+    dirs |= {data / "sweep" / "runs" / name: steps for name in planned if data / "sweep" / "runs" / name not in dirs}
+    now = time.time()
+    return [{"run": str(d.relative_to(root)), **run_row(d, s, now)} for d, s in sorted(dirs.items())]
+
+
+def format_status(rows: list[dict]) -> str:
+    def cell(value, fmt):
+        return "" if value is None else format(value, fmt)
+
+    table = [("run", "state", "step", "loss", "minutes", "s/step", "ETA")]
+    table += [(r["run"], r["state"], f"{cell(r['step'], 'd')}/{cell(r['steps'], 'd')}" if r["step"] is not None
+               else "", cell(r["loss"], ".4g"), cell(r["minutes"], ".1f"), r.get("s/step", ""),
+               r.get("ETA", "") if r["state"] == "training" else "") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(7)]
+    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+             for row in table]
+    counts = {}
+    for r in rows:
+        state = r["state"].split(" (")[0]
+        counts[state] = counts.get(state, 0) + 1
+    summary = f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+    return "\n".join(lines + ["", summary])
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("status", help="every run of the pipeline on disk: its state, step and loss",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=Path("."), help="the project directory (default: here)")
+    p.add_argument("--params", type=Path, default=None, help="its parameters (default: ROOT/params.yaml)")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    if not (args.root / "data").is_dir():
+        raise FileNotFoundError(f"no data/ under {args.root.resolve()}: run this in the project directory, or give "
+                                "--root (the pipeline writes data/: `make run`, `snakemake --cores 2`)")
+    rows = status(args.root, args.params or args.root / "params.yaml")
+    print(format_status(rows) if rows else "no training run on disk yet, and no main sweep planned in params.yaml")
+    studies = [s for s in STUDIES if (args.root / "data" / s / "plan.csv").is_file()]
+    if studies:
+        print("Each study's plan, run by run, with its projected time: "
+              + ", ".join(f"`blocklab {s} status`" for s in studies))
+    return 0

@@ -1,0 +1,187 @@
+"""The literature's norm positions (each against its paper's formula) and the stability lab (`blocklab lab`)."""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from blocklab.config import NORM_POSITIONS, POSITIONS, ModelConfig
+from blocklab.model import blocks
+from blocklab.model.counting import decoder_lm_params
+from blocklab.model.layers import LayerNorm
+from blocklab.model.models import DecoderLM
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(d_model=16, n_heads=2, n_layers=3, vocab_size=11, max_len=12)
+
+
+def _cfg(norm, **kw):
+    return ModelConfig(**{**TINY, **kw}, norm_position=norm)
+
+
+@pytest.mark.parametrize("norm", NORM_POSITIONS)
+def test_every_norm_position_builds_counts_and_trains_one_step(norm):
+    cfg = _cfg(norm)
+    torch.manual_seed(0)
+    model = DecoderLM(cfg)
+    assert sum(p.numel() for p in model.parameters()) == decoder_lm_params(cfg)
+    assert isinstance(model.norm, LayerNorm) == POSITIONS[norm].final_norm
+    tokens = torch.randint(0, cfg.vocab_size, (4, cfg.max_len))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(2):
+        loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(x) for x in losses) and losses[1] != losses[0]
+
+
+def _linear_sublayer(d, seed):
+    torch.manual_seed(seed)
+    return nn.Linear(d, d)
+
+
+@pytest.mark.parametrize("norm", NORM_POSITIONS)
+def test_each_residual_computes_its_papers_formula(norm):
+    """Each wrapper against its formula written out here with torch's own layer_norm (same float32 ops, bit-equal up
+    to the order of the two additions: 1e-6 relative)."""
+    cfg = _cfg(norm)
+    wrapper = blocks.RESIDUAL[norm](cfg, _linear_sublayer(16, 1))
+    with torch.no_grad():
+        for p in wrapper.parameters():
+            if p.dim() == 1 and p is not getattr(wrapper.sublayer, "bias", None):
+                p.add_(0.1 * torch.randn_like(p))  # norms and gates away from their init: each must enter the formula
+        if norm == "rezero":
+            wrapper.alpha.fill_(0.7)
+    h, x0 = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    F_ = wrapper.sublayer
+
+    def ln(m, x):
+        return nn.functional.layer_norm(x, (16,), m.weight, m.bias, m.eps)
+
+    n = cfg.n_layers
+    expected = {
+        "pre": lambda: h + F_(ln(wrapper.norm, h)),
+        "post": lambda: ln(wrapper.norm, h + F_(h)),
+        "deepnorm": lambda: ln(wrapper.norm, (2 * n) ** 0.25 * h + F_(h)),
+        "admin": lambda: ln(wrapper.norm, wrapper.omega * h + F_(h)),
+        "b2t": lambda: ln(wrapper.norm, h + F_(h) + x0),
+        "rezero": lambda: h + 0.7 * F_(h),
+        "sandwich": lambda: h + ln(wrapper.out_norm, F_(ln(wrapper.norm, h))),
+    }[norm]()
+    with torch.no_grad():
+        torch.testing.assert_close(wrapper(h, block_input=x0), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_fixes_initialise_as_their_papers_say_and_draw_no_random_numbers():
+    torch.manual_seed(0)
+    post = DecoderLM(_cfg("post"))
+    torch.manual_seed(0)
+    deep = DecoderLM(_cfg("deepnorm"))
+    beta = (8 * TINY["n_layers"]) ** -0.25
+    for a, b in zip(post.blocks, deep.blocks):  # same draws, then value, output and FFN matrices times beta
+        assert torch.equal(b.attn.sublayer.q.weight, a.attn.sublayer.q.weight)
+        torch.testing.assert_close(b.attn.sublayer.v.weight, beta * a.attn.sublayer.v.weight, rtol=0, atol=0)
+        torch.testing.assert_close(b.ffn.sublayer.down.weight, beta * a.ffn.sublayer.down.weight, rtol=0, atol=0)
+    admin = DecoderLM(_cfg("admin"))
+    m = 2 * TINY["n_layers"]
+    assert torch.allclose(admin.blocks[0].attn.omega, torch.tensor(math.sqrt((m + 1) / math.log(m + 1) - 1)))
+    rezero = DecoderLM(_cfg("rezero"))
+    tokens = torch.randint(0, 11, (2, 12))
+    with torch.no_grad():  # alpha = 0: every block is the identity, the logits are the head of the embedding
+        torch.testing.assert_close(rezero(tokens), rezero.head(rezero.position(rezero.embed(tokens))))
+    for norm in NORM_POSITIONS:
+        model = DecoderLM(_cfg(norm))
+        state = torch.get_rng_state()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        blocks.init_residuals(model)
+        assert torch.equal(torch.get_rng_state(), state), norm
+        if norm in ("pre", "post"):
+            assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_outcomes_of_synthetic_curves():
+    from blocklab.lab.run import outcome
+
+    chance = math.log(64)
+    steps = list(range(1, 11))
+    learned = [4.1, 3.0, 1.0, 0.2, 0.1, 0.05, 0.02, 0.01, 0.01, 0.01]
+    assert outcome(steps, learned, 64, None) == {"outcome": "learned", "final_loss": 0.01, "step_learned": 4,
+                                                 "step_collapsed": None}
+    assert outcome(steps, [4.1] * 10, 64, None)["outcome"] == "never"
+    collapsed = learned[:6] + [4.0, 4.1, 4.15, 4.16]
+    assert outcome(steps, collapsed, 64, None) == {"outcome": "collapsed", "final_loss": 4.16, "step_learned": 4,
+                                                   "step_collapsed": 7}
+    spiked = learned[:6] + [0.95 * chance, 0.1, 0.01, 0.01]  # back at chance once, recovered: learned, step kept
+    assert outcome(steps, spiked, 64, None)["outcome"] == "learned"
+    assert outcome(steps, spiked, 64, None)["step_collapsed"] == 7
+    assert outcome(steps[:3], learned[:3], 64, 4)["outcome"] == "diverged"
+
+
+def test_rates_use_the_wilson_interval():
+    from blocklab.lab.report import rates
+
+    lab = pd.DataFrame({"block": "x", "warmup": 0, "seed": [0, 1, 2], "outcome": ["never"] * 3})
+    row = rates(lab).set_index("outcome").loc["learned"]
+    z2 = 1.959963984540054 ** 2
+    assert row["k"] == 0 and row["ci_low"] == pytest.approx(0, abs=1e-12)
+    assert row["ci_high"] == pytest.approx(z2 / (3 + z2), rel=1e-9)  # Wilson's upper bound at k = 0
+
+
+def _lab(*args, cwd=ROOT):
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "blocklab.cli", "lab", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("block, message", [
+    ("WideningBlock", "failed"), ("PeekingBlock", "not causal"), ("Nowhere", "no attribute"),
+])
+def test_a_block_the_copy_task_cannot_train_stops_with_exit_3_before_any_run(tmp_path, block, message):
+    done = _lab("--module", f"tests/lab_blocks.py:{block}", "--profile", "tiny", "--out", str(tmp_path / "lab"))
+    assert done.returncode == 3, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "lab" / "spec.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nonesuch"], "invalid choice"), (["pre", "--profile", "fast"], "invalid choice"),
+    (["pre", "--module", "tests/lab_blocks.py:TinyPreNormBlock"], "exactly one block"),
+    (["pre", "--seeds", "-1"], "--seeds"),
+])
+def test_bad_options_name_the_allowed_values(tmp_path, args, message):
+    done = _lab(*args, "--out", str(tmp_path / "lab"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_a_users_block_through_the_lab_nan_is_diverged_and_a_rerun_trains_nothing(tmp_path):
+    """The check of issue 45: a block of a test file, run from another folder by its path; its loss turns NaN after
+    the first step, so the run is `diverged` and the lab still writes every table, the figure and the page."""
+    out = tmp_path / "lab"
+    path = ROOT / "tests" / "lab_blocks.py"
+    done = _lab("--module", f"{path}:NaNAfterStepsBlock", "--params", str(ROOT / "params.yaml"), "--profile", "tiny",
+                "--warmups", "0", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lab = pd.read_csv(out / "lab.csv")
+    assert list(lab.columns) == ["block", "n_layers", "warmup", "seed", "outcome", "final_loss", "step_learned",
+                                 "step_collapsed"]
+    assert lab["outcome"].tolist() == ["diverged"] and lab["n_layers"].tolist() == [2]
+    rates = pd.read_csv(out / "rates.csv").set_index("outcome")
+    assert rates.loc["diverged", "k"] == 1 and rates.loc["diverged", "n"] == 1
+    grad = pd.read_csv(out / "gradnorm.csv")
+    assert set(grad["block_kind"]) == {"NaNAfterStepsBlock", "pre", "post"} and (grad["grad_norm"] > 0).all()
+    page = (out / "README.md").read_text(encoding="utf-8")
+    assert "Norm placement as read**: pre" in page and "one LayerNorm after the last block" in page
+    assert (out / "lab.png").stat().st_size > 10_000
+    meta = out / "runs" / "w0-s0" / "meta.json"
+    stamp = meta.stat().st_mtime_ns
+    again = _lab("--module", f"{path}:NaNAfterStepsBlock", "--params", str(ROOT / "params.yaml"), "--profile", "tiny",
+                 "--warmups", "0", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 0 and meta.stat().st_mtime_ns == stamp, again.stderr[-2000:]
