@@ -2,12 +2,15 @@
 ``blocklab verify``.
 
 A finished run's meta.json (written last) records the size and sha256 of each artifact written before it
-(``artifacts``), how many loss rows it has (``loss_steps``) and its own checksum (``meta_sha256``); a snapshot directory's ``MANIFEST.json`` (written
-last) records its files the same way. Every reader that trusts a finished run or a snapshot calls ``verify_run`` or
-``verify_snapshot`` first: a damaged one raises ``DamagedArtifact``, one line that names it, says what differs and how
-to repair it. Runs and snapshots written before the checksums existed are accepted after the checks their content
-allows (a run's loss table must hold exactly the steps its meta.json says it trained; a snapshot's losses must cover
-each of its runs step by step); ``blocklab verify --record`` gives an old snapshot its manifest.
+(``artifacts``), how many loss rows it has (``loss_steps``) and its own checksum (``meta_sha256``); a table the
+pipeline writes has a ``NAME.sha256`` record beside it (``io.write_table``); a snapshot directory's
+``MANIFEST.json`` (written last) records its files. Every reader that trusts a finished run, a table or a snapshot
+checks it first (``verify_run``, ``io.read_table``, ``verify_snapshot``): a damaged one raises ``DamagedArtifact``, one
+line that names it, says what differs and how to repair it. A meta.json without its records is damage, never taken
+for an old run; runs finished before meta.json carried its own checksum are sealed once by ``blocklab verify --seal``
+after the checks their content allows. Snapshots recorded before manifests existed get one from ``blocklab verify
+--record``. ``blocklab verify --dvc-cache`` checks DVC's cache objects too, and ``--record-dvc`` records the checked
+outputs in dvc.lock (the Snakefile's last step).
 """
 from __future__ import annotations
 
