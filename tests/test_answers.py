@@ -157,7 +157,7 @@ def test_problem11_c_without_and_with_the_sensitivity_study():
     tables = _sweep()
     absent = answers.answer("p11c", data(tables, sensitivity={"in_report": False}), None, "ko")
     assert "post" not in absent.text and "8번 가운데" not in absent.text
-    assert "뒤 정규화는 4번 가운데 2번 배우지 못했고" in absent.text and "2번 가운데 2번 배웠다" in absent.text
+    assert "뒤 정규화는 4번 가운데 2번 끝에 배운 상태가 아니었고" in absent.text and "2번 가운데 2번 배웠다" in absent.text
     assert "민감도 연구는 이 실행에서 돌리지 않았다" in absent.text
     # present: two claims under two settings; one claim changes its verdict with the setting
     by_setting = pd.DataFrame([

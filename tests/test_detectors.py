@@ -82,21 +82,22 @@ def test_a_detector_that_fires_before_every_event_and_never_elsewhere_hits_all_w
     assert (row["events_evaluable"], row["hits"], row["late"], row["missed"]) == (2, 2, 0, 0)
     assert row["hit_rate"] == 1.0 and (row["hit_low"], row["hit_high"]) == pytest.approx(wilson(2, 2))
     assert row["lead_median"] == 10 and row["samples_per_hit_window"] == det.WINDOW
-    # event runs: windows 101-150, 151-200, 201-250 (251-300 would reach into the 100 steps before the event);
-    # stable runs: 101-150 ... 551-600
-    assert (row["windows"], row["false_alarms"], row["fa_rate"], row["runs"], row["runs_with_fa"]) == (26, 0, 0.0, 4, 0)
-    assert (row["fa_low"], row["fa_high"]) == pytest.approx(wilson(0, 26))
+    # false alarms only in the phase where events happen (issue 44): from the earliest onset's hit window (346) to the
+    # latest event (400): the stable runs' window 351-400; the event runs' quiet windows end at 299, before it
+    assert (row["windows"], row["false_alarms"], row["fa_rate"], row["runs"], row["runs_with_fa"]) == (2, 0, 0.0, 2, 0)
+    # the interval resamples runs, and is at least the Wilson interval with the 2 runs (not the windows) as its n
+    assert (row["fa_low"], row["fa_high"]) == pytest.approx(wilson(0, 2))
     grid = table.loc[("m", "every 10th step")]  # the first sample inside the jump is step 390: 6 steps of lead
     assert (grid["hits"], grid["lead_median"], grid["samples_per_hit_window"], grid["false_alarms"]) == (2, 6, 5, 0)
-    # on the 10-step grid the rule reads 20 samples = 200 steps back: windows starting before step 201 are not judged
-    assert grid["windows"] == 2 * 1 + 2 * 8 and grid["windows_not_evaluable"] == 4 * 2
+    # on the 10-step grid the rule reads 20 samples = 200 steps back; the phase window 351-400 has that history
+    assert grid["windows"] == 2 and grid["windows_not_evaluable"] == 0
 
 
 def test_a_detector_that_fires_everywhere_hits_every_event_and_alarms_in_every_window():
     every_fifth = lambda n, s: np.where(s % 5 == 0, 10.0, 1.0)  # noqa: E731
     _, table, _ = run({"m": every_fifth}, [D])
     row = table.loc[("m", "every step")]
-    assert (row["hits"], row["false_alarms"], row["windows"], row["runs_with_fa"]) == (2, 26, 26, 4)
+    assert (row["hits"], row["false_alarms"], row["windows"], row["runs_with_fa"]) == (2, 2, 2, 2)
     assert row["fa_rate"] == 1.0
     # sampled every 10th step it sees only the 10s: no step stands out, it never fires
     grid = table.loc[("m", "every 10th step")]
@@ -173,7 +174,7 @@ def test_attention_entropy_fires_on_a_drop_to_a_third_of_the_min_over_blocks():
     assert (row["hits"], row["lead_median"], row["false_alarms"]) == (2, 3, 0)
 
 
-def test_sources_are_deduplicated_by_run_and_machine_keeping_the_densest(tmp_path):
+def test_sources_are_deduplicated_by_run_keeping_the_densest_one_processor_per_seed(tmp_path):
     def write(path, machine, every, run="post-w400-s0"):
         path.mkdir()
         pd.DataFrame([{"setting": "s", "run": run, "norm": "post", "warmup": WARMUP, "seed": 0, "vocab_size": 64,
@@ -188,9 +189,10 @@ def test_sources_are_deduplicated_by_run_and_machine_keeping_the_densest(tmp_pat
     write(tmp_path / "dense", "amd", 1)
     write(tmp_path / "other", "intel", 10)
     runs, losses, diagnostics = det.load_sources([tmp_path / "thin", tmp_path / "dense", tmp_path / "other"], 64)
-    assert sorted(runs["machine"]) == ["amd", "intel"]  # the same seed on another processor is another run
+    assert list(runs["machine"]) == ["amd"]  # the same seed on another processor is the same run: counted once
     amd = runs.set_index("machine").loc["amd"]
     assert amd["source"].endswith("dense") and (diagnostics["key"] == amd["key"]).sum() == len(STEPS)
+    assert det.run_bootstrap(pd.DataFrame({"fires": [1, 0, 0, 0], "windows": [10, 10, 10, 10]}))[1] > 0.025
     with pytest.raises(ConfigError, match=r"neither runs.csv nor summary.csv\); allowed"):
         det.load_sources([tmp_path / "nothing"], 64)
 

@@ -313,3 +313,63 @@ def test_the_gallerys_claims_table_is_what_its_own_data_gives():
     for column in ("verdict", "measured", "margin"):
         differ = [i for i in shipped.index if str(again.loc[i, column]) != str(shipped.loc[i, column])]
         assert not differ, (column, differ[:3])
+
+
+# ---- no hand-written measured numbers (issue 44) ---------------------------------------------------------------------
+
+HAND_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RULE_CONVENTIONS = {"95%", "99%", "5%", "0.975", "1.96", "0.8", "0.2", "0.05"}  # the rules' levels; the learned threshold
+
+
+def _stray_numbers(rel: str, text: str) -> list[str]:
+    """The measured-looking numbers ``text`` (page ``rel``) states by hand that neither the documents write
+    (claims.yaml), nor the rules define, nor tests/hand_numbers.yaml allows for that page with its reason."""
+    from blocklab.reporting import claims
+
+    allowed = yaml.safe_load((ROOT / "tests" / "hand_numbers.yaml").read_text(encoding="utf-8"))
+    ok = docs.document_numbers(claims.load_claims()) | RULE_CONVENTIONS | set(allowed.get(rel, {}).get("numbers", []))
+    return [n for n in docs.hand_numbers(text) if n not in ok]
+
+
+def test_no_hand_written_sentence_states_a_measured_number():
+    """Every measured number a reader sees in README.md and docs/*.md is in a generated block (made by the code from
+    recorded data), quoted from the documents, or on the page's reasoned allow-list (tests/hand_numbers.yaml, which
+    may only shrink); every allow-list entry gives its reason and is still on its page."""
+    allowed = yaml.safe_load((ROOT / "tests" / "hand_numbers.yaml").read_text(encoding="utf-8"))
+    for page in HAND_PAGES:
+        rel = _rel(page)
+        text = page.read_text(encoding="utf-8")
+        assert not _stray_numbers(rel, text), (rel, _stray_numbers(rel, text))
+        if rel in allowed:
+            assert allowed[rel]["why"].strip(), rel
+            stale = set(allowed[rel]["numbers"]) - set(docs.hand_numbers(text))
+            assert not stale, f"{rel}: no longer on the page, remove from tests/hand_numbers.yaml: {sorted(stale)}"
+
+
+def test_a_number_planted_by_hand_fails_and_one_in_a_generated_block_does_not(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    planted = readme.replace("## The parameters you change first",
+                             "Post-norm collapsed in 23 % of runs, 0.4321 at step 300, 3 of 7 seeds, ×2.5 slower.\n\n"
+                             "## The parameters you change first")
+    assert set(_stray_numbers("README.md", planted)) == {"23%", "0.4321", "3of7", "×2.5"}
+    inside = readme.replace("<!-- /generated -->", "0.4321\n<!-- /generated -->", 1)
+    assert _stray_numbers("README.md", inside) == []
+    # settings and counts of files are not measurements: whole numbers alone pass
+    assert _stray_numbers("README.md", readme + "\n24 blocks, 1,200 steps, seeds 0-8, 12 runs.\n") == []
+
+
+def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tmp_path):
+    """README's and open-questions' answer to problem 11 (다) is made from the claims table only: each sentence names
+    its row and verdict, and the conclusion changes when the verdicts do (issue 44: the hand-written answer had said
+    the failure was not post-norm's, against the data)."""
+    (tmp_path / "claims").mkdir()
+    claims = pd.read_csv(DATA / "claims" / "claims.csv")
+    shipped = docs.answer_11c(DATA, ROOT)
+    for cid in docs.ANSWER_11C:
+        assert f"`{cid}`" in shipped
+    assert "only post-norm failed" in shipped and "not of post-norm as such" not in shipped
+    claims.loc[claims["id"] == "p11c-post-norm-warm-fails", "verdict"] = "not reproduced"
+    claims.to_csv(tmp_path / "claims" / "claims.csv", index=False)
+    changed = docs.answer_11c(tmp_path, ROOT)
+    assert "only post-norm failed" not in changed and "no conclusion about post-norm as such" in changed
+    assert "**not reproduced** ([`p11c-post-norm-warm-fails`]" in changed

@@ -14,7 +14,16 @@ The procedure was fixed before the numbers were looked at (docs/dynamics.md, "Pr
 - hit: it fires in the WINDOW steps before the onset (t in [onset - WINDOW, onset - 1]); lead time: onset - its first
   firing there. Late: no firing there, but one from the onset to the event step;
 - false alarm: over non-overlapping WINDOW-step windows of each run, from max(learned_step + learned_for, warm-up + 1)
-  to EXCLUDE_BEFORE + 1 steps before its event (or its last step): the fraction of windows in which it fires.
+  to EXCLUDE_BEFORE + 1 steps before its event (or its last step), and only within the phase of training where the
+  events happen (issue 44: from the earliest onset's hit window to the latest event step of the table; a quiet window
+  at step 150 says nothing about step 550): the fraction of windows in which it fires.
+
+Intervals (issue 44): windows of one run are not independent, so the false-alarm rate's 95 % interval is a bootstrap
+that resamples runs (``BOOTSTRAP`` resamples, seeded), widened where needed to the Wilson interval with the runs as
+its sample size (a run's windows as one observation; a rate of 0 keeps an upper bound), not a Wilson interval over
+windows; the hit rate counts one
+event per run (a run's first), so its Wilson interval is over runs. A seed recorded on two processors is one run (the
+record with the most diagnostic steps is kept): it is counted once.
 
 Every rate is given at two resolutions, never mixed in one row: ``every step`` (only the windows where the metric is
 recorded at every step of the window and of the history the rule reads: the recorded snapshots keep every step only
@@ -45,6 +54,21 @@ EXCLUDE_BEFORE = 100  # event-free windows end more than 100 steps before an eve
 FIXED_REF = (60, 11)  # the fixed 3x rule's reference: steps t-60 .. t-11 (docs/dynamics.md's e-60..e-11 before e-10..e-1)
 FIXED_MIN = 5         # ... evaluable when that reference holds at least 5 recorded values (the 10-step grid has 5)
 RESOLUTIONS = {"every step": 1, "every 10th step": 10}
+BOOTSTRAP = 2000      # resamples of runs for the false-alarm rate's interval (seeded: the same table on every machine)
+
+
+def run_bootstrap(per_run: pd.DataFrame, seed: int = 0) -> tuple[float, float]:
+    """The 95 % percentile interval of sum(fires) / sum(windows) when the runs (rows: ``fires``, ``windows``) are
+    resampled with replacement; (nan, nan) without windows."""
+    if per_run.empty or per_run["windows"].sum() == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    f, m = per_run["fires"].to_numpy(dtype=float), per_run["windows"].to_numpy(dtype=float)
+    pick = rng.integers(0, len(f), size=(BOOTSTRAP, len(f)))
+    tot = m[pick].sum(axis=1)
+    rates = np.where(tot > 0, f[pick].sum(axis=1) / np.where(tot > 0, tot, 1), np.nan)
+    low, high = np.nanpercentile(rates, [2.5, 97.5])
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -140,8 +164,9 @@ def fold(diagnostics: pd.DataFrame, metric: str, how: str) -> pd.Series:
 def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(runs, losses, diagnostics) of the post-norm + warm-up runs recorded in ``paths``: snapshot directories
     (``blocklab dynamics snapshot``: runs.csv) or aggregated tables (``data/dynamics``: summary.csv). A run is its
-    setting, name and machine (the same seed on another processor is another run); recorded in several places, the
-    record with the most diagnostic steps is kept (a per-step re-run replaces a thinned snapshot)."""
+    setting and name: the same seed on another processor is the same run, counted once (issue 44), read from the
+    processor that recorded most of the setting's seeds; recorded there in several places, the record with the most
+    diagnostic steps is kept (a per-step re-run replaces a thinned snapshot); its machine is the one named."""
     records = []
     for path in map(Path, paths):
         if (path / "runs.csv").is_file():
@@ -171,10 +196,18 @@ def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd
             records.append(({"source": r.source, "setting": r.setting, "run": r.run, "seed": int(r.seed),
                              "warmup": int(r.warmup), "machine": r.machine, "vocab_size": int(r.vocab_size)},
                             curve, diag))
+    # one processor per seed: a setting's runs are read from the processor that recorded most of its seeds (the same
+    # seed can end differently on another processor), the densest record there; other processors fill only the
+    # seeds it lacks
+    seeds_on: dict[tuple, set] = {}
+    for record in records:
+        seeds_on.setdefault((record[0]["setting"], record[0]["machine"]), set()).add(record[0]["run"])
+    rank = lambda record: (len(seeds_on[(record[0]["setting"], record[0]["machine"])]),  # noqa: E731
+                           len(record[2]), len(record[1]))
     best: dict[tuple, tuple] = {}
     for record in records:
-        key = (record[0]["setting"], record[0]["run"], record[0]["machine"])
-        if key not in best or (len(record[2]), len(record[1])) > (len(best[key][2]), len(best[key][1])):
+        key = (record[0]["setting"], record[0]["run"])
+        if key not in best or rank(record) > rank(best[key]):
             best[key] = record
     kept = list(best.values())
     if not kept:
@@ -224,6 +257,10 @@ def evaluate(judged: pd.DataFrame, diagnostics: pd.DataFrame,
     """(the detector table, one row per event x detector x resolution). Runs that never learned take no part."""
     learned = judged[judged["outcome"] != "never learned"]
     per_event, per_window = [], []
+    with_event = learned[learned["event_step"].notna()]
+    # the phase of training where the events happen: false alarms are counted there only (issue 44)
+    phase = ((int(with_event["onset"].min()) - WINDOW, int(with_event["event_step"].max())) if len(with_event)
+             else (-math.inf, math.inf))
     by_key = dict(tuple(diagnostics.groupby("key", sort=False))) if len(diagnostics) else {}
     for r in learned.to_dict("records"):
         diag = by_key.get(r["key"], diagnostics.iloc[0:0])
@@ -260,6 +297,8 @@ def evaluate(judged: pd.DataFrame, diagnostics: pd.DataFrame,
                     continue
                 for a in range(int(start), int(stop) - WINDOW + 2, WINDOW):
                     b = a + WINDOW - 1
+                    if a < phase[0] or b > phase[1]:
+                        continue
                     ok = covered(steps, a - need, b, every)
                     window = fired[(fired.index >= a) & (fired.index <= b)]
                     per_window.append({**base, "start": a, "evaluable": ok,
@@ -280,8 +319,12 @@ def summarize(events_: pd.DataFrame, windows: pd.DataFrame, detectors: list[Dete
             n, k = len(judged), int((judged["status"] == "hit").sum())
             m, f = len(wi), int(wi["fires"].sum())
             leads = judged.loc[judged["status"] == "hit", "lead"]
-            hit_low, hit_high = wilson(k, n)
-            fa_low, fa_high = wilson(f, m)
+            hit_low, hit_high = wilson(k, n)  # one event per run: over runs
+            per_run = wi.groupby("key")["fires"].agg(fires="sum", windows="size").reset_index()
+            fa_low, fa_high = run_bootstrap(per_run)
+            if m:  # a bootstrap of a rate of 0 (or 1) has no width: at least the Wilson interval with runs as the n
+                w_low, w_high = wilson(f / m * len(per_run), len(per_run))
+                fa_low, fa_high = min(fa_low, w_low), max(fa_high, w_high)
             rows.append({
                 "detector": detector.name, "metric": detector.metric, "rule": detector.words(),
                 "resolution": resolution, "events": len(ev), "events_evaluable": n, "hits": k,

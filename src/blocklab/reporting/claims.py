@@ -98,7 +98,7 @@ class Data:
 
 
 CLAIM_KEYS = {"id", "document", "where", "claim", "document_value", "check", "args", "source", "fitted", "kind", "parts"}
-SOURCES = ("document", "project")
+SOURCES = ("document", "project", "literature")  # literature: a published result the project re-measures
 
 
 def rule_parts(claim: dict) -> list[dict]:
@@ -284,12 +284,69 @@ def depth_gap(data: Data):
                          for d in sorted(learned.index)) + f" ({runs} runs per depth and norm)"
     ok = grid.assign(ok=(grid["outcome"] == "learned").astype(int))
     wide = ok.pivot_table(index=["lr", "warmup", "seed"], columns=["depth", "norm"], values="ok", aggfunc="first")
-    first, last = min(learned.index), max(learned.index)
-    gap = lambda d: wide[(d, "pre")] - wide[(d, "post")]  # noqa: E731
-    growth = (gap(last) - gap(first)).dropna()
-    per_seed = int(len(growth) / max(1, grid["seed"].nunique()))  # the pairings (lr x warm-up) one seed gives
-    return measured, [part("ratios", ratios=growth.to_numpy(dtype=float), per_seed=per_seed,
-                               what=f"gap at {last} blocks − at {first} blocks")]
+    depths = sorted(learned.index)
+    # the gap (pre learned − post learned: 1, 0 or −1) of each stratum (lr × warm-up × seed) at EVERY depth recorded
+    rows = np.column_stack([(wide[(d, "pre")] - wide[(d, "post")]).to_numpy(dtype=float) for d in depths])
+    per_seed = int(len(rows) / max(1, grid["seed"].nunique()))  # the strata (lr x warm-up) one seed gives
+    return measured, [part("ratios", rows=rows, levels=depths, per_seed=per_seed,
+                           what="gap (pre learned − post learned)")]
+
+
+# ---- problem 11 (다): what post-norm's failure is a property of (issue 44) ----------------------------------------
+
+
+ARG_VALUES["want"] = ("learned", "failed")
+ARG_VALUES["scope"] = ("every", "some")
+
+
+@check("sweep/summary.csv")
+def scoped_answer(data: Data):
+    """The document's own answer to 11 (다), scoped to its size: at 24 blocks and its learning rate, post-norm cannot
+    start without warm-up (every run stays unlearned), can wobble even with it (some run with warm-up does not end
+    learned: a fact shown by one run), and pre-norm starts without it (every run learns)."""
+    _require_document_setup(data)
+    runs = data.table("sweep/summary.csv")
+    post0, post400 = _runs(data, "post", 0), _runs(data, "post", max(data.params["sweep"]["warmups"]))
+    pre0 = _runs(data, "pre", 0)
+    stuck = int((post0["outcome"] != "learned").sum())
+    wobbled = post400[post400["outcome"] != "learned"]
+    learned = int((pre0["outcome"] == "learned").sum())
+    measured = (f"post-norm without warm-up: {stuck} of {len(post0)} did not learn; with warm-up: "
+                f"{len(wobbled)} of {len(post400)} did not end learned ({', '.join(wobbled['run'] + ': ' + wobbled['outcome']) or 'none'}); "
+                f"pre-norm without warm-up: {learned} of {len(pre0)} learned ({len(runs)} runs of the sweep)")
+    return measured, [part("count", "post-norm cannot start without warm-up", k=stuck, n=len(post0), key="post-w0"),
+                      part("fact", "post-norm can wobble with warm-up", holds=len(wobbled) > 0,
+                           what=f"{len(wobbled)} of {len(post400)} post-norm runs with warm-up did not end learned"),
+                      part("count", "pre-norm starts without warm-up", k=learned, n=len(pre0), key="pre-w0")]
+
+
+@check("sensitivity/summary.csv")
+def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: int | None = None,
+                         depth: int | None = None, lr: float | None = None):
+    """Over the sensitivity study's recorded runs (every position, batch, precision, depth and learning rate it
+    tried; narrowed by ``warmup``, ``depth``, ``lr``): how many of ``norm``'s runs ``want`` (learned, or failed: did
+    not end learned). ``scope: every``: a count, every run must (each run a part of the words); ``some``: a fact,
+    at least one run did (an existence, shown by one run; no rate is claimed)."""
+    _require_document_setup(data)
+    summary = data.table("sensitivity/summary.csv")
+    runs = summary[summary["norm"] == norm]
+    for key, value_ in (("warmup", warmup), ("depth", depth), ("lr", lr)):
+        if value_ is not None:
+            runs = runs[np.isclose(runs[key].astype(float), float(value_))]
+    if runs.empty:
+        raise NotCheckable(f"the sensitivity study has no {norm}-norm run with warmup={warmup}, depth={depth}, lr={lr}")
+    ok = (runs["outcome"] == "learned") if want == "learned" else (runs["outcome"] != "learned")
+    k, n = int(ok.sum()), len(runs)
+    cells = runs["setting"].nunique()
+    shown = runs[ok if scope == "some" else ~ok]
+    listed = "; ".join(f"{r.setting} w{int(r.warmup)}: {r.outcome}" for r in shown.itertuples())
+    measured = (f"{k} of {n} {norm}-norm runs {want} ({cells} settings"
+                f"{', warm-up ' + str(warmup) if warmup is not None else ', with and without warm-up'}"
+                f"{', depth ' + str(depth) if depth is not None else ''}{', lr ' + format(lr, 'g') if lr is not None else ''})"
+                + (f"; {'those' if scope == 'some' else 'the others'}: {listed}" if listed else ""))
+    if scope == "some":
+        return measured, [part("fact", holds=k > 0, what=f"{k} of {n} {want}")]
+    return measured, [part("count", k=k, n=n, key=f"{norm}-norm runs")]
 
 
 # ---- gradient norms at initialization ----------------------------------------------------------------------------------
@@ -357,11 +414,12 @@ def collapse_rate(data: Data):
 
 @check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/losses.csv")
 def collapse_shape(data: Data, tail: int):
-    """The shape of a collapse at the default setting, judged on its collapsed runs that were followed to the last step: the lowest
-    loss before the event (the document: 0.0104 near step 300) and the mean loss over the last ``tail`` steps (the
-    document: stays near 4.16 to step 1200). Not checkable while every recorded collapse run stopped soon after its
-    event (the early-stop rule), which is what it says, with the steps. The rise's duration (the document's 0.72 at
-    440, 4.32 at 460: two points 20 steps apart) is described, not judged: the document's sampling is not known."""
+    """The shape of a collapse at the default setting, part by part (issue 44), on its collapsed runs followed to the
+    last step: the loss AT step 300 (the document: 0.0104), the peak (4.32), the rise from below 0.72 to the peak (the
+    document's 0.72 at 440 and 4.32 at 460: within 20 steps; its sampling is not known, so at most 20), the steps
+    from the end of warm-up to the event's start (the first step at or above 0.72: the document's 440 and 460 are
+    40-60 steps after it), and the mean loss over the last ``tail`` steps (stays near 4.16). Not checkable while every
+    recorded collapse run stopped soon after its event (the early-stop rule), which is what it says, with the steps."""
     summary, _ = _dynamics(data)
     _require_document_setup(data, data.params["dynamics"]["collapse"]["warmup"])
     setting = _default_collapse_setting(data)
@@ -378,50 +436,77 @@ def collapse_shape(data: Data, tail: int):
         raise NotCheckable(f"the recorded collapse runs stop soon after the event (the early-stop rule), none was "
                            f"followed to step {steps}: {stops}")
     losses = data.table("dynamics/losses.csv")
-    lowest, tail_mean, words = [], [], []
+    warmup = data.params["dynamics"]["collapse"]["warmup"]
+    at300, peak, rise, delay, tail_mean, words = [], [], [], [], [], []
     for r in followed.itertuples():
         curve = losses[(losses["setting"] == r.setting) & (losses["run"] == r.run)].sort_values("step")
-        pre = curve[curve["step"] < r.collapse_step]
-        end = curve[curve["step"] > steps - tail]
-        lowest.append(float(pre["loss"].min()))
-        tail_mean.append(float(end["loss"].mean()))
-        rise = curve[curve["step"] >= r.collapse_step - 20].head(25)
-        words.append(f"{r.setting} {r.run}: lowest {lowest[-1]:.3g} before the event at {int(r.collapse_step)}, "
-                     f"then {', '.join(f'{int(s)}: {v:.2f}' for s, v in zip(rise['step'][::5], rise['loss'][::5]))}; "
-                     f"mean of the last {tail} steps {tail_mean[-1]:.3g}")
-    return "; ".join(words), [part("samples", "lowest before the event", samples=lowest),
+        loss = curve.set_index("step")["loss"]
+        at300.append(float(loss.get(300, float("nan"))))
+        after = loss[loss.index >= r.collapse_step - 20]
+        top = float(after.max())
+        top_step = int(after.idxmax())
+        # the rise: from the last step below 0.72 (the document's first point of the event) to the peak
+        below = loss[(loss.index < top_step) & (loss < 0.72)]
+        start = int(below.index.max()) if len(below) else top_step
+        first_up = int(loss[(loss.index > start)].index.min())  # the first step at or above 0.72: the event begins
+        peak.append(top)
+        rise.append(float(top_step - start))
+        delay.append(float(first_up - warmup))
+        tail_mean.append(float(loss[loss.index > steps - tail].mean()))
+        words.append(f"{r.setting} {r.run}: {at300[-1]:.3g} at step 300; below 0.72 until step {start}, peak "
+                     f"{top:.3g} at {top_step} ({top_step - start} steps later); the event begins {first_up - warmup} "
+                     f"steps after warm-up ends (step {warmup}); mean of the last {tail} steps {tail_mean[-1]:.3g}")
+    return "; ".join(words), [part("samples", "loss at step 300", samples=at300),
+                              part("samples", "peak", samples=peak),
+                              part("samples", "rise from below 0.72 to the peak (steps)", samples=rise),
+                              part("samples", "steps after warm-up ends to the event", samples=delay),
                               part("samples", f"mean of the last {tail} steps", samples=tail_mean)]
 
 
 @check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/diagnostics.parquet")
 def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
-    figure step of the compare runs (one ratio per compare seed and step; one part per step)."""
+    figure step, over EVERY recorded run of ``norm`` with ``warmup`` at the default setting (the compare seed and the
+    collapse family's: issue 44), each read only before its event: a run that collapsed or spiked at or before a step
+    (within the step's reading window) is left out of that step, and the measured column says which. One ratio per
+    seed and step; one part per step."""
     from ..studies.dynamics.aggregate import WINDOW, at_step, figure_steps  # the figure's own reading of a step
 
     _require_document_setup(data, warmup)
     summary, _ = _dynamics(data)
-    seeds = data.params["dynamics"]["compare_seeds"]
-    runs = summary[summary["compare"].astype(bool) & (summary["norm"] == norm) & (summary["warmup"] == warmup)
-                   & summary["seed"].isin(seeds)]
+    setting = _default_collapse_setting(data)
+    runs = summary[(summary["setting"] == setting) & (summary["norm"] == norm) & (summary["warmup"] == warmup)]
     if runs.empty:
-        raise NotCheckable(f"no compare run {norm}-w{warmup} among dynamics.compare_seeds {seeds}")
+        raise NotCheckable(f"no recorded {norm}-w{warmup} run at the default setting {setting}")
     frame = data.table("dynamics/diagnostics.parquet")
-    frame = frame[frame["metric"] == "grad_ffn_out"]
-    per_step = {}
-    for r in runs.itertuples():
-        own = frame[(frame["run"] == r.run) & (frame["setting"] == r.setting)]
+    frame = frame[(frame["metric"] == "grad_ffn_out") & (frame["setting"] == setting)]
+    per_step, left_out = {}, {}
+    for r in runs.sort_values("seed").itertuples():
+        own = frame[frame["run"] == r.run]
+        events = [float(x) for x in (getattr(r, "collapse_step", None), getattr(r, "spike_step", None))
+                  if x is not None and pd.notna(x)]
+        event = min(events) if events else float("inf")
         for step in figure_steps(max(data.params["sweep"]["warmups"]), data.params["sweep"]["steps"]):
+            if step + WINDOW >= event:  # read before any collapse (or spike): after it the gradient is the event's
+                left_out.setdefault(step, []).append(f"s{int(r.seed)} (event at {int(event)})")
+                continue
             per_block, exact = at_step(own, step)  # at the step itself; the +-WINDOW mean only where it is not recorded
             if len(per_block):
-                per_step.setdefault((step, exact), []).append(_ends_ratio(per_block))
+                per_step.setdefault(step, {"exact": [], "ratios": []})
+                per_step[step]["exact"].append(exact)
+                per_step[step]["ratios"].append(_ends_ratio(per_block))
     if not per_step:
         raise NotCheckable(f"{', '.join(runs['run'])} recorded no diagnostics")
-    label = lambda step, exact: f"step {step}" if exact else f"steps {step}±{WINDOW} (mean)"  # noqa: E731
-    measured = "; ".join(f"{label(*key)}: output end / input end ×{', ×'.join(f'{v:.2f}' for v in ratios)}"
-                         for key, ratios in per_step.items())
-    return measured, [part("ratios", label(*key), ratios=ratios, what="output end / input end")
-                      for key, ratios in per_step.items()]
+
+    def label(step):
+        exact = per_step[step]["exact"]
+        return f"step {step}" if all(exact) else f"step {step} ({sum(not e for e in exact)} of {len(exact)} read as the mean of steps {step}±{WINDOW})"
+    measured = "; ".join(
+        f"{label(step)}: output end / input end ×{', ×'.join(f'{v:.2f}' for v in got['ratios'])} "
+        f"({len(got['ratios'])} seeds{'; left out after their event: ' + ', '.join(left_out[step]) if step in left_out else ''})"
+        for step, got in per_step.items())
+    return f"{setting}, {norm}-w{warmup}: " + measured, [
+        part("ratios", f"step {step}", ratios=got["ratios"], what="output end / input end") for step, got in per_step.items()]
 
 
 # ---- problem 10 simulation -------------------------------------------------------------------------------------------
@@ -514,7 +599,8 @@ def trained_growth(data: Data):
         parts.append(f"{model} ({prompt}): median token norm ×{growth:.1f} from block 1 to {last} vs √(L+1) ×{random_walk:.1f}")
     if not parts:
         raise NotCheckable("no language model was probed")
-    return "; ".join(parts), [part("samples", samples=faster, unit="models × prompts")]
+    # a fixed checkpoint's forward on fixed prompts: no randomness (no error rates to simulate)
+    return "; ".join(parts), [part("samples", samples=faster, unit="models × prompts", computed=True)]
 
 
 # ---- document 004: parameter counts ------------------------------------------------------------------------------------
@@ -642,8 +728,9 @@ def residual_ablation(data: Data, threshold: float):
         per_seed.append(float(below.iloc[0]) if len(below) else float("inf"))
     if not per_seed:
         raise NotCheckable("the ablation has no normalized block without residual connections")
-    words.append(f"no residual, norm, per seed: {fmt(per_seed)} layers")
-    return "; ".join(words), [part("samples", samples=per_seed)]
+    # the judged arm first (a normalized block without residual connections), the other wirings beside it
+    return "; ".join([f"no residual, norm (judged), per seed: {fmt(per_seed)} layers", *words]), [
+        part("samples", samples=per_seed)]
 
 
 def largest_rise(loss) -> float:
@@ -674,6 +761,10 @@ def swap_effect(data: Data, variant: str, quantity: str):
     measured = (f"{steps} steps, {len(swap)} and {len(base)} seeds: final loss {variant} {swap.mean():.3g} ± "
                 f"{swap.std(ddof=1):.2g} vs classic {base.mean():.3g} ± {base.std(ddof=1):.2g} "
                 f"(ppl {np.exp(swap).mean():.3g} vs {np.exp(base).mean():.3g})")
+    if "n_params" in runs.columns:  # the arms' sizes: a swap that adds parameters is not a matched comparison
+        size = lambda v: int(runs.loc[runs["variant"] == v, "n_params"].iloc[0])  # noqa: E731
+        matched = "matched" if size(variant) == size("classic") else "not matched"
+        measured += f"; parameters {variant} {size(variant):,} vs classic {size('classic'):,} ({matched})"
     if quantity == "ppl":
         swap, base = np.exp(swap), np.exp(base)
     if quantity == "rise":
@@ -693,10 +784,10 @@ def swap_effect(data: Data, variant: str, quantity: str):
 # so the sensitivity study re-judges them under every setting (claim x setting).
 SWEEP_CHECKS = ("final_losses_near_chance", "loss_at_step", "outcome_count", "failed_runs", "gradnorm_trend")
 COLUMNS = ["id", "document", "where", "claim", "document_value", "source", "fitted", "kind", "rule", "margin",
-           "measured", "verdict", "seeds_to_decide"]
+           "measured", "verdict", "seeds_to_decide", "p_reproduced_if_true", "p_rejected_if_off"]
 
 
-def judge_claim(claim: dict, measures: list[dict]) -> tuple[str, verdicts.Judged]:
+def judge_claim(claim: dict, measures: list[dict], error_rates: bool = True) -> tuple[str, verdicts.Judged]:
     """The claim's words (its kind or parts) applied to a check's measured parts; a single kind applies to every
     measured part (one per step, per depth ...)."""
     words = rule_parts(claim)
@@ -705,26 +796,34 @@ def judge_claim(claim: dict, measures: list[dict]) -> tuple[str, verdicts.Judged
     if len(words) != len(measures) or any(w["kind"] not in FEEDS[m["measure_kind"]] for w, m in zip(words, measures)):
         raise ValueError(f"claims.yaml: {claim['id']}: its check {claim['check']} measures "
                          f"{[m['measure_kind'] for m in measures]}, the claim's parts are {[w['kind'] for w in words]}")
-    return verdicts.judge_parts(words, [m["measure"] for m in measures], [m["label"] for m in measures])
+    from . import errors
+
+    def gate(i, part_words, measure, judged):
+        judged, rates, _ = errors.gate(part_words, measure, judged, f"{claim['id']}|{i}")
+        return judged, rates
+
+    return verdicts.judge_parts(words, [m["measure"] for m in measures], [m["label"] for m in measures],
+                                gate=gate if error_rates else None)
 
 
 def evaluate(data_root: str | Path, params: dict) -> pd.DataFrame:
     return evaluate_data(Data(data_root, params))
 
 
-def evaluate_data(data: Data, only=None) -> pd.DataFrame:
+def evaluate_data(data: Data, only=None, error_rates: bool = True) -> pd.DataFrame:
     """The claims table from ``data``; ``only``: the names of the checks to run (default: every claim)."""
     rows = []
     for claim in load_claims():
         if only is not None and claim["check"] not in only:
             continue
         kind = " + ".join(dict.fromkeys(p["kind"] for p in rule_parts(claim)))
-        rule, margin, seeds = "", "", None
+        rule, margin, seeds, p_true, p_off = "", "", None, None, None
         try:
             data.declared = READS[claim["check"]]
             measured, measures = CHECKS[claim["check"]](data, **claim.get("args", {}))
-            kind, judged = judge_claim(claim, measures)
+            kind, judged = judge_claim(claim, measures, error_rates)
             verdict, rule, margin, seeds = judged.verdict, judged.rule, judged.margin, judged.seeds_to_decide
+            p_true, p_off = judged.p_reproduced_if_true, judged.p_rejected_if_off
         except NotCheckable as why:
             measured, verdict = f"— ({why})", NOT_CHECKABLE
         except FileNotFoundError as missing:
@@ -739,7 +838,9 @@ def evaluate_data(data: Data, only=None) -> pd.DataFrame:
                      "document_value": claim["document_value"], "source": claim["source"],
                      "fitted": bool(claim.get("fitted", False)), "kind": kind, "rule": rule, "margin": margin,
                      "measured": measured, "verdict": verdict,
-                     "seeds_to_decide": pd.NA if seeds is None else int(seeds)})
+                     "seeds_to_decide": pd.NA if seeds is None else int(seeds),
+                     "p_reproduced_if_true": pd.NA if p_true is None else round(p_true, 3),
+                     "p_rejected_if_off": pd.NA if p_off is None else round(p_off, 3)})
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["seeds_to_decide"] = table["seeds_to_decide"].astype("Int64")
     return table

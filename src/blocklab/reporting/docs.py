@@ -78,34 +78,47 @@ def _other_settings(by_setting: pd.DataFrame | None, claim_id: str) -> str:
     return f"at the {len(rows)} other recorded settings ({each}): {'; '.join(said)}"
 
 
+def _no_seeds(row) -> str:
+    """Why an inconclusive row names no number of seeds."""
+    if pd.isna(getattr(row, "p_reproduced_if_true", float("nan"))):
+        return "unknown (one seed: no spread to go by)"
+    return "more than 64"
+
+
+def _rate(value) -> str:
+    return "—" if pd.isna(value) or value == "" else f"{float(value):.2f}"
+
+
 def claims_summary(data: Path, root: Path) -> str:
-    """The README's claims at a glance: the documents' claims and the project's counted apart, each event once; every
+    """The README's claims at a glance: the documents' claims and the project's counted apart, rows that share runs named; every
     "not reproduced" and "partly" with what the other recorded settings gave (claim x setting), and every
     "inconclusive" with the seeds that would decide it."""
     claims = _claims(data)
     by_setting = (read_table(data / "sensitivity" / "claims_by_setting.csv")
                   if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
     documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
+    others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
-             f"**{len(project)} are the project's**, beside them ({', '.join(f'`{i}`' for i in project['id'])}): "
-             f"{_counts(project)}. Each event is counted once (a collapse's rate in one claim, its shape in another); "
-             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). Each verdict "
-             "follows the rule of its claim's kind ([the rules](docs/doc000.md#claims)). Not reproduced:", ""]
+             f"**{len(project)} are the project's**: {_counts(project)}. Rows share runs (a collapse counts in its "
+             "rate and its shape); "
+             + "".join(f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
+             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
+             "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
     for verdict in ("not reproduced", "partly"):
         rows = claims[claims["verdict"] == verdict]
         if verdict == "partly" and len(rows):
             lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
         for row in rows.itertuples(index=False):
             whose = "" if row.source == "document" else " (the project's)"
-            lines.append(f"- `{row.id}`{whose}: the document says {_cell(row.document_value)}; measured "
-                         f"{_cell(_short(row.measured, 70))}"
+            lines.append(f"- `{row.id}`{whose}: document {_cell(row.document_value)}; measured "
+                         f"{_cell(_short(row.measured, 60))}"
                          f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
     undecided = claims[claims["verdict"] == "inconclusive"]
     if len(undecided):
-        lines += ["", "Inconclusive (the interval spans both outcomes), and the seeds that would decide at the measured "
-                  "spread: " + "; ".join(f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else 'unknown (one seed: no spread to go by; or beyond 10,000)'}"
-                                         for r in undecided.itertuples(index=False)) + "."]
+        lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
+                      f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
+                      for r in undecided.itertuples(index=False)) + "."]
     sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
     return "\n".join(lines) + "\n\n" + _note(*sources)
@@ -114,18 +127,81 @@ def claims_summary(data: Path, root: Path) -> str:
 def _claims_table(data: Path, document: int) -> str:
     claims = _claims(data)
     claims = claims[claims["document"].astype(int) == document]
-    lines = ["| claim | where | document | kind | measured | margin | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| claim | where | document | kind | measured | margin | verdict | p(reproduced \\| true) | "
+             "p(rejected \\| off) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in claims.itertuples(index=False):
         marks = [m for m, on in (("the project's claim", row.source == "project"),
                                  ("fitted", str(row.fitted).lower() == "true")) if on]
         decide = (f" ({int(row.seeds_to_decide)} seeds would decide)" if row.verdict == "inconclusive"
                   and pd.notna(row.seeds_to_decide) else "")
+        rates = [getattr(row, c, float("nan")) for c in ("p_reproduced_if_true", "p_rejected_if_off")]
+        if row.verdict in ("reproduced", "partly", "not reproduced") and all(pd.notna(r) for r in rates) \
+                and min(rates) < 0.8:
+            decide += " †"
         lines.append(f"| {_cell(row.claim)} (`{row.id}`{'; ' + ', '.join(marks) if marks else ''}) | {_cell(row.where)} | "
                      f"{_cell(row.document_value)} | {_cell(row.kind)} | {_cell(_short(row.measured, 200))} | "
                      f"{_cell(_clip(row.margin, 320)) if pd.notna(row.margin) and row.margin else '—'} | "
-                     f"**{row.verdict}**{decide} |")
+                     f"**{row.verdict}**{decide} | {_rate(getattr(row, 'p_reproduced_if_true', None))} | "
+                     f"{_rate(getattr(row, 'p_rejected_if_off', None))} |")
+    if any(line.endswith("† | " + line.rsplit("† | ", 1)[-1]) for line in lines if "† | " in line):
+        lines += ["", "† An error rate below 0.8 and the verdict stands: the error this verdict risks (\"reproduced\" said "
+                  "of an off truth, or \"not reproduced\" of a true statement) is at most 0.2 at these seeds; the rule's "
+                  "other outcomes there are \"inconclusive\" (the margin in `claims.csv` gives both numbers)."]
     return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv")
+
+
+ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24",
+              "p11c-post-norm-warm-fails", "p11c-post-norm-nowarm-learns-shallow-or-slow", "d000-depth-gap",
+              "d000-post-warm-collapse-rate")
+
+
+def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", compact: bool = False) -> str:
+    """Problem 11 (다), the chapter's central question, answered from the claims table only: the document's scoped
+    answer and the project's answer, each sentence a row (its id, measured value and verdict), and a conclusion
+    that follows the verdicts (it changes when they do)."""
+    claims = _claims(data).set_index("id")
+    missing = [i for i in ANSWER_11C if i not in claims.index]
+    if missing:
+        return f"Not in the claims table: {', '.join(missing)} (run `blocklab claims`).\n\n" + _note(
+            "docs/gallery/data/claims/claims.csv")
+    v = {i: claims.loc[i, "verdict"] for i in ANSWER_11C}
+    m = {i: _cell(_clip(claims.loc[i, "measured"], 400)) for i in ANSWER_11C}
+    if compact:  # the README: the counts alone (the first clause), the full measured text is one link away
+        m = {i: _cell(_clip(str(claims.loc[i, "measured"]).split(" (")[0].split(";")[0], 90)) for i in ANSWER_11C}
+
+    def said(i):
+        return f"**{v[i]}** (`{i}`)" if compact else f"**{v[i]}** ([`{i}`]({link}))"
+    only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-warm-fails"))
+    quote = "" if compact else f"\"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
+    lines = [f"- The document's answer, scoped to its size: {quote}"
+             f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
+             f"- Pre-norm, every run of the sensitivity study: {m['p11c-pre-norm-learns-everywhere']}: "
+             f"{said('p11c-pre-norm-learns-everywhere')}.",
+             f"- Post-norm without warm-up at 24 blocks and the document's learning rate: "
+             f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
+             f"- Post-norm with warm-up, the same cells: {m['p11c-post-norm-warm-fails']}: "
+             f"{said('p11c-post-norm-warm-fails')}; at the default, over nine seeds: "
+             f"{m['d000-post-warm-collapse-rate']} ({said('d000-post-warm-collapse-rate')} against the document's "
+             "1 of 3).",
+             f"- Post-norm without warm-up, shallower stacks or a smaller learning rate: "
+             f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: {said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; "
+             f"the gap grows with depth over all four depths: {said('d000-depth-gap')}."]
+    if only_post and compact:
+        answer = ("So: at the same depth, learning rate and warm-up, only post-norm failed; warm-up did not remove it; "
+                  "pre-norm is the safer default in every setting tried.")
+    elif only_post:
+        answer = ("So, from these rows: holding depth, learning rate and warm-up fixed, only post-norm failed (pre-norm "
+                  "learned in every one of those runs), and warm-up did not remove the failure: it is post-norm's, and "
+                  "pre-norm is the safer default in every setting tried. Depth and the learning rate change how often "
+                  "post-norm fails: without warm-up it learned in some shallower or slower cells ("
+                  f"{v['p11c-post-norm-nowarm-learns-shallow-or-slow']}), and the gap grows with depth "
+                  f"({v['d000-depth-gap']}).")
+    else:
+        answer = ("So, from these rows: the recorded runs do not show post-norm failing where pre-norm, at the same "
+                  "depth, learning rate and warm-up, learned; no conclusion about post-norm as such follows from them.")
+    return ("\n".join(lines) + "\n\n" + answer + "\n\n"
+            + _note("docs/gallery/data/claims/claims.csv"))
 
 
 def sweep_outcomes(data: Path, root: Path) -> str:
@@ -384,7 +460,8 @@ def _lead_cell(row) -> str:
 
 def dynamics_detectors(data: Path, root: Path) -> str:
     """Each candidate precursor as a detector (experiments/detectors.py, the procedure fixed in docs/dynamics.md): hit
-    and false-alarm rates with 95 % Wilson intervals and lead times, at every step and on the 10-step grid; each event's
+    rates (one event per run, 95 % Wilson over runs) and false-alarm rates (windows in the events' phase of training,
+    95 % interval resampling runs) and lead times, at every step and on the 10-step grid; each event's
     onset and each detector's lead; the resolution each recorded run really has."""
     tables = _detector_tables(data, root)
     short = lambda source: source.replace("docs/gallery/data/dynamics", "the gallery's tables")  # noqa: E731
@@ -397,8 +474,8 @@ def dynamics_detectors(data: Path, root: Path) -> str:
                      f"{r.last_step} | {r.seed} |")
     runs = tables["detector_runs"]
     ev = runs[runs["event_step"].notna()]
-    lines += ["", "| precursor | rule | resolution | hits (95 % Wilson) | late | lead time, median (range) | "
-              "false alarms (95 % Wilson) | runs with a false alarm |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| precursor | rule | resolution | hits (95 % Wilson over runs) | late | lead time, median (range) | "
+              "false alarms (95 %, runs resampled) | runs with a false alarm |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in tables["detectors"].itertuples(index=False):
         lead = "—" if r.lead_median != r.lead_median else f"{r.lead_median:g} ({r.lead_min:g}–{r.lead_max:g})"
         hits = _interval(r.hits, r.events_evaluable, r.hit_low, r.hit_high) if r.events_evaluable else \
@@ -584,6 +661,8 @@ GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
     "claims-004": lambda data, root: _claims_table(data, 4),
+    "answer-11c": lambda data, root: answer_11c(data, root, compact=True),
+    "answer-11c-docs": lambda data, root: answer_11c(data, root, "doc000.md#claims"),
     "sweep-outcomes": sweep_outcomes,
     "sensitivity-choices": sensitivity_choices,
     "sensitivity-depth-lr": sensitivity_depth_lr,
@@ -597,6 +676,41 @@ GENERATORS = {
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
 }
+
+
+# ---- hand-written numbers (issue 44) -------------------------------------------------------------------------------
+
+HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->", re.S),  # written by the code
+             re.compile(r"```.*?```", re.S),             # commands and their output
+             re.compile(r"<!--.*?-->", re.S),             # comments
+             re.compile(r"<[a-zA-Z][^>]*>"),               # HTML tags (an image's width="49%")
+             re.compile(r"`[^`\n]*`"),                   # code spans: names, commands, values of keys
+             re.compile(r"\]\([^)]*\)")]                 # link targets
+# What reads as a measured number: a decimal (4.16, 0.0104), a share (22 %), a count of runs (2 of 9), a factor
+# (×1.15) or a duration (50 min). Whole numbers alone (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
+HAND_NUMBER = re.compile(r"(?<![\w.\-])(\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%|\d+ of \d+|[×x]\s?\d+(?:\.\d+)?"
+                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b)")
+
+
+def hand_numbers(text: str) -> list[str]:
+    """The measured-looking numbers a page states outside its generated blocks, code and links (normalised:
+    "2 h" and "2h" are one)."""
+    for skip in HAND_SKIP:
+        text = skip.sub(" ", text)
+    return [re.sub(r"\s+", "", m) for m in HAND_NUMBER.findall(text)]
+
+
+def document_numbers(claims_yaml: dict | list) -> set[str]:
+    """Every number the documents write, as claims.yaml quotes them (a page may quote the document)."""
+    found = set()
+    for claim in claims_yaml:
+        for key in ("claim", "document_value"):
+            found |= set(hand_numbers(str(claim.get(key, ""))))
+        for part in [claim, *claim.get("parts", [])]:
+            for key in ("value", "low", "high", "bound", "size"):
+                if key in part:
+                    found.add(str(part[key]))
+    return found
 
 
 def pages(root: Path) -> list[Path]:

@@ -17,10 +17,13 @@ The kinds and their rules:
   seed of a random quantity has no spread: inconclusive, whatever its point; a computation without randomness (a closed
   form, a fixed checkpoint's forward: ``computed``) is compared with r alone. Reproduced when the two intervals meet,
   else not reproduced.
-- **range** ("0.16 – 0.71"): each seed is a part, inside [lo - r_lo, hi + r_hi] (each end's own rounding): all seeds
-  inside: reproduced; some: partly; none: not reproduced.
-- **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r
-  (all: reproduced, some: partly, none: not reproduced). ``scope: typical``: the one-sided 95 % t-bound of the mean
+- **range** ("0.16 – 0.71"): the document's range is what its few seeds spanned, a sample, and so are ours: the 95 %
+  t-interval of our seeds' mean must meet [lo - r_lo, hi + r_hi] (each end's own rounding): reproduced; entirely
+  outside it: not reproduced; one seed: inconclusive (issue 44; "every seed inside" said reproduced about a fifth of
+  the time when the seeds came from exactly the document's distribution).
+- **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r;
+  the words are about every run, so one seed on the other side refutes them (all: reproduced, else not reproduced).
+  ``scope: typical``: the one-sided 95 % t-bound of the mean
   clear of the bound on the claimed side: reproduced; the other one-sided bound on the other side: not reproduced;
   spanning it, or one run of a random quantity: inconclusive.
 - **count** ("1 of 3"): Fisher's exact test of k of n against the document's count: p < 0.05: not reproduced;
@@ -38,7 +41,9 @@ The kinds and their rules:
   seed, with a 95 % t-interval on its log (``scale: difference``: the difference last - first, for a quantity that
   can be 0); ``grows``: above 1 (0): reproduced, at or below: not reproduced, spanning: inconclusive; ``shrinks``
   mirrored; ``flat``: the ratio's interval within the stated ``band``: reproduced; outside it: not reproduced;
-  across an edge: inconclusive. A ratio measured as a mean with a standard error uses ± 1.96 · se.
+  across an edge: inconclusive. A ratio measured as a mean with a standard error uses ± 1.96 · se. ``scale: levels``
+  (outcomes of few values at every recorded level, "grows with depth"): the exact stratified permutation test of
+  level rank x value (``levels_trend``).
 - **exact**: a property computed without randomness (a shape, a closed form, an arithmetic step): holds: reproduced;
   fails: not reproduced.
 
@@ -74,6 +79,8 @@ class Judged:
     rule: str
     margin: str
     seeds_to_decide: int | None = None
+    p_reproduced_if_true: float | None = None  # the rule's error rates at this seed count (``errors``)
+    p_rejected_if_off: float | None = None
 
 
 def g(value: float) -> str:
@@ -101,8 +108,13 @@ def _t(q: float, df: float) -> float:
     return float(stats.t.ppf(q, df))
 
 
+SEARCH = {"on": True}  # off while ``errors`` simulates a rule thousands of times: no seeds-to-decide search there
+
+
 def _least_n(decides, start: int) -> int | None:
     """The least n >= start for which ``decides(n)`` holds (None: not within MAX_SEEDS)."""
+    if not SEARCH["on"]:
+        return None
     for n in range(max(2, start), MAX_SEEDS + 1):
         if decides(n):
             return n
@@ -169,17 +181,42 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
 
 
 def range_(low: str, high: str, samples) -> Judged:
-    """Each seed a part: inside [low - r_low, high + r_high]; a seed without a value is a part that fails."""
+    """A range the document's seeds spanned ("0.16 – 0.71") is a sample of its distribution, and so are our seeds: the
+    95 % t-interval of our seeds' mean must meet [low - r_low, high + r_high] (our centre consistent with a centre
+    inside the range): reproduced; entirely outside it: not reproduced. One seed has no interval: inconclusive. A seed
+    without a value (diverged, never there) makes a meeting partly. (Until issue 44 each seed had to lie inside: with
+    three seeds drawn from exactly the document's distribution that said "reproduced" about a fifth of the time.)"""
     lo, hi = float(low) - rounding(low), float(high) + rounding(high)
     values = np.asarray(samples, dtype=float)
-    inside = [bool(lo <= v <= hi) for v in values]  # NaN compares False: a missing value fails
-    return Judged(_share(inside), "range: each seed inside the document's range widened by its ends' rounding",
-                  f"[{g(lo)}, {g(hi)}] = {low} − {g(rounding(low))} … {high} + {g(rounding(high))}; "
-                  f"{sum(inside)} of {len(inside)} seeds inside")
+    finite = _finite(values)
+    inside = int(((finite >= lo) & (finite <= hi)).sum())
+    rule = "range: the 95 % t-interval of our seeds' mean must meet the document's range widened by its ends' rounding"
+    band = (f"[{g(lo)}, {g(hi)}] = {low} − {g(rounding(low))} … {high} + {g(rounding(high))}; {inside} of "
+            f"{len(values)} seeds inside")
+    if len(finite) == 0:
+        return Judged(NOT_REPRODUCED, rule, f"{band}; no seed has a finite value")
+    if len(finite) == 1:
+        return Judged(INCONCLUSIVE, rule + "; one seed has no interval: inconclusive whatever its point",
+                      f"{band}; one seed {g(finite[0])}: no spread known")
+    n, mean, sd = len(finite), float(finite.mean()), float(finite.std(ddof=1))
+    t = _t(1 - ALPHA / 2, n - 1)
+    a, b = mean - t * sd / math.sqrt(n), mean + t * sd / math.sqrt(n)
+    meets = a <= hi and b >= lo
+    verdict = (PARTLY if n < len(values) else REPRODUCED) if meets else NOT_REPRODUCED
+    seeds = None
+    return Judged(verdict, rule + ("; a seed without a value makes a meeting partly" if n < len(values) else ""),
+                  f"{band}; mean {g(mean)}, 95 % interval [{g(a)}, {g(b)}] (t(0.975, {n - 1}) = {t:.3g} × sd {g(sd)} "
+                  f"/ √{n})", seeds)
 
 
 def _share(parts: list[bool]) -> str:
     return REPRODUCED if parts and all(parts) else PARTLY if any(parts) else NOT_REPRODUCED
+
+
+def _every(parts: list[bool]) -> str:
+    """Words about every run ("in all three seeds", "every seed below"): one run that does not is a counter-example,
+    so anything short of all is not reproduced (issue 44: "partly" there could never reject the words)."""
+    return REPRODUCED if parts and all(parts) else NOT_REPRODUCED
 
 
 # ---- inequality --------------------------------------------------------------------------------------------------------
@@ -195,7 +232,8 @@ def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", 
     values = np.asarray(samples, dtype=float)
     if scope == "every seed":
         ok = [bool(v < edge if side == "below" else v > edge) for v in values]
-        return Judged(_share(ok), f"inequality, every seed: each seed {side} the bound widened by its rounding",
+        return Judged(_every(ok), f"inequality, every seed: each seed {side} the bound widened by its rounding; one "
+                      "seed on the other side refutes 'every'",
                       f"{side} {g(edge)} = {bound} {'+' if side == 'below' else '−'} {g(r)}; {sum(ok)} of {len(ok)} {unit}")
     n_all, values = len(values), _finite(values)
     n, mean = len(values), float(values.mean()) if len(values) else float("nan")
@@ -257,8 +295,9 @@ def count(count_: int, of: int, k: int, n: int, key: str = "the count", scope: s
     if scope == "every seed":
         if count_ != of:
             raise ValueError(f"{key}: scope every seed is for a claim about all runs ({count_} of {of} is not all)")
-        verdict = REPRODUCED if k == n else PARTLY if k else NOT_REPRODUCED
-        return Judged(verdict, "count, every seed: each of our runs must do it, as the document's words say of theirs",
+        verdict = REPRODUCED if k == n else NOT_REPRODUCED
+        return Judged(verdict, "count, every seed: each of our runs must do it, as the document's words say of theirs; "
+                      "one run that does not refutes 'every'",
                       f"{k} of {n} runs (the document: {count_} of {of})")
     p = fisher_exact(k, n, count_, of)
     same = shape(k, n) == shape(count_, of)
@@ -380,11 +419,79 @@ def sign_trend(direction: str, differences, per_seed: int = 1, what: str = "diff
     return Judged(verdict, rule, shown, seeds)
 
 
+def _rank_sum_distribution(rows: np.ndarray) -> tuple[dict, float]:
+    """The exact distribution of S = sum over strata of sum_j rank_j * x_{stratum, pi(j)}, each stratum's values
+    permuted over the levels independently (every permutation equally likely when the level does not matter), and
+    its mean. ``rows``: strata x levels of small integers."""
+    from itertools import permutations
+
+    ranks = np.arange(1, rows.shape[1] + 1)
+    total = {0: 1.0}
+    for row in rows:
+        own = {}
+        perms = list(permutations(row.tolist()))
+        for perm in perms:
+            s = int(round(float(np.dot(ranks, perm))))
+            own[s] = own.get(s, 0.0) + 1.0 / len(perms)
+        nxt = {}
+        for a, pa in total.items():
+            for b, pb in own.items():
+                nxt[a + b] = nxt.get(a + b, 0.0) + pa * pb
+        total = nxt
+    mean = sum(s * p for s, p in total.items())
+    return total, mean
+
+
+def levels_p(rows: np.ndarray) -> tuple[float, float, float]:
+    """(observed S, its mean under no trend, the exact two-sided p) of the stratified rank-sum trend test."""
+    dist, mean = _rank_sum_distribution(rows)
+    observed = float((rows * np.arange(1, rows.shape[1] + 1)).sum())
+    far = abs(observed - mean) - 1e-9
+    return observed, mean, float(min(1.0, sum(p for s, p in dist.items() if abs(s - mean) >= far)))
+
+
+def levels_trend(direction: str, rows, levels, per_seed: int = 1, what: str = "difference") -> Judged:
+    """A trend over every recorded level (depths 2, 6, 12, 24), on outcomes that take few values (the pre-/post-norm
+    gap: learned or not, -1, 0, 1), paired by stratum (a learning rate, warm-up and seed): the exact stratified
+    permutation test of S = sum of level rank x value (each stratum's values permuted over its levels; two-sided,
+    p < 0.05). Every level counts, not only the two ends."""
+    rows = np.asarray(rows, dtype=float)
+    rows = rows[np.isfinite(rows).all(axis=1)]
+    if not len(rows):
+        raise NotCheckable("no stratum has a value at every level")
+    rows = rows.astype(int)
+    observed, mean, p = levels_p(rows)
+    up = observed > mean
+    claimed = up if direction == "grows" else observed < mean
+    moved = bool((rows.max(axis=1) != rows.min(axis=1)).any())
+    verdict = (REPRODUCED if p < ALPHA and claimed else NOT_REPRODUCED if p < ALPHA or not moved else INCONCLUSIVE)
+    seeds = None
+    if verdict == INCONCLUSIVE and claimed and SEARCH["on"] and per_seed:
+        seeds_now = max(1, len(rows) // per_seed)
+        for m in range(seeds_now + 1, 41):  # the same strata, seed after seed
+            if levels_p(np.tile(rows, (math.ceil(m * per_seed / len(rows)), 1))[: m * per_seed])[2] < ALPHA:
+                seeds = m
+                break
+    shares = ", ".join(f"{lv}: {np.mean(rows[:, j] > 0):.0%} +, {np.mean(rows[:, j] < 0):.0%} −"
+                       for j, lv in enumerate(levels))
+    rule = (f"trend, {direction}: the {what} at every level, by the exact stratified permutation test of level rank × "
+            "value (each stratum permuted over its levels; two-sided p < 0.05 in the claimed direction; in the other, "
+            "not reproduced)")
+    shown = (f"{what} per level ({shares}); {len(rows)} strata ({per_seed} per seed); rank sum {observed:.0f} vs "
+             f"{mean:.1f} with no trend; exact p = {p:.3g}")
+    return Judged(verdict, rule, shown, seeds)
+
+
 def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale: str = "ratio",
-          ratio: float | None = None, se: float | None = None, what: str | None = None, per_seed: int = 1) -> Judged:
+          ratio: float | None = None, se: float | None = None, what: str | None = None, per_seed: int = 1,
+          rows=None, levels=()) -> Judged:
     """Per-seed ``ratios`` (last / first; ``scale: difference``: per-seed differences last - first; ``scale: sign``:
     paired differences judged by their signs, ``sign_trend``), or one ``ratio`` with its standard error ``se``.
     ``direction``: grows / shrinks / flat (within ``band``, two written numbers)."""
+    if scale == "levels":
+        if direction == "flat":
+            raise ValueError("a levels trend grows or shrinks")
+        return levels_trend(direction, rows, levels, per_seed, what or "difference")
     if scale == "sign":
         if direction == "flat":
             raise ValueError("a sign trend grows or shrinks; a flat trend needs a band on a ratio or difference")
@@ -483,7 +590,7 @@ KINDS = {
 }
 WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below")},
          "scope": {"inequality": ("every seed", "typical"), "count": ("rate", "every seed")}, "direction": ("grows", "shrinks", "flat"),
-         "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference", "sign")}}
+         "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference", "sign", "levels")}}
 NUMBERS = ("value", "low", "high", "bound", "size", "margin", "rounding")  # numbers as the document writes them (strings)
 
 
@@ -542,7 +649,7 @@ def validate_part(where: str, part: dict) -> None:
         if "size" in part and (part["side"].startswith("not ") or float(part["size"]) < 0):
             raise ConfigError(f"{where}.size: {part['size']}; allowed: a size >= 0, with side above or below")
     if kind == "trend":
-        if part.get("scale") == "sign" and part["direction"] == "flat":
+        if part.get("scale") in ("sign", "levels") and part["direction"] == "flat":
             raise ConfigError(f"{where}.scale: sign judges a direction; allowed with flat: ratio, difference")
         if (part["direction"] == "flat") != ("band" in part):
             raise ConfigError(f"{where}.band: a band is needed exactly for direction flat; allowed: [low, high] "
@@ -616,10 +723,21 @@ def describe(part: dict) -> tuple[str, str]:
     return "exact: computed without randomness; holds or not", "holds or not"
 
 
-def judge_parts(parts: list[dict], measures: list[dict], labels: list[str]) -> tuple[str, Judged]:
+def judge_parts(parts: list[dict], measures: list[dict], labels: list[str], gate=None) -> tuple[str, Judged]:
     """The kind (words), and the combined Judged of a claim's parts: each part's rule, margin and seeds to decide
-    joined with its label (what the part is: "step 200", "12 blocks")."""
-    judged = [judge_part(p, m) for p, m in zip(parts, measures)]
+    joined with its label (what the part is: "step 200", "12 blocks"). ``gate(i, part, measure, judged)``: the part's
+    verdict kept or made inconclusive by its rule's error rates, with the rates (``errors.gate``); the claim's
+    p_reproduced_if_true is the product of its parts' (simulated independently: every part must say reproduced), its
+    p_rejected_if_off the weakest part's."""
+    judged, p_true, p_off = [], [], []
+    for i, (p, m) in enumerate(zip(parts, measures)):
+        j = judge_part(p, m)
+        if gate is not None:
+            j, rates = gate(i, p, m, j)
+            if rates.p_true is not None:
+                p_true.append(rates.p_true)
+                p_off.append(rates.p_off)
+        judged.append(j)
     verdict = combine(j.verdict for j in judged)
     rules = list(dict.fromkeys(j.rule for j in judged))
     seeds = [j.seeds_to_decide for j in judged if j.verdict == INCONCLUSIVE]
@@ -636,7 +754,11 @@ def judge_parts(parts: list[dict], measures: list[dict], labels: list[str]) -> t
         if len(judged) > MAX_SHOWN:
             margin = f"{len(judged)} parts: {tally}; the first and the last: {margin}"
     return kinds, Judged(verdict, "; ".join(rules), margin,
-                         (None if any(s is None for s in seeds) else max(seeds)) if seeds else None)
+                         # seeds to decide: only for a claim left inconclusive (a part's count would mislead beside a
+                         # decided verdict)
+                         (None if any(s is None for s in seeds) else max(seeds)) if seeds and verdict == INCONCLUSIVE
+                         else None,
+                         float(np.prod(p_true)) if p_true else None, min(p_off) if p_off else None)
 
 
 MAX_SHOWN = 6  # a claim of more parts shows its tally and its first and last part's margins
