@@ -101,8 +101,8 @@ DICT_CASES = [
     ("no-prompts", setting("probe.prompts", {}), "probe.prompts", "at least 1"),
     ("empty-prompt", setting("probe.prompts.ko", ""), "probe.prompts.ko", "a non-empty string"),
     # names
-    ("unknown-norm-position", setting("sweep.norms", ["post", "mid"]), "sweep.norms[1]", "['post', 'pre']"),
-    ("norm-position-case", setting("gradnorm.norms", ["Pre"]), "gradnorm.norms[0]", "['post', 'pre']"),
+    ("unknown-norm-position", setting("sweep.norms", ["post", "mid"]), "sweep.norms[1]", "['post', 'pre'"),
+    ("norm-position-case", setting("gradnorm.norms", ["Pre"]), "gradnorm.norms[0]", "['post', 'pre'"),
     ("unknown-norm-kind", setting("copy_model.norm_kind", "batchnorm"), "copy_model.norm_kind", "['layernorm', 'rmsnorm']"),
     ("unknown-ffn", setting("copy_model.ffn_kind", "geglu"), "copy_model.ffn_kind", "['relu', 'gelu', 'swiglu']"),
     ("unknown-position", setting("copy_model.position", "alibi"), "copy_model.position",
