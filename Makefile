@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-CORES  ?= 4
+CORES  ?= $(shell nproc)
 PIP_VERSION := 26.3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export MPLBACKEND := Agg

@@ -27,14 +27,51 @@ include: "workflow/rules/inference.smk"
 include: "workflow/rules/report.smk"
 
 
+# Every finished run a table is made from is a target too: a run removed (`rm -r data/sweep/runs/<run>`) is trained
+# again by the same command, and what depends on it is remade (Snakemake would otherwise find the tables present and
+# do nothing).
+RUN_TARGETS = sorted({path for path in [*[f"{run}/meta.json" for run in SWEEP_RUNS + REVERSE_RUNS],
+                                       *(sensitivity_aggregate_inputs(config) if config["sensitivity"]["in_report"] else []),
+                                       *(dynamics_aggregate_inputs(config) if config["dynamics"]["in_report"] else []),
+                                       *(inference_aggregate_inputs(config) if config["inference"]["in_report"] else []),
+                                       *(inference_aggregate_inputs(config, inference_holdout_plan(config)) if HOLDOUT_OUTPUTS else [])]
+                      if isinstance(path, str) and path.startswith("data/") and path.endswith("/meta.json")})
+
+# A damaged finished run (its files unlike its checksums) is trained again too: the main process sets its meta.json
+# aside before the DAG is planned (blocklab.pipeline.set_aside_damaged_runs), so the run is missing like a removed one.
+if workflow.is_main_process:
+    from blocklab.pipeline import dry_run, set_aside_damaged_runs
+
+    set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
+
+PIPELINE_TARGETS = [
+    SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
+    DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
+    INFERENCE_OUTPUTS if config["inference"]["in_report"] else INFERENCE_PLAN,
+    HOLDOUT_OUTPUTS,
+    expand("figs/{figure}.png", figure=FIGURES),
+    "reports/analysis.html",
+    "data/claims/claims.csv",
+    "data/claims/metrics.json",
+    RUN_TARGETS,
+]
+
+
 rule all:
     default_target: True
     input:
-        SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
-        DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
-        INFERENCE_OUTPUTS if config["inference"]["in_report"] else INFERENCE_PLAN,
-        HOLDOUT_OUTPUTS,
-        expand("figs/{figure}.png", figure=FIGURES),
-        "reports/analysis.html",
-        "data/claims/claims.csv",
-        "data/claims/metrics.json",
+        PIPELINE_TARGETS,
+        "logs/verified.txt",
+
+
+# The last step: every finished run and table checked against its checksums, then the outputs recorded in dvc.lock
+# (`dvc commit`; inside `dvc repro` DVC records them itself), so that `dvc repro` / `dvc exp run` after `snakemake`
+# keep everything Snakemake made, and nothing damaged is recorded as the truth.
+rule verify_and_record:
+    input:
+        PIPELINE_TARGETS,
+    output:
+        "logs/verified.txt",
+    localrule: True
+    shell:
+        "blocklab verify data --dvc-cache --record-dvc pipeline > {output}"

@@ -1,6 +1,7 @@
 """Training-time diagnostics (issue 23): they never change the losses, each metric equals an independent computation,
 they survive a resume, and bad settings fail before any compute. Plus the collapse events and their Wilson interval."""
 import copy
+import json
 import math
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ from blocklab.studies.dynamics.plan import collapse_stop, events
 from blocklab.config import ConfigError
 from blocklab.params import ParamsError
 from blocklab.studies.checks import load_params, validate_params  # every study's checks too
-from blocklab.integrity import record_snapshot
+from blocklab.integrity import record_snapshot, run_record, seal_meta
 from blocklab.training.diagnostics import METRICS, Recorder
 from blocklab.training.copy_model import build_copy_model
 from blocklab.training.sweep import train_copy_run
@@ -510,7 +511,9 @@ def test_the_fitting_plan_reads_main_sweep_runs_and_snapshots_and_trains_only_th
         (tmp_path / run_dir).mkdir(parents=True)
         pd.DataFrame({"step": range(1, steps + 1), "loss": [value] * steps}).to_csv(tmp_path / run_dir / "loss.csv",
                                                                                      index=False)
-        (tmp_path / run_dir / "meta.json").write_text('{"wall_time_s": 1.0}')
+        # as a finished run's meta.json: its loss table's checksum and its own (a meta.json without them is refused)
+        meta = seal_meta({"wall_time_s": 1.0, **run_record(tmp_path / run_dir, ["loss.csv"], steps)})
+        (tmp_path / run_dir / "meta.json").write_text(json.dumps(meta))
 
     for d in main["run_dir"]:
         curve(d, 1200, 0.5)

@@ -5,6 +5,7 @@ table these tests back."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -21,9 +22,9 @@ import pytest
 import yaml
 import torch
 
-from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, verify_run, verify_snapshot,
-                                verify_tree)
-from blocklab.io import OutputError, write_table
+from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, seal_run, verify_run,
+                                verify_snapshot, verify_tree)
+from blocklab.io import OutputError, read_table, write_table
 from blocklab.params import load_params
 from blocklab.training.sweep import aggregate, run_state, train_copy_run
 
@@ -126,6 +127,30 @@ def test_good_checkpoint_still_resumes(reference, tmp_path):
     assert (run / "loss.csv").read_bytes() == (reference / "whole" / "loss.csv").read_bytes()
 
 
+def test_sigint_writes_a_checkpoint_at_the_step_it_stopped_says_so_and_resumes_bit_identical(reference, tmp_path, capsys):
+    """Ctrl-C (SIGINT; SIGTERM the same) during step 7, with checkpoints every 5 steps: step 7 finishes, its checkpoint
+    is written (before: the run went back to step 5), one line says what was kept and how to resume; the resumed run
+    ends byte-identical to an uninterrupted one."""
+    run = tmp_path / "run"
+
+    def ctrl_c_at_7(losses):
+        if len(losses) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+        return False
+
+    previous = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train_copy_run(tiny_params(), "pre", 0, 0, run, stop_when=ctrl_c_at_7)
+    assert signal.getsignal(signal.SIGINT) is previous  # the training loop's handler is gone again
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 7
+    lines = [line for line in capsys.readouterr().err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "checkpoint at step 7 of 12 is kept" in lines[0] and "snakemake --cores N" in lines[0]
+    meta = train_copy_run(tiny_params(), "pre", 0, 0, run)
+    assert meta["resumed_from_step"] == 7
+    for name in ("loss.csv", "diagnostics.parquet"):
+        assert (run / name).read_bytes() == (reference / "whole" / name).read_bytes(), name
+
+
 def test_damaged_checkpoint_twice_keeps_both(reference, tmp_path):
     run = tmp_path / "run"
     for _ in range(2):
@@ -188,26 +213,87 @@ def test_damaged_finished_run_stops_the_aggregation_naming_it_and_the_fix(refere
 
 
 def old_format(run: Path) -> None:
-    """A finished run as written before the checksums: meta.json without artifacts or loss_steps."""
+    """A finished run as written before the checksums: meta.json without artifacts, loss_steps or its own checksum."""
     meta_file = run / "meta.json"
-    text = meta_file.read_text()
-    import json
-
-    meta = json.loads(text)
-    del meta["artifacts"], meta["loss_steps"]
-    meta_file.write_text(json.dumps(meta, indent=2))
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    del meta["artifacts"], meta["loss_steps"], meta["meta_sha256"]
+    meta_file.write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
 
-def test_old_run_is_accepted_but_its_loss_table_is_checked(reference, tmp_path):
+def test_old_run_is_refused_until_sealed_and_sealing_checks_its_loss_table(reference, tmp_path):
+    """A meta.json without its records is damage until shown otherwise (a flipped bit in "artifacts" must not switch
+    the checks off): refused, naming `blocklab verify --seal`, which checks the loss table first."""
     run = tmp_path / "pre-w0-s0"
     shutil.copytree(reference / "whole", run)
     old_format(run)
-    losses, summary = aggregate([run])
-    assert len(losses) == STEPS
+    with pytest.raises(DamagedArtifact, match=r"meta.json has no meta_sha256 .*blocklab verify --seal"):
+        aggregate([run])
     _truncate_rows(run / "loss.csv")  # the issue's case: half the steps left, which once became the "final loss"
     with pytest.raises(DamagedArtifact, match=rf"loss.csv has 6 rows \(steps 1..6\), meta.json says the run trained "
                                               rf"steps 1..{STEPS}"):
+        seal_run(run)
+    shutil.copy2(reference / "whole" / "loss.csv", run / "loss.csv")
+    assert "sealed" in seal_run(run)
+    losses, _ = aggregate([run])
+    assert len(losses) == STEPS and verify_run(run)["loss_steps"] == STEPS
+
+
+def _meta_edit(old: str, new: str):
+    def damage(path: Path):
+        text = path.read_text(encoding="utf-8")
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    damage.__name__ = f"_{old.strip()}"
+    return damage
+
+
+def _meta_not_utf8(path: Path):
+    data = path.read_bytes()
+    at = data.index(b'"norm"')
+    path.write_bytes(data[:at + 2] + b"\xff" + data[at + 3:])
+
+
+META_DAMAGE = [  # the issue's cases: a flipped bit in a key, a changed value, a byte that is not UTF-8
+    (_meta_edit('"artifacts"', '"Artifacts"'), "differs from its own checksum"),
+    (_meta_edit('"warmup": 0', '"warmup": 1'), "differs from its own checksum"),
+    (_meta_edit('"meta_sha256"', '"meta_sha257"'), "has no meta_sha256"),
+    (_meta_not_utf8, r"meta.json is not UTF-8 text \(byte b'\\xff' at offset \d+\)"),
+]
+
+
+@pytest.mark.parametrize("damage,says", META_DAMAGE, ids=[d.__name__.strip("_") for d, _ in META_DAMAGE])
+def test_damaged_meta_json_is_refused_by_readers_and_verify(reference, tmp_path, damage, says):
+    run = tmp_path / "data" / "pre-w0-s0"
+    shutil.copytree(reference / "whole", run)
+    damage(run / "meta.json")
+    with pytest.raises(DamagedArtifact, match=says):
         aggregate([run])
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "verify", str(tmp_path / "data")], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(says, done.stdout) and f"rm -r {run}" in done.stdout, done.stdout
+
+
+def test_edited_aggregated_table_is_refused_by_readers_and_verify(reference, tmp_path):
+    """data/sweep/summary.csv with one digit changed, a parquet table with 4 bytes changed: every reader (io.read_table)
+    and `blocklab verify` refuse them, naming the table and the repair (before: read as the truth)."""
+    data = tmp_path / "data"
+    losses, summary = aggregate([reference / "whole"])
+    write_table(summary, data / "sweep" / "summary.csv")
+    write_table(losses, data / "dynamics" / "diagnostics.parquet")
+    assert (data / "sweep" / "summary.csv.sha256").is_file() and verify_tree(data) == (2, [])
+    pd.testing.assert_frame_equal(read_table(data / "sweep" / "summary.csv"), pd.read_csv(data / "sweep" / "summary.csv"))
+    _edit_a_loss(data / "sweep" / "summary.csv")
+    parquet = data / "dynamics" / "diagnostics.parquet"
+    raw = bytearray(parquet.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 4] = bytes(b ^ 0xFF for b in raw[len(raw) // 2: len(raw) // 2 + 4])
+    parquet.write_bytes(bytes(raw))
+    for table in (data / "sweep" / "summary.csv", parquet):
+        with pytest.raises(DamagedArtifact, match=rf"{table}: damaged table: {table.name} has another sha256"):
+            read_table(table)
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "verify", str(data)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 3 and "verified 0 of 2" in done.stdout and "rm " in done.stdout, done.stdout + done.stderr
 
 
 def test_aggregate_sweep_command_fails_with_one_line_and_status_3(reference, tmp_path):
@@ -397,9 +483,9 @@ def test_sigkill_during_aggregation_leaves_no_half_table_and_the_rerun_is_identi
     assert blocklab(args, tmp_path).returncode == 0
     clean = finals(tmp_path / "out")
     shutil.rmtree(tmp_path / "out")
-    killed = blocklab(args, tmp_path, kill_at=2)  # losses.csv is in place, summary.csv is about to be
+    killed = blocklab(args, tmp_path, kill_at=3)  # losses.csv and its record are in place, summary.csv is about to be
     assert killed.returncode == -signal.SIGKILL
-    assert finals(tmp_path / "out") == {"losses.csv": clean["losses.csv"]}  # whole, or absent: never half
+    assert finals(tmp_path / "out") == {name: clean[name] for name in ("losses.csv", "losses.csv.sha256")}  # never half
     assert blocklab(args, tmp_path).returncode == 0
     assert finals(tmp_path / "out") == clean
 
@@ -459,3 +545,49 @@ def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_
     layers = package / "model" / "layers.py"
     layers.write_text(layers.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     assert provenance.numbers_code_version(package) != before
+
+
+def test_report_with_a_missing_input_stops_in_one_line_before_papermill(tmp_path):
+    """A missing table the report draws from: one line naming it and the command that makes it, exit status 2
+    (before: papermill started and ended in a 100-line traceback from inside a cell)."""
+    done = blocklab(["report", "notebook", "--params", str(TINY), "--notebook", str(ROOT / "notebooks/analysis.ipynb"),
+                     "--out-notebook", "r/a.ipynb", "--out-html", "r/a.html"], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "data/sweep/summary.csv" in done.stderr
+    assert "snakemake --cores N" in done.stderr and not (tmp_path / "r").exists()
+
+
+def test_status_shows_seconds_a_step_and_eta_of_a_training_run(reference, tmp_path):
+    """`blocklab status`: a run in training shows the seconds a step and the ETA of its last progress line (the
+    training loop writes one at least every 10 s; before, a line every 50 steps with neither)."""
+    (tmp_path / "params.yaml").write_text(TINY.read_text(encoding="utf-8"), encoding="utf-8")
+    going = tmp_path / "data" / "sweep" / "runs" / "pre-w0-s1"
+    going.mkdir(parents=True)
+    (going / "train.log").write_text(
+        "2026-12-04 21:00:00,000 blocklab.train pre-w0-s1: step 10/60 loss 4.1000 lr 1.00e-03 0.250 s/step ETA 0:00:13\n")
+    done = blocklab(["status"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("data/sweep/runs/pre-w0-s1"))
+    assert row.split()[1:] == ["training", "10/60", "4.1", "0.250", "0:00:13"], row
+
+
+def test_damaged_dvc_cache_object_is_found_by_verify(tmp_path):
+    """Each object of DVC's cache is named by the md5 of its bytes: one flipped bit and `blocklab verify --dvc-cache`
+    names it and the repair (before: DVC restored it silently). The repair itself (`--record-dvc`: the object removed
+    and recorded again from the verified workspace, byte-identical) was checked by hand on the tiny pipeline."""
+    import hashlib
+
+    write_table(pd.DataFrame({"step": [1], "loss": [4.1]}), tmp_path / "data" / "sweep" / "summary.csv")
+    objects = []
+    for text in (b"step,loss\n1,4.1\n", b"[]"):
+        digest = hashlib.md5(text).hexdigest()
+        obj = tmp_path / ".dvc" / "cache" / "files" / "md5" / digest[:2] / digest[2:]
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_bytes(text)
+        objects.append(obj)
+    assert blocklab(["verify", "data", "--dvc-cache"], tmp_path).returncode == 0
+    _flip_a_bit(objects[0])
+    done = blocklab(["verify", "data", "--dvc-cache"], tmp_path)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert f"{objects[0].relative_to(tmp_path)}: damaged DVC cache object" in done.stdout
+    assert "blocklab verify --dvc-cache --record-dvc pipeline" in done.stdout and "verified 2 of 3" in done.stdout

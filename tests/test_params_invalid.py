@@ -101,8 +101,8 @@ DICT_CASES = [
     ("no-prompts", setting("probe.prompts", {}), "probe.prompts", "at least 1"),
     ("empty-prompt", setting("probe.prompts.ko", ""), "probe.prompts.ko", "a non-empty string"),
     # names
-    ("unknown-norm-position", setting("sweep.norms", ["post", "mid"]), "sweep.norms[1]", "['post', 'pre']"),
-    ("norm-position-case", setting("gradnorm.norms", ["Pre"]), "gradnorm.norms[0]", "['post', 'pre']"),
+    ("unknown-norm-position", setting("sweep.norms", ["post", "mid"]), "sweep.norms[1]", "['post', 'pre'"),
+    ("norm-position-case", setting("gradnorm.norms", ["Pre"]), "gradnorm.norms[0]", "['post', 'pre'"),
     ("unknown-norm-kind", setting("copy_model.norm_kind", "batchnorm"), "copy_model.norm_kind", "['layernorm', 'rmsnorm']"),
     ("unknown-ffn", setting("copy_model.ffn_kind", "geglu"), "copy_model.ffn_kind", "['relu', 'gelu', 'swiglu']"),
     ("unknown-position", setting("copy_model.position", "alibi"), "copy_model.position",
@@ -131,6 +131,15 @@ DICT_CASES = [
     ("score-count-mismatch", setting("problem9.scores.B", [60, 50]), "problem9.scores.B", "one score per subject"),
     ("probe-model-missing-path", setting("probe.model", "/nonexistent/checkpoints/SmolLM2"), "probe.model",
      "'smollm2-135m' or a Hugging Face checkpoint directory"),
+    # not numbers: JSON Schema's bounds compare false with NaN, so "> 0 and <= 1" alone lets it through (issue 47)
+    ("nan-lr", setting("sweep.lr", float("nan")), "sweep.lr", "nan is not a finite number; allowed: a number > 0 and <= 1"),
+    ("inf-ffn-ratio", setting("copy_model.ffn_ratio", float("inf")), "copy_model.ffn_ratio", "inf is not a finite number; allowed: a number > 0"),
+    ("nan-in-a-list", setting("problem9.scores.A", [90, float("nan"), 70]), "problem9.scores.A[1]", "not a finite number"),
+    # what does not fit: an estimate before any job, against this machine's memory and a year of compute
+    ("width-2-20", setting("copy_model.d_model", 2 ** 20), "copy_model.d_model", "activations) and this machine has"),
+    ("depth-a-million", setting("copy_model.n_layers", 10 ** 6), "copy_model.n_layers", "activations) and this machine has"),
+    ("steps-1e12", setting("sweep.steps", 10 ** 12), "sweep.steps", "a step count under a year"),
+    ("zero-width-mlp", setting("copy_model.ffn_ratio", 1e-9), "copy_model.ffn_ratio", "a width of at least 1"),
 ]
 
 
@@ -278,7 +287,8 @@ def scratch_project(tmp_path_factory):
     return make_scratch_project(tmp_path_factory.mktemp("bad-params-project"))
 
 
-@pytest.mark.parametrize("case", ["warmup-longer-than-training", "unknown-position"])
+@pytest.mark.parametrize("case", ["warmup-longer-than-training", "unknown-position", "nan-lr", "width-2-20",
+                                  "duplicate-key"])
 def test_snakemake_stops_at_once_on_bad_params(scratch_project, case, tmp_path):
     bad, key = _bad_file(tmp_path, case)
     (scratch_project / "params.yaml").write_bytes(bad.read_bytes())

@@ -168,18 +168,69 @@ def check_outputs(project: Path):
 def test_snakemake_builds_every_figure_and_artifact(snake_project):
     check_outputs(snake_project)
     assert planned_jobs(snake_project) == {}
+    # its last step checked every run and table and recorded the outputs for DVC
+    assert "dvc.lock: recorded" in (snake_project / "logs/verified.txt").read_text(encoding="utf-8")
+    assert "up to date" in run(["dvc", "status"], snake_project).stdout
 
 
-def test_adding_a_seed_trains_only_the_new_runs(snake_project):
-    jobs = jobs_after_edit(snake_project, "seeds: [0, 1]\n  steps: 60", "seeds: [0, 1, 2]\n  steps: 60")
-    assert jobs.get("train_copy") == 2 * 2  # one new seed x 2 norms x 2 warm-ups
-    assert "train_reverse" not in jobs and "gradnorm" not in jobs
+TRAINING_RULES = re.compile(r"^(?:local)?rule (train\w*):", re.M)
+
+
+def finished_runs(project) -> dict:
+    """Every finished run's meta.json (path -> bytes and mtime): a run trained again changes both."""
+    return {str(p.relative_to(project)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(Path(project, "data").rglob("runs/**/meta.json"))}
+
+
+def test_snakemake_then_dvc_exp_run_trains_nothing(snake_project, tmp_path):
+    """One state for both front doors: after `snakemake`, the README's `dvc exp run -S figures.lang=en` redraws the
+    figures and the report and trains nothing (before: no dvc.lock, so DVC deleted every output and retrained it all);
+    then `snakemake` and `dvc status` find nothing to do either way round."""
+    project = Path(shutil.copytree(snake_project, tmp_path / "project", symlinks=True))
+    before = finished_runs(project)
+    assert len(before) >= 8
+    done = run(["dvc", "exp", "run", "-S", "figures.lang=en"], project)
+    out = done.stdout + done.stderr
+    assert TRAINING_RULES.findall(out) == [] and "won't be created" not in out, out[-3000:]
+    assert "rule report" in out  # the figures and the report were redrawn, in English
+    assert finished_runs(project) == before
+    assert planned_jobs(project) == {}
+    assert "up to date" in run(["dvc", "status"], project).stdout
+
+
+def test_removed_or_damaged_run_is_trained_again_by_the_readme_command(snake_project, tmp_path):
+    """The repair `blocklab verify` and docs/reproducibility.md give: `rm -r` a finished run, run `snakemake --cores N`
+    again: that run (only) is trained again, with the same losses, and what depends on it is remade (before: "Nothing
+    to be done", and the run stayed lost). A damaged run (one digit of its loss.csv changed) is found before the DAG is
+    planned, its meta.json set aside, and it is trained again by the same command (a dry run only says so)."""
+    project = Path(shutil.copytree(snake_project, tmp_path / "project", symlinks=True))
+    removed, damaged = NARROW[0], "pre-w0-s1"
+    shutil.rmtree(project / "data/sweep/runs" / removed)
+    loss = project / "data/sweep/runs" / damaged / "loss.csv"
+    text = loss.read_text(encoding="utf-8")
+    at = text.index("\n", text.index("\n") + 1) - 3
+    loss.write_text(text[:at] + ("1" if text[at] != "1" else "2") + text[at + 1:], encoding="utf-8")
+    planned = planned_jobs(project)
+    assert planned.get("train_copy") == 1 and NARROW[1] <= set(planned), planned
+    assert not {"train_reverse", "train_dynamics", "train_sensitivity", "train_inference"} & set(planned), planned
+    assert (project / "data/sweep/runs" / damaged / "meta.json").is_file()  # the dry run moved nothing
+    done = run(["snakemake", "--cores", "2"], project)
+    out = done.stdout + done.stderr
+    assert sorted(TRAINING_RULES.findall(out)) == ["train_copy", "train_copy"], out[-3000:]
+    assert f"{damaged} is damaged (loss.csv has another sha256" in out
+    assert (project / "data/sweep/runs" / damaged / "meta.json.damaged").is_file()
+    for name in (removed, damaged):
+        assert (project / "data/sweep/runs" / name / "loss.csv").read_bytes() == \
+            (snake_project / "data/sweep/runs" / name / "loss.csv").read_bytes(), name
+    assert (project / "data/sweep/losses.csv").read_bytes() == (snake_project / "data/sweep/losses.csv").read_bytes()
+    assert planned_jobs(project) == {}
+    assert "up to date" in run(["dvc", "status"], project).stdout
 
 
 def test_changing_a_plot_option_redraws_without_retraining(snake_project):
     jobs = jobs_after_edit(snake_project, "lang: ko", "lang: en")
     # only jobs that draw: the report, and the sensitivity and dynamics families' own figures (in_report in tiny)
-    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "dynamics_figures", "all"}
+    assert "report" in jobs and set(jobs) <= {"report", "sensitivity_figures", "dynamics_figures", "verify_and_record", "all"}
 
 
 def test_changing_a_model_parameter_retrains_what_depends_on_it(snake_project):
@@ -217,6 +268,7 @@ def test_dvc_repro_builds_the_same_artifacts(dvc_project, snake_project):
     assert_same_tables(dvc_project, snake_project)
     assert "up to date" in run(["dvc", "status"], dvc_project).stdout
     assert "didn't change" in run(["dvc", "repro"], dvc_project).stdout
+    assert planned_jobs(dvc_project) == {}  # the other way round: `snakemake` after `dvc repro` has nothing to do
 
 
 def test_dvc_params_and_plots(dvc_project, tmp_path):

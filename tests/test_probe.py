@@ -11,6 +11,7 @@ import yaml
 from safetensors.torch import save_file
 
 from blocklab import ConfigError, DecoderLM, ModelConfig
+from blocklab.integrity import run_record, seal_meta
 from blocklab.cli import main
 from blocklab.experiments.probe import (
     capture_stream, decoder_layers, load_causal_lm, measure_residual, probe_copy_run, prompt_ids, stream_stats,
@@ -167,6 +168,8 @@ def tiny_run(tmp_path, norm: str, seed: int = 3) -> tuple[Path, ModelConfig, Dec
     save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, str(run / "model.safetensors"))
     meta = {"run": run.name, "norm": norm, "warmup": 0, "seed": seed, "model_config": cfg.to_dict(), "copy_task": TASK}
     (run / "loss.csv").write_text("step,loss,lr\n1,2.0,0.001\n", encoding="utf-8")  # a finished run has its losses
+    # as a finished run's meta.json: its artifacts' checksums and its own (a meta.json without them is refused)
+    meta = seal_meta({**meta, **run_record(run, ["loss.csv", "model.safetensors"], 1)})
     (run / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     return run, cfg, trained
 

@@ -2,12 +2,15 @@
 ``blocklab verify``.
 
 A finished run's meta.json (written last) records the size and sha256 of each artifact written before it
-(``artifacts``) and how many loss rows it has (``loss_steps``); a snapshot directory's ``MANIFEST.json`` (written
-last) records its files the same way. Every reader that trusts a finished run or a snapshot calls ``verify_run`` or
-``verify_snapshot`` first: a damaged one raises ``DamagedArtifact``, one line that names it, says what differs and how
-to repair it. Runs and snapshots written before the checksums existed are accepted after the checks their content
-allows (a run's loss table must hold exactly the steps its meta.json says it trained; a snapshot's losses must cover
-each of its runs step by step); ``blocklab verify --record`` gives an old snapshot its manifest.
+(``artifacts``), how many loss rows it has (``loss_steps``) and its own checksum (``meta_sha256``); a table the
+pipeline writes has a ``NAME.sha256`` record beside it (``io.write_table``); a snapshot directory's
+``MANIFEST.json`` (written last) records its files. Every reader that trusts a finished run, a table or a snapshot
+checks it first (``verify_run``, ``io.read_table``, ``verify_snapshot``): a damaged one raises ``DamagedArtifact``, one
+line that names it, says what differs and how to repair it. A meta.json without its records is damage, never taken
+for an old run; runs finished before meta.json carried its own checksum are sealed once by ``blocklab verify --seal``
+after the checks their content allows. Snapshots recorded before manifests existed get one from ``blocklab verify
+--record``. ``blocklab verify --dvc-cache`` checks DVC's cache objects too, and ``--record-dvc`` records the checked
+outputs in dvc.lock (the Snakefile's last step).
 """
 from __future__ import annotations
 
@@ -18,15 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import atomic_path, read_json, write_json
+from .io import RECORD_SUFFIX, DamagedArtifact, atomic_path, check_table, read_json, write_json
 
 MANIFEST = "MANIFEST.json"
 RUN_ARTIFACTS = ("loss.csv", "diagnostics.parquet", "model.safetensors")  # what write_run writes before meta.json
 WRITING = "writing"  # a manifest's status while its snapshot is being rewritten: a kill leaves it, readers refuse it
-
-
-class DamagedArtifact(Exception):
-    """A finished run or a snapshot whose files are not what was recorded: exit status 3, one line."""
 
 
 def file_record(path: Path) -> dict:
@@ -56,8 +55,9 @@ def _differences(directory: Path, recorded: dict) -> list[str]:
 
 
 def run_fix(run_dir: Path) -> str:
-    return (f"to repair, delete the run (`rm -r {run_dir}`) and rerun the pipeline (`snakemake --cores N` retrains "
-            f"that run only), or restore the good copy with `dvc checkout` where DVC holds it")
+    return (f"to repair, rerun the pipeline (`snakemake --cores N` sets a damaged run's meta.json aside and trains "
+            f"that run only, again), or delete the run (`rm -r {run_dir}`) and rerun it, or restore the good copy with "
+            f"`dvc checkout` where DVC holds it")
 
 
 def expected_loss_steps(meta: dict) -> int | None:
@@ -80,23 +80,91 @@ def run_record(run_dir: Path, names, loss_steps: int) -> dict:
     return {"loss_steps": loss_steps, "artifacts": {name: file_record(Path(run_dir) / name) for name in names}}
 
 
-def verify_run(run_dir: str | Path) -> dict:
-    """The meta.json of a finished run, after checking its artifacts against it; ``DamagedArtifact`` otherwise."""
-    run_dir = Path(run_dir)
+# meta.json carries its own checksum: the sha256 of its content without that key, as canonical JSON (sorted keys, no
+# spaces). A flipped bit anywhere in it (a value, a key such as "artifacts") no longer matches.
+META_SEAL = "meta_sha256"
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def meta_digest(meta: dict) -> str:
+    return hashlib.sha256(_canonical({k: v for k, v in meta.items() if k != META_SEAL}).encode("utf-8")).hexdigest()
+
+
+def seal_meta(meta: dict) -> dict:
+    """``meta`` as it will read back from JSON, with its own checksum (``META_SEAL``) added."""
+    plain = json.loads(_canonical(meta))
+    plain.pop(META_SEAL, None)
+    return {**plain, META_SEAL: meta_digest(plain)}
+
+
+def _meta_problems(run_dir: Path) -> tuple[dict | None, list[str]]:
+    """(meta.json's content, what is wrong with it): not UTF-8, not JSON, not its own checksum, a key missing."""
     try:
-        meta = read_json(run_dir / "meta.json")
+        raw = (run_dir / "meta.json").read_bytes()
+    except FileNotFoundError:
+        return None, ["meta.json is missing"]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return None, [f"meta.json is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at offset {err.start})"]
+    try:
+        meta = json.loads(text)
     except json.JSONDecodeError as err:
-        raise DamagedArtifact(f"{run_dir}: damaged finished run: meta.json is not valid JSON ({err}); "
-                              f"{run_fix(run_dir)}") from None
-    if isinstance(meta.get("artifacts"), dict):
+        return None, [f"meta.json is not valid JSON ({err})"]
+    if not isinstance(meta, dict):
+        return None, [f"meta.json holds a {type(meta).__name__}, not an object"]
+    if META_SEAL not in meta:
+        return meta, [f"meta.json has no {META_SEAL} (its own checksum): damaged, or written before meta.json "
+                      f"recorded one (then `blocklab verify --seal {run_dir}` checks its artifacts and records it)"]
+    if meta[META_SEAL] != meta_digest(meta):
+        return meta, [f"meta.json differs from its own checksum {META_SEAL} (edited or bit-flipped)"]
+    missing = [key for key in ("artifacts", "loss_steps") if key not in meta]
+    if missing or not isinstance(meta["artifacts"], dict):
+        return meta, [f"meta.json lacks {', '.join(missing) or 'a valid artifacts record'}"]
+    return meta, []
+
+
+def verify_run(run_dir: str | Path) -> dict:
+    """The meta.json of a finished run, after checking it against its own checksum and its artifacts against it;
+    ``DamagedArtifact`` otherwise (a missing key is damage too, never taken for an old run)."""
+    run_dir = Path(run_dir)
+    meta, problems = _meta_problems(run_dir)
+    if not problems:
         problems = _differences(run_dir, meta["artifacts"])
-    else:  # a run finished before the checksums: check what its content allows
-        problems = [f"{name} is missing" for name in ("loss.csv",) if not (run_dir / name).is_file()]
     if not problems:
         problems = _loss_problems(run_dir / "loss.csv", expected_loss_steps(meta))
     if problems:
         raise DamagedArtifact(f"{run_dir}: damaged finished run: {'; '.join(problems)}; {run_fix(run_dir)}")
     return meta
+
+
+def seal_run(run_dir: str | Path) -> str:
+    """Give a run finished before meta.json carried its own checksum that checksum, after the checks its content
+    allows (its recorded artifacts, or for still older runs its loss table against the steps it trained, whose
+    artifacts are recorded now). Returns one line saying what was done."""
+    run_dir = Path(run_dir)
+    meta, problems = _meta_problems(run_dir)
+    if meta is None or (problems and META_SEAL in meta):
+        raise DamagedArtifact(f"{run_dir}: damaged finished run: {'; '.join(problems)}; {run_fix(run_dir)}")
+    if not problems:
+        return f"{run_dir}: already sealed"
+    if isinstance(meta.get("artifacts"), dict):
+        problems = _differences(run_dir, meta["artifacts"])
+    else:
+        names = [n for n in RUN_ARTIFACTS if (run_dir / n).is_file()]
+        problems = [] if "loss.csv" in names else ["loss.csv is missing"]
+        steps = expected_loss_steps(meta)
+        if steps is None and not problems:
+            steps = len(pd.read_csv(run_dir / "loss.csv"))
+        meta = {**meta, **run_record(run_dir, names, steps or 0)}
+    problems = problems or _loss_problems(run_dir / "loss.csv", expected_loss_steps(meta))
+    if problems:
+        raise DamagedArtifact(f"{run_dir}: damaged finished run: {'; '.join(problems)}; {run_fix(run_dir)}")
+    write_json(seal_meta(meta), run_dir / "meta.json")
+    return f"{run_dir}: checked and sealed (meta.json records its own checksum)"
 
 
 def _loss_problems(path: Path, steps: int | None) -> list[str]:
@@ -254,19 +322,28 @@ def _snapshot_loss_problems(directory: Path) -> list[str]:
 
 
 def verify_tree(path: str | Path) -> tuple[int, list[str]]:
-    """Verify every finished run (a directory with meta.json and loss.csv) and snapshot (a directory with a manifest,
-    or the path itself when it holds neither, which is then refused) under ``path``: (how many were checked, the
-    failures' messages)."""
+    """Verify every finished run (a directory with meta.json and loss.csv), table with a checksum record
+    (``NAME.sha256``, written by ``io.write_table``) and snapshot (a directory with a manifest, or the path itself when
+    it holds nothing else, which is then refused) under ``path``: (how many were checked, the failures' messages)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    checked, failures = 0, []
+    checked, failures, runs = 0, [], set()
     snapshots = {p.parent for p in path.rglob(MANIFEST)} if path.is_dir() else set()
     for meta in sorted(path.rglob("meta.json")) if path.is_dir() else []:
         if (meta.parent / "loss.csv").is_file() and not any(s in meta.parents for s in snapshots):
             checked += 1
+            runs.add(meta.parent)
             try:
                 verify_run(meta.parent)
+            except DamagedArtifact as err:
+                failures.append(str(err))
+    for record in sorted(path.rglob("*" + RECORD_SUFFIX)) if path.is_dir() else []:
+        if record.parent not in runs and not any(s in record.parents for s in snapshots):  # a run's meta.json covers it
+            checked += 1
+            table = record.with_name(record.name[: -len(RECORD_SUFFIX)])
+            try:
+                check_table(table)
             except DamagedArtifact as err:
                 failures.append(str(err))
     if not checked and not snapshots and path.is_dir():
@@ -287,10 +364,27 @@ def register(subparsers) -> None:
     p.add_argument("--record", action="store_true",
                    help="write the MANIFEST.json of each snapshot directory given, after checking what its content "
                         "allows (for snapshots recorded before manifests existed)")
+    p.add_argument("--seal", action="store_true",
+                   help="give each finished run directory given (or every run under it) the checksum of its own "
+                        "meta.json, after checking its artifacts (for runs finished before meta.json recorded one)")
+    p.add_argument("--dvc-cache", action="store_true",
+                   help="check every object of DVC's cache (.dvc/cache) against the md5 it is named by; with "
+                        "--record-dvc, a damaged object is removed and recorded again from the verified workspace copy")
+    p.add_argument("--record-dvc", metavar="STAGE", default=None,
+                   help="after a clean check, record the outputs in dvc.lock (`dvc commit --force STAGE`), so that "
+                        "`dvc repro` and `dvc exp run` keep what Snakemake made (the Snakefile's last step); skipped "
+                        "inside a DVC stage, which records its own outputs")
     p.set_defaults(func=_verify_main)
 
 
 def _verify_main(args) -> int:
+    if args.seal:
+        for path in args.paths:
+            runs = [path] if (path / "meta.json").is_file() else sorted(
+                m.parent for m in path.rglob("meta.json") if (m.parent / "loss.csv").is_file())
+            for run_dir in runs:
+                print(seal_run(run_dir))
+        return 0
     if args.record:
         for path in args.paths:
             if (path / MANIFEST).is_file():
@@ -305,10 +399,69 @@ def _verify_main(args) -> int:
         checked, failed = verify_tree(path)
         total += checked
         failures += failed
+    damaged_objects = []
+    if args.dvc_cache:
+        checked, damaged_objects = verify_dvc_cache()
+        total += checked
+        if not args.record_dvc or failures:  # repaired below from the workspace, once the workspace is verified
+            failures += [f"{obj}: damaged DVC cache object (its md5 is not its name); to repair, run `blocklab verify "
+                         f"--dvc-cache --record-dvc pipeline` (records it again from the verified workspace copy)"
+                         for obj in damaged_objects]
+            damaged_objects = []
+    for obj in damaged_objects:
+        Path(obj).unlink()
+        print(f"{obj}: damaged DVC cache object removed; recorded again from the verified workspace below")
     for message in failures:
         print(message)
-    print(f"verified {total - len(failures)} of {total} run(s) and snapshot(s)"
+    print(f"verified {total - len(failures)} of {total} run(s), table(s), snapshot(s) and cache object(s)"
           + (f"; {len(failures)} damaged (above)" if failures else ""))
     if failures:
         raise DamagedArtifact(f"{len(failures)} damaged: {failures[0]}" + (" (and more above)" if len(failures) > 1 else ""))
+    if args.record_dvc:
+        print(record_dvc(args.record_dvc))
     return 0
+
+
+def verify_dvc_cache(root: str | Path = ".") -> tuple[int, list[str]]:
+    """(how many objects were checked, the damaged ones) of DVC's local cache: each object under
+    .dvc/cache/files/md5 is named by the md5 of its bytes (a directory listing's name ends in .dir)."""
+    cache = Path(root) / ".dvc" / "cache" / "files" / "md5"
+    checked, damaged = 0, []
+    for obj in sorted(cache.rglob("*")) if cache.is_dir() else []:
+        if not obj.is_file() or obj.name.endswith((".tmp", ".lock")) or obj.name.startswith("."):
+            continue
+        checked += 1
+        digest = hashlib.md5()
+        with open(obj, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if obj.parent.name + obj.name.removesuffix(".dir") != digest.hexdigest():
+            damaged.append(str(obj))
+    return checked, damaged
+
+
+def record_dvc(stage: str, root: str | Path = ".") -> str:
+    """Record the outputs Snakemake made in dvc.lock (`dvc commit --force STAGE`): the two front doors (`snakemake`,
+    `dvc repro` / `dvc exp run`) then share one state, and DVC neither deletes nor retrains what Snakemake finished.
+    Inside a DVC stage (DVC_STAGE set) DVC records the outputs itself when the stage ends; outside a DVC project
+    (no .dvc/) there is nothing to record. Returns one line saying what was done."""
+    import os
+    import subprocess
+
+    root = Path(root)
+    if os.environ.get("DVC_STAGE"):
+        return f"dvc.lock: recorded by DVC itself when its stage {os.environ['DVC_STAGE']} ends"
+    if not (root / ".dvc").is_dir():
+        return "dvc.lock: not a DVC project (no .dvc/), nothing to record"
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("dvc") is None:
+        raise OSError("dvc is not installed beside blocklab: cannot record the outputs in dvc.lock, so `dvc repro` "
+                      "would run the pipeline again; install the project (`make install`) and run the same command again")
+    done = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", stage], cwd=root,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise OSError(f"`dvc commit --force {stage}` failed ({done.returncode}): "
+                      f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+    return f"dvc.lock: recorded the outputs of stage {stage} (`dvc commit --force {stage}`)"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -13,6 +14,11 @@ import pandas as pd
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # reading the umask means setting it; put it back at once
+
+
+class DamagedArtifact(Exception):
+    """A finished run, a table or a snapshot whose files are not what was recorded: exit status 3, one line
+    (``blocklab.integrity`` has the checks)."""
 
 
 class OutputError(OSError):
@@ -91,7 +97,9 @@ def atomic_path(path: str | os.PathLike):
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the permissions any new file would
+        _fsync(tmp)  # the data on disk before the name: a power loss leaves the old file or the new one, never an empty one
         os.replace(tmp, path)
+        _fsync(path.parent)  # and the rename itself
     except OutputError:
         raise
     except Exception as err:
@@ -102,6 +110,19 @@ def atomic_path(path: str | os.PathLike):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _fsync(path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system that cannot fsync a directory: the rename is still atomic
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_bytes(data: bytes | memoryview, path) -> None:
@@ -118,14 +139,65 @@ def read_json(path):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def write_table(frame: pd.DataFrame, path) -> None:
-    """CSV or parquet by suffix."""
+# Every table written here gets a checksum record beside it, in sha256sum's format (`sha256sum -c NAME.sha256` checks it
+# too); ``read_table`` checks it before reading, and `blocklab verify` checks every one under data/.
+RECORD_SUFFIX = ".sha256"
+
+
+def table_record_path(path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + RECORD_SUFFIX)
+
+
+def _sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_table(frame: pd.DataFrame, path, record: bool = True) -> None:
+    """CSV or parquet by suffix, then its checksum record (``NAME.sha256``; ``record=False`` for a file that another
+    record covers, such as a run's loss.csv, recorded in its meta.json): a kill between the two leaves a table whose
+    record does not match, which Snakemake reruns as an incomplete job and every reader refuses."""
     with atomic_path(path) as tmp:
         if Path(path).suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
+            frame.to_parquet(tmp, index=False, compression="zstd")
         else:
             frame.to_csv(tmp, index=False)
+        digest = _sha256(tmp)
+    if not record:
+        return
+    with atomic_path(table_record_path(path)) as tmp:
+        tmp.write_text(f"{digest}  {Path(path).name}\n", encoding="utf-8")
+
+
+def table_problem(path) -> str | None:
+    """What is wrong with a table that has a checksum record (None: it matches, or it has no record)."""
+    path, record = Path(path), table_record_path(path)
+    if not record.is_file():
+        return None
+    try:
+        want = record.read_text(encoding="utf-8").split()[0]
+    except (UnicodeDecodeError, IndexError, OSError):
+        return f"{record.name} is not a sha256 record"
+    if not path.is_file():
+        return f"{path.name} is missing"
+    if _sha256(path) != want:
+        return f"{path.name} has another sha256 than its record {record.name} (edited, truncated or bit-flipped)"
+    return None
+
+
+def check_table(path) -> None:
+    """``DamagedArtifact`` when a table differs from its checksum record, naming the repair."""
+    if (problem := table_problem(path)) is not None:
+        raise DamagedArtifact(f"{path}: damaged table: {problem}; to repair, delete it (`rm {path}`) and rerun the "
+                              "pipeline (`snakemake --cores N` makes it again from its runs), or restore the good copy "
+                              "with `dvc checkout` where DVC holds it")
 
 
 def read_table(path) -> pd.DataFrame:
+    """A table, after checking it against its checksum record where it has one."""
+    check_table(path)
     return pd.read_parquet(path) if Path(path).suffix == ".parquet" else pd.read_csv(path)

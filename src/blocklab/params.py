@@ -5,6 +5,8 @@ plan (``studies.<study>.plan.check_problems``); ``studies.checks`` runs them all
 module imports no study and every study's plan can sit beside it."""
 from __future__ import annotations
 
+import math
+
 from importlib import resources
 from pathlib import Path
 
@@ -27,6 +29,12 @@ def schema() -> dict:
 def load_params(path: str | Path = "params.yaml", checks=()) -> dict:
     """params.yaml read and validated (``validate_params``); ``checks``: more cross-field checks (``studies.checks``)."""
     path = Path(path)
+    return validate_params(read_params_file(path), source=str(path), checks=checks)
+
+
+def read_params_file(path: str | Path) -> object:
+    """A parameter file's YAML, a repeated key refused (naming it and its line), not yet validated."""
+    path = Path(path)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise ParamsError(f"parameter file {str(path)!r} {what}")
@@ -38,7 +46,7 @@ def load_params(path: str | Path = "params.yaml", checks=()) -> dict:
         params = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
-    return validate_params(params, source=str(path), checks=checks)
+    return params
 
 
 def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
@@ -48,6 +56,12 @@ def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
     if not isinstance(params, dict):
         got = "an empty file" if params is None else f"a {type(params).__name__} ({params!r:.40})"
         raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
+    # JSON Schema's bounds compare false with NaN (neither below a minimum nor above a maximum): refused here, first
+    if nonfinite := _non_finite(params):
+        (path, value), rest = nonfinite[0], nonfinite[1:]
+        key, rest = _key(path), [(_key(p), v) for p, v in rest]
+        raise ParamsError(f"{source}: {key}: {value} is not a finite number; allowed: {_allowed_at(path)}"
+                          f"{_and_more([k for k, _ in rest])}")
     errors = sorted(_VALIDATOR(schema()).iter_errors(params), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
@@ -67,6 +81,32 @@ _VALIDATOR = jsonschema.validators.extend(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     ),
 )
+
+
+def _non_finite(value, path=()) -> list[tuple[tuple, float]]:
+    """(key path, value) of every NaN or infinity in the parameters (YAML's .nan, .inf), at any depth."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _non_finite(v, (*path, k))]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _non_finite(v, (*path, i))]
+    return []
+
+
+def _allowed_at(path: tuple) -> str:
+    """What the schema allows at a key path, in words ('a number > 0 and <= 1'), finite in any case."""
+    node, root = schema(), schema()
+    for part in path:
+        if "$ref" in node:
+            node = {**root["$defs"][node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        if isinstance(part, int):
+            node = node.get("items", {}) if isinstance(node.get("items"), dict) else {}
+        else:
+            extra = node.get("additionalProperties")
+            node = node.get("properties", {}).get(part) or (extra if isinstance(extra, dict) else {})
+    words = _allowed(node) if node else "a number"
+    return words if words != "a value" else "a finite number"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -214,7 +254,87 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
             and (rc["d_model"] // rc["n_heads"]) % 2:
         problems.append(("reverse_copy.n_heads", f"the variants 'rope' and 'modern' need an even head dimension, got "
                          f"d_model/n_heads={rc['d_model'] // rc['n_heads']}; allowed: n_heads giving an even d_model/n_heads"))
+    problems += _cost_problems(params)
     probe_model = params["probe"]["model"]
     if probe_model != SMOLLM2 and not Path(probe_model).is_dir():
         problems.append(("probe.model", f"{probe_model!r} is not a directory; allowed: {SMOLLM2!r} or a Hugging Face checkpoint directory"))
+    return problems
+
+
+# ---- what a configuration costs, before any job: memory and time of one training job ---------------------------------
+# A width or depth that does not fit would be killed by the kernel (exit 137, an empty log) or end in an allocation
+# traceback after the DAG has started; a step count of years would train on. The estimate is deliberately simple and
+# on the generous side (fp32 weights, gradients and Adam's two moments; the activations autograd keeps, attention
+# scores included; a fixed allowance for the runtime), and the limits are the machine's: its memory (or the cgroup's,
+# where smaller) and a year of compute at a rate no CPU of 2026 reaches, so no configuration that can run is refused.
+RUNTIME_BYTES = 1 << 30          # torch itself, the data, the diagnostics: an allowance
+FLOPS_CEILING = 1e13             # floating-point operations a second: above any CPU (the H200's fp32 is ~6e13)
+STEP_OVERHEAD_S = 1e-4          # a training step of any size takes longer in PyTorch (dispatch, optimizer, data)
+MAX_SECONDS = 365 * 24 * 3600
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: physical memory, or the cgroup's limit where smaller."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def training_cost(model: dict, task: dict, steps: int) -> tuple[int, float, int]:
+    """(bytes, seconds at FLOPS_CEILING, ffn width) of one copy-task training job with ``model`` and ``task``."""
+    d, layers, vocab = model["d_model"], model["n_layers"], task["vocab_size"]
+    ffn = round(model["ffn_ratio"] * d)
+    gated = model.get("ffn_kind") == "swiglu"
+    tokens, positions = task["batch_size"] * 2 * task["seq_len"], 2 * task["seq_len"]
+    per_layer = 4 * d * d + 4 * d + (3 if gated else 2) * d * ffn + ffn + d + 4 * d
+    weights = layers * per_layer + 2 * vocab * d + positions * d
+    # kept for backward, per layer: ~12 values of width d a token (norms, q k v, attention out, residuals), 2-3 of the
+    # MLP's width, and the scores and their softmax (batch x heads x positions^2, twice)
+    activations = layers * (tokens * (12 * d + (3 if gated else 2) * ffn)
+                            + 2 * task["batch_size"] * model["n_heads"] * positions * positions)
+    memory = 4 * (4 * weights + activations) + RUNTIME_BYTES
+    flops = 6.0 * weights * tokens + 12.0 * layers * task["batch_size"] * positions * positions * d
+    return memory, steps * (flops / FLOPS_CEILING + STEP_OVERHEAD_S), ffn
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def _cost_problems(params) -> list[tuple[str, str]]:
+    model, task, sweep = params["copy_model"], params["copy_task"], params["sweep"]
+    memory, seconds, ffn = training_cost(model, task, sweep["steps"])
+    problems = []
+    if ffn < 1:
+        problems.append(("copy_model.ffn_ratio", f"{model['ffn_ratio']} gives an MLP of width round({model['ffn_ratio']} x "
+                         f"{model['d_model']}) = {ffn}; allowed: a ratio giving a width of at least 1 "
+                         f"(>= {0.5 / model['d_model']:.3g} at d_model={model['d_model']})"))
+    available = machine_memory()
+    if memory > available:
+        widest = model["d_model"]
+        while widest > 1 and training_cost({**model, "d_model": widest}, task, 1)[0] > available:
+            widest //= 2
+        base = training_cost({**model, "n_layers": 0}, task, 1)[0]
+        per_layer = training_cost({**model, "n_layers": 1}, task, 1)[0] - base
+        deepest = max(0, (available - base) // per_layer)
+        # the key whose change to fit is the smaller one, by factor
+        too_wide = deepest == 0 or model["d_model"] / max(widest, 1) <= model["n_layers"] / deepest
+        key = "copy_model.d_model" if too_wide else "copy_model.n_layers"
+        problems.append((key, f"one training job needs an estimated {_gib(memory)} (d_model={model['d_model']}, "
+                         f"n_layers={model['n_layers']}, batch {task['batch_size']} x {2 * task['seq_len']} tokens: "
+                         f"weights, Adam and activations) and this machine has {_gib(available)}; allowed: a "
+                         f"configuration whose estimate fits (here d_model <= {widest} at n_layers={model['n_layers']}, "
+                         f"or n_layers <= {deepest} at d_model={model['d_model']})"))
+    if seconds > MAX_SECONDS:
+        problems.append(("sweep.steps", f"{sweep['steps']} steps need an estimated {seconds / 86400:,.0f} days a run "
+                         f"even at {FLOPS_CEILING:.0e} floating-point operations a second and {STEP_OVERHEAD_S * 1e6:.0f} µs a step; allowed: a step count "
+                         f"under a year at that rate (<= {int(sweep['steps'] * MAX_SECONDS / seconds):,})"))
     return problems

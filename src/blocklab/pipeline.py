@@ -7,9 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import yaml
 
-from .params import ParamsError
+from .params import ParamsError, read_params_file
 from .settings import Sweep
 from .studies.checks import validate_params
 
@@ -37,8 +36,10 @@ MODEL_CODE = ["config", "settings", "model/layers", "model/blocks", "model/model
 
 def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
     """Validate Snakemake's config and insist it equals params.yaml, which every command and DVC read."""
+    # the file first, with the loader that refuses a repeated key (Snakemake's keeps the last one without a word, and
+    # every job, reading the file itself, would then refuse it)
+    on_disk = read_params_file(params_file)
     validate_params(config, source="snakemake config")
-    on_disk = yaml.safe_load(Path(params_file).read_text(encoding="utf-8"))
     if config != on_disk:
         raise ParamsError(
             f"the Snakemake config differs from {params_file}; edit {params_file} (or use `dvc exp run -S key=value`) "
@@ -189,3 +190,56 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
     if removed and log is not None:
         log(f"blocklab: no run of this directory is alive; removed the Snakemake locks a killed run left: {', '.join(removed)}")
     return removed
+
+
+# ---- damaged finished runs: set aside, so that the same command trains them again --------------------------------------
+
+
+def set_aside_damaged_runs(meta_files, dry_run: bool, log=None) -> list[str]:
+    """Check every finished run among ``meta_files`` (the DAG's run targets) against its checksums; a damaged one's
+    meta.json is renamed ``meta.json.damaged`` (numbered if taken), so that Snakemake, finding it missing, trains the
+    run again and remakes what depends on it; its other files are overwritten by that training. In a dry run only
+    say so. Returns the damaged runs' messages."""
+    from .integrity import META_SEAL, DamagedArtifact, verify_run
+
+    found, unsealed = [], []
+    for meta in map(Path, meta_files):
+        if not meta.is_file():
+            continue
+        try:
+            verify_run(meta.parent)
+        except DamagedArtifact as err:
+            if f"meta.json has no {META_SEAL}" in str(err):
+                unsealed.append(str(meta.parent))  # hours of training, likely whole: never set aside unasked
+                continue
+            found.append(str(err))
+            if dry_run:
+                if log is not None:
+                    log(f"blocklab: {err} (a run without -n sets its meta.json aside and trains it again)")
+                continue
+            target, n = meta.with_name("meta.json.damaged"), 1
+            while target.exists():
+                n += 1
+                target = meta.with_name(f"meta.json.damaged-{n}")
+            meta.rename(target)
+            if log is not None:
+                log(f"blocklab: {meta.parent} is damaged ({str(err).split(': damaged finished run: ')[-1].split('; to repair')[0]});"
+                    f" its meta.json is set aside as {target.name} and the run is trained again")
+    if unsealed:
+        raise DamagedArtifact(
+            f"{len(unsealed)} finished run(s) have a meta.json without its own checksum ({META_SEAL}), e.g. "
+            f"{unsealed[0]}: written before meta.json recorded one, or damaged; `blocklab verify --seal data` checks "
+            "their artifacts and records it (nothing is trained again), or `rm -r` a run to train it again")
+    return found
+
+
+def dry_run(workflow, argv=None) -> bool:
+    """Whether Snakemake was asked for a dry run (-n, --dry-run, --dryrun, -np...): while the Snakefile is parsed,
+    ``workflow.dryrun`` does not say so yet."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    return bool(getattr(workflow, "dryrun", False)) or any(
+        a in ("--dry-run", "--dryrun", "--dry") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+        for a in argv)
+

@@ -14,8 +14,9 @@ import re
 import time
 from pathlib import Path
 
-# What the training loop logs (blocklab.training.train): "<run>: step 150/1200 loss 4.1432 lr 3.75e-04"
-LOG_LINE = re.compile(r": step (\d+)/(\d+) loss (\S+)")
+# What the training loop logs (blocklab.training.train): "<run>: step 150/1200 loss 4.1432 lr 3.75e-04 2.512 s/step
+# ETA 0:43:57" (the seconds a step and the ETA since issue 47; at least every 10 s)
+LOG_LINE = re.compile(r": step (\d+)/(\d+) loss (\S+)(?: lr \S+ (\S+) s/step ETA (\S+))?")
 RUNNING_S = 300  # a log written to in the last five minutes: the run is taken to be training now
 STUDIES = ("sensitivity", "dynamics", "inference")
 
@@ -28,23 +29,23 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def _last_logged(log: Path) -> tuple[int, int, float] | None:
-    """The last (step, steps, loss) a training log reports, or None."""
+def _last_logged(log: Path) -> tuple[int, int, float, str, str] | None:
+    """The last (step, steps, loss, seconds a step, ETA) a training log reports ('' where it did not), or None."""
     with open(log, "rb") as handle:
         handle.seek(0, 2)
         handle.seek(max(0, handle.tell() - 65536))
         found = LOG_LINE.findall(handle.read().decode("utf-8", "replace"))
     if not found:
         return None
-    step, steps, loss = found[-1]
-    return int(step), int(steps), float(loss)
+    step, steps, loss, per_step, eta = found[-1]
+    return int(step), int(steps), float(loss), per_step, eta
 
 
 def run_row(run_dir: Path, steps: int | None = None, now: float | None = None) -> dict:
     """One run's state from its directory: ``state`` (finished, diverged, training, stopped, not started), ``step``
     of ``steps``, the latest ``loss`` and the ``minutes`` of training recorded (a finished run's wall time)."""
     now = time.time() if now is None else now
-    row = {"state": "not started", "step": None, "steps": steps, "loss": None, "minutes": None}
+    row = {"state": "not started", "step": None, "steps": steps, "loss": None, "minutes": None, "s/step": "", "ETA": ""}
     meta_path, log = run_dir / "meta.json", run_dir / "train.log"
     if meta_path.is_file():
         try:
@@ -62,7 +63,7 @@ def run_row(run_dir: Path, steps: int | None = None, now: float | None = None) -
         return row
     logged = _last_logged(log) if log.is_file() else None
     if logged is not None:
-        row["step"], row["steps"], row["loss"] = logged
+        row["step"], row["steps"], row["loss"], row["s/step"], row["ETA"] = logged
     if log.is_file() or (run_dir / "checkpoint.pt").is_file():
         if log.is_file() and now - log.stat().st_mtime < RUNNING_S:
             row["state"] = "training"
@@ -108,10 +109,11 @@ def format_status(rows: list[dict]) -> str:
     def cell(value, fmt):
         return "" if value is None else format(value, fmt)
 
-    table = [("run", "state", "step", "loss", "minutes")]
+    table = [("run", "state", "step", "loss", "minutes", "s/step", "ETA")]
     table += [(r["run"], r["state"], f"{cell(r['step'], 'd')}/{cell(r['steps'], 'd')}" if r["step"] is not None
-               else "", cell(r["loss"], ".4g"), cell(r["minutes"], ".1f")) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(5)]
+               else "", cell(r["loss"], ".4g"), cell(r["minutes"], ".1f"), r.get("s/step", ""),
+               r.get("ETA", "") if r["state"] == "training" else "") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(7)]
     lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
              for row in table]
     counts = {}

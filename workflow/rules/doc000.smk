@@ -38,7 +38,7 @@ if sweep_batched(config):
             runtime=60,
         shell:
             "blocklab sweep train-group --params {PARAMS_FILE} --norm {wildcards.norm} --threads {threads}"
-            " --out-root data/sweep/runs 2> {log}"
+            " --out-root data/sweep/runs 2>&1 | tee -ia {log} >&2"
 
 else:
 
@@ -60,7 +60,7 @@ else:
             runtime=240,
         shell:
             "blocklab sweep train --params {PARAMS_FILE} --norm {wildcards.norm} --warmup {wildcards.warmup}"
-            " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
+            " --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta}) 2>&1 | tee -ia {log} >&2"
 
 
 rule aggregate_sweep:

@@ -60,7 +60,7 @@ rule train_reverse:
         runtime=30,
     shell:
         "blocklab exp train-reverse --params {PARAMS_FILE} --variant {wildcards.variant} --seed {wildcards.seed}"
-        " --out-dir $(dirname {output.meta}) 2> {log}"
+        " --out-dir $(dirname {output.meta}) 2>&1 | tee -ia {log} >&2"
 
 
 rule aggregate_reverse:

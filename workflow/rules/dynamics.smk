@@ -38,7 +38,7 @@ rule train_dynamics:
         runtime=480,
     shell:
         "blocklab dynamics train --params {PARAMS_FILE} --cell {wildcards.cell} --seed {wildcards.seed}"
-        " --threads {threads} --out-dir $(dirname {output.meta}) 2> {log}"
+        " --threads {threads} --out-dir $(dirname {output.meta}) 2>&1 | tee -ia {log} >&2"
 
 
 rule aggregate_dynamics:

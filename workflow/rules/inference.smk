@@ -36,7 +36,7 @@ rule train_inference:
     shell:
         "blocklab inference train --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
         " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
-        " 2> {log}"
+        " 2>&1 | tee -ia {log} >&2"
 
 
 rule aggregate_inference:

@@ -39,7 +39,7 @@ rule train_sensitivity:
     shell:
         "blocklab sensitivity train --params {PARAMS_FILE} --cell {wildcards.cell} --norm {wildcards.norm}"
         " --warmup {wildcards.warmup} --seed {wildcards.seed} --threads {threads} --out-dir $(dirname {output.meta})"
-        " 2> {log}"
+        " 2>&1 | tee -ia {log} >&2"
 
 
 rule sensitivity_gradnorm:

@@ -148,7 +148,7 @@ class WithoutResidual(nn.Module):
         super().__init__()
         self.norm, self.sublayer = wrapped.norm, wrapped.sublayer
 
-    def forward(self, h):
+    def forward(self, h, *args, block_input=None, **kwargs):  # like every wrapper (model.blocks); no skip: unused
         return self.sublayer(self.norm(h))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..io import atomic_path, read_table
+from ..io import atomic_path, check_table, read_table
 from ..studies.sensitivity.aggregate import robustness
 from ..studies.checks import load_params
 from ..pipeline import FIGURES
@@ -518,6 +518,14 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
     import papermill
 
     params = load_params(params_path)
+    # every table a figure is drawn from, before papermill starts (else a 100-line traceback from inside a cell)
+    sources = sorted({Path(data) / Path(source).relative_to("data") for paths in FIGURES.values() for source in paths})
+    missing = [str(path) for path in [Path(notebook), *sources] if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(f"the report's input(s) {', '.join(missing)} do not exist; make them with "
+                                "`snakemake --cores N` (it makes the report's inputs first)")
+    for path in sources:
+        check_table(path)  # a table that differs from its checksum record stops here, naming it
     parameters = {"params_path": str(Path(params_path).resolve()), "data_dir": str(Path(data).resolve()),
                   "figs_dir": str(Path(figs).resolve()), "lang": lang or params["figures"]["lang"]}
     Path(figs).mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,19 @@ def train(
     step_fn = _make_step(model, loss_fn, optimizer, compile, precision, diagnostics)
     began = time.perf_counter() - result.seconds
     progress = tqdm(total=steps, initial=start, desc=desc, file=sys.stderr, disable=None, mininterval=2.0)
-    for step in range(start + 1, steps + 1):
+    clock = _Progress(desc, start, steps)
+
+    def on_interrupt(step):  # SIGINT or SIGTERM: the step under way has finished; keep it, say so, stop
+        kept = f"nothing after step {step} of {steps} is kept (this run writes no checkpoint)"
+        if checkpoint is not None and step < steps:
+            result.seconds = time.perf_counter() - began
+            _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics,
+                             identity)
+            kept = f"its checkpoint at step {step} of {steps} is kept ({checkpoint})"
+        print(f"{desc}: interrupted; {kept}; resume with the same command (`snakemake --cores N` or `dvc repro`)",
+              file=sys.stderr, flush=True)
+
+    for step in _steps_until_interrupted(start, steps, on_interrupt):
         rate = lr * warmup_factor(step, warmup)
         for group in optimizer.param_groups:
             group["lr"] = rate
@@ -197,8 +209,8 @@ def train(
         result.losses.append(loss)
         result.lrs.append(rate)
         progress.update(1)
-        if step % 50 == 0 or step == steps:
-            log.info("%s: step %d/%d loss %.4f lr %.2e", desc, step, steps, loss, rate)
+        if step % 50 == 0 or step == steps or clock.due():
+            log.info("%s", clock.line(step, loss, rate))
         if stop_when is not None and step < steps and stop_when(result.losses):
             result.stopped_step = step
             log.info("%s: early stop at step %d (loss %.4f)", desc, step, loss)
@@ -212,6 +224,52 @@ def train(
     return result
 
 
+class _Progress:
+    """A progress line at least every ``EVERY_S`` seconds (and every 50 steps): step, loss, seconds a step, ETA."""
+    EVERY_S = 10.0
+
+    def __init__(self, desc: str, start: int, steps: int):
+        self.desc, self.start, self.steps = desc, start, steps
+        self.began = self.last = time.perf_counter()
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last >= self.EVERY_S
+
+    def line(self, step: int, loss: float, rate: float) -> str:
+        self.last = time.perf_counter()
+        per_step = (self.last - self.began) / max(step - self.start, 1)
+        eta = round(per_step * (self.steps - step))
+        return (f"{self.desc}: step {step}/{self.steps} loss {loss:.4f} lr {rate:.2e} {per_step:.3f} s/step "
+                f"ETA {eta // 3600}:{eta % 3600 // 60:02d}:{eta % 60:02d}")
+
+
+def _steps_until_interrupted(start: int, steps: int, on_interrupt):
+    """Steps start+1..steps. SIGINT (Ctrl-C) or SIGTERM (Snakemake stopping its jobs) during a step lets that step
+    finish; then ``on_interrupt(step)`` (the checkpoint) and KeyboardInterrupt (exit status 130). A second signal stops
+    at once, keeping the last checkpoint. The previous handlers are back when the loop ends, however it ends."""
+    import signal
+    import threading
+
+    caught = []
+
+    def handler(signum, frame):
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        for step in range(start + 1, steps + 1):
+            yield step
+            if caught:
+                on_interrupt(step)
+                raise KeyboardInterrupt
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: dict,
               diagnostics: pd.DataFrame | None = None) -> None:
     """A finished run's artifacts: loss.csv, diagnostics.parquet (when a table is given: a copy-task run writes one,
@@ -220,18 +278,19 @@ def write_run(out_dir: Path, result: TrainResult, model: torch.nn.Module, meta: 
     finished runs checks."""
     from safetensors.torch import save
 
-    from ..integrity import run_record
+    from ..integrity import run_record, seal_meta
     from ..io import write_json, write_table
 
     out_dir = Path(out_dir)
-    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), out_dir / "loss.csv")
+    write_table(pd.DataFrame({"step": result.steps, "loss": result.losses, "lr": result.lrs}), out_dir / "loss.csv",
+                record=False)  # meta.json records it
     if diagnostics is not None:
         with atomic_path(out_dir / "diagnostics.parquet") as tmp:
             diagnostics.to_parquet(tmp, index=False, compression="zstd")
     write_bytes(save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}),
                 out_dir / "model.safetensors")
     written = ["loss.csv"] + (["diagnostics.parquet"] if diagnostics is not None else []) + ["model.safetensors"]
-    write_json({**meta, **run_record(out_dir, written, len(result.steps))}, out_dir / "meta.json")
+    write_json(seal_meta({**meta, **run_record(out_dir, written, len(result.steps))}), out_dir / "meta.json")
 
 
 def _checkpoint_precision(path: Path) -> str:

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from ...figures.style import LANGS
-from ...io import atomic_path, write_table
+from ...io import write_table
 from ..checks import load_params
 from ..cells import require_cell_names
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
@@ -64,13 +64,7 @@ def _aggregate_main(args) -> None:
     params = load_params(args.params)
     tables = aggregate(params)
     for name, frame in tables.items():
-        path = Path(TABLES[name])
-        if name == "diagnostics":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(path) as tmp:
-                frame.to_parquet(tmp, index=False, compression="zstd")
-        else:
-            write_table(frame, path)
+        write_table(frame, Path(TABLES[name]))  # with its checksum record; parquet as zstd
     log.info("%d runs; rates: %s", len(tables["summary"]), tables["rates"].to_dict("records"))
 
 
