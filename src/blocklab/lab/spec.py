@@ -24,8 +24,10 @@ PROFILE_TRADES = {
     "document": "nothing: document 000's setup as params.yaml holds it (24 blocks, d 128, 4 heads, lr 1e-3, the default"
                 " batch, 1,200 steps, warm-ups and seeds of the sweep)",
     "quick": "batch 16 instead of the default and 400 steps instead of 1,200, no warm-up arm, seeds 0 and 1: whether "
-             "the block starts at all at 24 blocks and lr 1e-3 (pre-norm learns within 400 steps at batch 16, post-norm"
-             " does not), in minutes; it cannot see a collapse after warm-up, nor compare with the recorded runs",
+             "the block starts at all at 24 blocks and lr 1e-3 (in the recorded batch-16 runs without warm-up, seed 0, "
+             "pre-norm fell below a tenth of chance at step 166 and post-norm stayed at chance for 1,200 steps: "
+             "docs/sensitivity/choices), in minutes; it cannot see a collapse after warm-up, nor compare with the "
+             "recorded default runs",
     "tiny": "2 blocks of width 16, 12 steps: the code path only (tests); it measures nothing about stability",
 }
 
