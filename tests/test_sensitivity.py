@@ -189,7 +189,9 @@ def _grid_summary(learned: dict, seeds: int = 1) -> pd.DataFrame:
      "reproduced"),  # 8 of 8 up: p = 0.008 (one seed's 4 of 4 would be p = 0.125: inconclusive)
     ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 1}, 1, "inconclusive"),  # 3 up, 1 unchanged
     ({(2, "pre"): 4, (2, "post"): 0, (24, "pre"): 4, (24, "post"): 4}, 2, "not reproduced"),  # the gap shrinks
-    ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 4}, 1, "not reproduced"),  # no gap at all
+    # no gap at all, one seed: the sign test over 4 pairings can never reach p < 0.05, so the rule would say "not
+    # reproduced" of a true statement every time (issue 44's error rates): that verdict carries nothing, inconclusive
+    ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 4}, 1, "inconclusive"),
 ])
 def test_depth_claim_on_hand_made_grids(learned, seeds, verdict):
     data = claims.Data(".", FULL, tables={"sensitivity/summary.csv": _grid_summary(learned, seeds)})
@@ -197,7 +199,8 @@ def test_depth_claim_on_hand_made_grids(learned, seeds, verdict):
     measured, measures = claims.CHECKS["depth_gap"](data)
     _, judged = claims.judge_claim(claim, measures)
     assert judged.verdict == verdict, (measured, judged.margin)
-    assert (judged.seeds_to_decide is not None) == (verdict == "inconclusive")
+    if verdict != "inconclusive":  # an inconclusive trend may not know its seeds yet (closing note of stop 43)
+        assert judged.seeds_to_decide is None
     assert "24 blocks" in measured and "2 blocks" in measured
 
 
@@ -360,9 +363,12 @@ def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_pr
         assert main(["sensitivity", "snapshot", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(snake_project),
                      "--family", family, "--out", str(project / "snap" / family)]) == 0
     shared = pd.read_csv(project / "snap/depth_lr/runs.csv")  # the default cell's runs: recorded once
-    shared[~shared["run_dir"].isin(pd.read_csv(project / "snap/choices/runs.csv")["run_dir"])].to_csv(
-        project / "snap/depth_lr/runs.csv", index=False)
     from blocklab.integrity import record_snapshot
+    from blocklab.io import write_table
+
+    # a deliberate edit, written as the pipeline writes tables (with its checksum record), then recorded
+    write_table(shared[~shared["run_dir"].isin(pd.read_csv(project / "snap/choices/runs.csv")["run_dir"])],
+                project / "snap/depth_lr/runs.csv")
 
     record_snapshot(project / "snap/depth_lr")  # a deliberate edit, recorded (else refused as damaged)
     tiny["sensitivity"]["from_snapshots"] = [str(project / "snap" / f) for f in ("choices", "depth_lr")]
@@ -510,8 +516,11 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     with pytest.raises(ConfigError, match="more than one snapshot"):
         sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"])
     shared = pd.read_csv(tmp_path / "depth_lr" / "runs.csv")
-    shared[~shared["run_dir"].str.startswith("data/sweep/")].to_csv(tmp_path / "depth_lr" / "runs.csv", index=False)
     from blocklab.integrity import record_snapshot
+    from blocklab.io import write_table
+
+    # a deliberate edit, written as the pipeline writes tables (with its checksum record), then recorded
+    write_table(shared[~shared["run_dir"].str.startswith("data/sweep/")], tmp_path / "depth_lr" / "runs.csv")
 
     record_snapshot(tmp_path / "depth_lr")  # a deliberate edit, recorded (else refused as damaged)
 
@@ -525,7 +534,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
 
     # a snapshot that lacks a planned run is refused, naming it
     short = pd.read_csv(tmp_path / "choices" / "runs.csv")
-    short.iloc[1:].to_csv(tmp_path / "choices" / "runs.csv", index=False)
+    write_table(short.iloc[1:], tmp_path / "choices" / "runs.csv")
     record_snapshot(tmp_path / "choices")
     with pytest.raises(ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
         study_report.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
