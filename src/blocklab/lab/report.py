@@ -16,7 +16,7 @@ from scipy.stats import binomtest  # noqa: E402
 from ..config import POSITIONS  # noqa: E402
 from ..io import read_table  # noqa: E402
 from .run import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
-from .spec import PROFILE_TRADES, Spec, model_config  # noqa: E402
+from .spec import PROFILE_TRADES, Spec  # noqa: E402
 
 # The recorded default run (docs/gallery): its sweep's losses and the parameters that made them.
 RECORDED = Path(__file__).resolve().parents[3] / "docs" / "gallery" / "data"
@@ -155,5 +155,3 @@ def write_report(spec: Spec, rows: list[dict], run_dirs: dict, gradnorms: pd.Dat
     with atomic_path(out / "README.md") as tmp:
         Path(tmp).write_text(page(spec, lab, rate_table, note), encoding="utf-8")
 
-
-__all__ = ["rates", "wilson", "write_report", "model_config"]

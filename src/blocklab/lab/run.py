@@ -57,10 +57,10 @@ def train_lab_run(spec: Spec, params: dict, warmup: int, seed: int, out_dir: Pat
     if spec.block.kind == "builtin":
         from ..training.sweep import train_copy_run
 
-        meta = train_copy_run(params_for(params, spec.setup), spec.block.source, warmup, seed, out_dir, "cpu",
-                              lab={"spec": spec_identity(spec)})
+        train_copy_run(params_for(params, spec.setup), spec.block.source, warmup, seed, out_dir, "cpu",
+                       lab={"spec": spec_identity(spec)})
     else:
-        meta = _train_other(spec, warmup, seed, out_dir)
+        _train_other(spec, warmup, seed, out_dir)
     return row_of(spec, out_dir)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -295,10 +294,6 @@ def make_spec(params_path, profile: str, builtin: str | None = None, module: str
         block = Block("hf", hf)
         read = read_hf(block, setup)
     return Spec(block, profile, setup, params_sha256(params_path), read)
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 # --- a user's block: where it is, what the reviewer reads of it -----------------------------------------------------
