@@ -185,3 +185,75 @@ def test_a_users_block_through_the_lab_nan_is_diverged_and_a_rerun_trains_nothin
     again = _lab("--module", f"{path}:NaNAfterStepsBlock", "--params", str(ROOT / "params.yaml"), "--profile", "tiny",
                  "--warmups", "0", "--out", str(out), cwd=tmp_path)
     assert again.returncode == 0 and meta.stat().st_mtime_ns == stamp, again.stderr[-2000:]
+
+
+# ---- the recorded runs and the literature's claims (issue 45) -------------------------------------------------------
+
+
+def _fake_records(tmp_path, seeds, source="deepnorm-w0-s0", name="deepnorm"):
+    """Copies of one recorded run under other seeds' names (the outcome is the run's; the point is the counting)."""
+    import shutil
+
+    from blocklab.lab import records
+
+    for seed in seeds:
+        shutil.copytree(records.runs_dir() / source, tmp_path / f"{name}-w0-s{seed}")
+    return tmp_path
+
+
+def test_recorded_runs_are_read_with_their_checksums_and_a_damaged_one_is_refused(tmp_path, monkeypatch):
+    from blocklab.io import DamagedArtifact
+    from blocklab.lab import records
+
+    monkeypatch.setattr(records, "RUNS", str(_fake_records(tmp_path, [0, 1])))
+    table = records.recorded(norm="deepnorm", warmup=0)
+    assert list(table["run"]) == ["deepnorm-w0-s0", "deepnorm-w0-s1"] and set(table["outcome"]) <= {"learned", "never", "collapsed", "diverged"}
+    assert records.recorded(norm="admin").empty
+    loss = tmp_path / "deepnorm-w0-s1" / "loss.csv"
+    loss.write_text(loss.read_text().replace("\n2,", "\n2,9", 1))
+    with pytest.raises(DamagedArtifact, match="loss.csv"):
+        records.recorded()
+
+
+def test_rates_rule_decides_only_where_fishers_test_can():
+    from blocklab.reporting import verdicts
+
+    assert verdicts.rate_contrast("above", 4, 4, 0, 3).verdict == verdicts.REPRODUCED
+    assert verdicts.rate_contrast("above", 0, 4, 3, 3).verdict == verdicts.NOT_REPRODUCED
+    one = verdicts.rate_contrast("above", 1, 1, 0, 3)
+    assert one.verdict == verdicts.INCONCLUSIVE and one.seeds_to_decide == 4 and "Wilson" in one.margin
+    assert verdicts.rate_contrast("above", 3, 3, 0, 3).verdict == verdicts.INCONCLUSIVE  # p = 0.1 at 3 vs 3
+    assert verdicts.rate_contrast("above", 0, 3, 0, 3).seeds_to_decide is None  # equal rates: no seeds decide
+
+
+def _literature(params_change=None):
+    import copy
+
+    from blocklab.params import load_params
+    from blocklab.reporting import claims
+
+    data = ROOT / "docs" / "gallery" / "data"
+    params = copy.deepcopy(load_params(data / "params.yaml"))
+    if params_change:
+        params_change(params)
+    return claims.evaluate_data(claims.Data(data, params), only={"literature_fix"}).set_index("id")
+
+
+def test_the_literatures_claims_are_judged_from_the_recorded_runs(tmp_path, monkeypatch):
+    from blocklab.lab import records
+    from blocklab.reporting import claims
+
+    ids = {c["id"] for c in claims.load_claims() if c["source"] == "literature"}
+    assert {f"lit-{n}-nowarm" for n in ("deepnorm", "admin", "b2t", "rezero", "sandwich")} <= ids
+    monkeypatch.setattr(records, "RUNS", str(_fake_records(tmp_path, [0])))
+    one = _literature()
+    assert one.loc["lit-deepnorm-nowarm", "verdict"] == claims.INCONCLUSIVE  # one seed decides nothing
+    assert one.loc["lit-deepnorm-nowarm", "seeds_to_decide"] == 4  # against post-norm's 3 recorded runs
+    assert one.loc["lit-admin-nowarm", "verdict"] == claims.NOT_CHECKABLE  # none recorded here
+    _fake_records(tmp_path, [1, 2, 3])
+    four = _literature()
+    assert four.loc["lit-deepnorm-nowarm", "verdict"] == claims.REPRODUCED, four.loc["lit-deepnorm-nowarm", "margin"]
+    assert "4 of 4 recorded runs learned" in four.loc["lit-deepnorm-nowarm", "measured"]
+    other = _literature(lambda p: p["copy_task"].update(batch_size=32))
+    assert other.loc["lit-deepnorm-nowarm", "verdict"] == claims.NOT_CHECKABLE
+    assert "copy_task.batch_size=64 (params 32)" in other.loc["lit-deepnorm-nowarm", "measured"]

@@ -62,7 +62,8 @@ FEEDS = {"samples": ("value", "range", "inequality"),  # one number per seed (or
          "arms": ("contrast",),                         # two arms of per-seed numbers
          "ratios": ("trend",),                          # one ratio last / first (or difference) per seed
          "ratio": ("trend",),                           # one ratio with its standard error
-         "fact": ("exact",)}                            # holds or not, computed without randomness
+         "fact": ("exact",),                            # holds or not, computed without randomness
+         "rates": ("rates",)}                           # k of n runs against a recorded reference's k of n
 
 
 def part(measure: str, label: str = "", **numbers) -> dict:
@@ -347,6 +348,50 @@ def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: i
     if scope == "some":
         return measured, [part("fact", holds=k > 0, what=f"{k} of {n} {want}")]
     return measured, [part("count", k=k, n=n, key=f"{norm}-norm runs")]
+
+
+# ---- the literature's fixes for post-norm, at the document's setup (issue 45) ----------------------------------------
+
+
+@check("sweep/summary.csv", "sweep/losses.csv")
+def literature_fix(data: Data, norm: str, warmup: int = 0):
+    """A fix from the literature (a built-in norm position: deepnorm, admin, b2t, rezero, sandwich) at the document's
+    setup, from the stability lab's runs recorded in git (``lab.records.RUNS``, read with their checksums; the lab
+    trains them, this check reads them and trains nothing): how many of its recorded runs with ``warmup`` learned
+    (every seed: the paper's "trains"), and that rate against post-norm's runs of this data at the same setup and
+    warm-up (the sweep's, the gallery's recorded ones for docs/gallery/data), both outcomes by the lab's one
+    definition (``lab.run.outcome``). Not checkable when no run is recorded or the recorded runs are of another
+    setup than this data's."""
+    from ..lab import records
+    from ..lab.run import outcome
+
+    _require_document_setup(data, warmup)
+    mine = records.recorded(norm=norm, warmup=warmup)
+    if mine.empty:
+        raise NotCheckable(f"no recorded lab run of {norm} with warm-up {warmup} in {records.RUNS} (`bash docs/lab/run.sh`"
+                           " trains and records them)")
+    for run in mine["run"]:
+        differ = records.setup_differs(records.meta_of(run), data.params)
+        if differ:
+            raise NotCheckable(f"the recorded run {run} is of another setup than this data's: {', '.join(differ)}")
+    post = _runs(data, "post", warmup)
+    losses = data.table("sweep/losses.csv")
+    vocab = data.params["copy_task"]["vocab_size"]
+    reference = []
+    for r in post.itertuples():
+        curve = losses[losses["run"] == r.run].sort_values("step")
+        diverged = None if pd.isna(getattr(r, "diverged_step", float("nan"))) else int(r.diverged_step)
+        reference.append(outcome(curve["step"].tolist(), curve["loss"].tolist(), vocab, diverged)["outcome"])
+    k, n = int((mine["outcome"] == "learned").sum()), len(mine)
+    k_ref = sum(o == "learned" for o in reference)
+    case = "without warm-up" if warmup == 0 else f"with warm-up {warmup}"
+    runs = "; ".join(f"seed {r.seed}: {r.outcome}" + (f" at step {int(r.step_learned)}" if pd.notna(r.step_learned)
+                                                      else "") + f", final {r.final_loss:.3g}" for r in mine.itertuples())
+    measured = (f"{norm} {case}: {k} of {n} recorded runs learned ({runs}; {records.RUNS}); post-norm {case} at the same "
+                f"setup: {k_ref} of {len(reference)} learned ({', '.join(reference)})")
+    return measured, [part("count", f"{norm} learns in every seed", k=k, n=n, key=f"recorded {norm} runs {case}"),
+                      part("rates", f"{norm} against post-norm", k=k, n=n, k_ref=k_ref, n_ref=len(reference),
+                           arms=(norm, "post"), what="learned")]
 
 
 # ---- gradient norms at initialization ----------------------------------------------------------------------------------

@@ -54,6 +54,8 @@ OFF = {
     "trend": "the claimed direction reversed, by 3 sd per seed (true: 3 sd the claimed way)",
     "trend-flat": "the ratio half the band's width beyond its nearer edge (true: the band's centre)",
     "trend-levels": "the measured per-level shares in the reverse order of levels (true: in the claimed order)",
+    "rates": "the first arm no different from the reference: both at the reference's measured rate (true: the first "
+             "arm does it in every run, the reference at its measured rate)",
 }
 
 
@@ -140,6 +142,14 @@ def worlds(words: dict, measure: dict, n: int | None = None):
         p = words["count"] / words["of"]
         p_off = p + 0.5 if p <= 0.5 else p - 0.5
         return "count", lambda world, rng: {"k": int(rng.binomial(k_n, p if world == "true" else p_off)), "n": k_n}
+    if kind == "rates":
+        k_n, n_ref, p_ref = int(n or measure["n"]), int(measure["n_ref"]), measure["k_ref"] / measure["n_ref"]
+        p_true = 1.0 if words["side"] == "above" else 0.0
+
+        def draw(world, rng):
+            return {"k": int(rng.binomial(k_n, p_true if world == "true" else p_ref)), "n": k_n,
+                    "k_ref": int(rng.binomial(n_ref, p_ref)), "n_ref": n_ref, "arms": measure.get("arms", ("a", "b"))}
+        return "rates", draw
     if kind == "contrast":
         a, b = _finite(measure["a"]), _finite(measure["b"])
         log = words.get("scale") == "log"

@@ -315,6 +315,42 @@ def count(count_: int, of: int, k: int, n: int, key: str = "the count", scope: s
                   margin, seeds)
 
 
+# ---- rates ---------------------------------------------------------------------------------------------------------
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of the rate k of n."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def rate_contrast(side: str, k: int, n: int, k_ref: int, n_ref: int, arms: tuple[str, str] = ("a", "b"),
+                  what: str = "rate") -> Judged:
+    """Two rates, k of n (``arms[0]``) against k_ref of n_ref (``arms[1]``, a recorded reference at the same setup):
+    Fisher's exact two-sided test of the 2 x 2 table; p < 0.05 with the rates in the claimed direction (``side``: the
+    first above / below the second): reproduced; p < 0.05 the other way: not reproduced; p >= 0.05: inconclusive, with
+    the runs of the first arm at which its observed rate would make the test decide against the reference as recorded
+    (none when the two rates are equal). The margin shows both rates with their 95 % Wilson intervals."""
+    if n <= 0 or n_ref <= 0:
+        raise NotCheckable(f"an arm has no runs ({arms[0]}: {n}, {arms[1]}: {n_ref})")
+    p = fisher_exact(k, n, k_ref, n_ref)
+    up = k / n > k_ref / n_ref
+    down = k / n < k_ref / n_ref
+    claimed, reverse = (up, down) if side == "above" else (down, up)
+    verdict = REPRODUCED if p < ALPHA and claimed else NOT_REPRODUCED if p < ALPHA and reverse else INCONCLUSIVE
+    seeds = None
+    if verdict == INCONCLUSIVE and (up or down):
+        rate = k / n
+        seeds = _least_n(lambda m: fisher_exact(round(rate * m), m, k_ref, n_ref) < ALPHA, n + 1)
+    (lo, hi), (lo_r, hi_r) = wilson(k, n), wilson(k_ref, n_ref)
+    margin = (f"{arms[0]} {k} of {n} {what} (95 % Wilson {lo:.0%}–{hi:.0%}) vs {arms[1]} {k_ref} of {n_ref} "
+              f"({lo_r:.0%}–{hi_r:.0%}); Fisher's exact test p = {p:.2g} ({'<' if p < ALPHA else '≥'} 0.05)")
+    if all(fisher_exact(j, n, k_ref, n_ref) >= ALPHA for j in range(n + 1)):
+        margin += f"; no count of {n} runs could differ from {k_ref} of {n_ref} at 5 %"
+    return Judged(verdict, f"rates: Fisher's exact test of {arms[0]}'s rate against {arms[1]}'s recorded rate "
+                  f"({side}), p < 0.05 decides; the reverse direction is not reproduced", margin, seeds)
+
+
 # ---- contrast ----------------------------------------------------------------------------------------------------------
 
 
@@ -587,8 +623,10 @@ KINDS = {
     "contrast": ({"side"}, {"size", "margin", "scale"}),
     "trend": ({"direction"}, {"band", "scale"}),
     "exact": (set(), set()),
+    "rates": ({"side"}, set()),  # a rate of runs (k of n) against a recorded reference's, at the same setup
 }
-WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below")},
+WORDS = {"side": {"inequality": ("below", "above"), "contrast": ("above", "below", "not above", "not below"),
+                  "rates": ("above", "below")},
          "scope": {"inequality": ("every seed", "typical"), "count": ("rate", "every seed")}, "direction": ("grows", "shrinks", "flat"),
          "scale": {"contrast": ("linear", "log"), "trend": ("ratio", "difference", "sign", "levels")}}
 NUMBERS = ("value", "low", "high", "bound", "size", "margin", "rounding")  # numbers as the document writes them (strings)
@@ -688,6 +726,8 @@ def judge_part(part: dict, measure: dict) -> Judged:
     if kind == "trend":
         return trend(words["direction"], band=tuple(words["band"]) if "band" in words else None,
                      scale=words.get("scale", "ratio"), **measure)
+    if kind == "rates":
+        return rate_contrast(words["side"], **measure)
     return exact(**measure)
 
 
@@ -720,6 +760,9 @@ def describe(part: dict) -> tuple[str, str]:
                     part["direction"])
         what = "the difference last − first" if part.get("scale") == "difference" else "the ratio (on its log)"
         return f"trend, {part['direction']}: the 95 % interval of {what}{band}", part["direction"] + band
+    if kind == "rates":
+        return (f"rates: Fisher's exact test of the rate against the recorded reference's ({part['side']}), p < 0.05 "
+                "decides", f"side {part['side']}")
     return "exact: computed without randomness; holds or not", "holds or not"
 
 
