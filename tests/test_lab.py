@@ -257,3 +257,29 @@ def test_the_literatures_claims_are_judged_from_the_recorded_runs(tmp_path, monk
     other = _literature(lambda p: p["copy_task"].update(batch_size=32))
     assert other.loc["lit-deepnorm-nowarm", "verdict"] == claims.NOT_CHECKABLE
     assert "copy_task.batch_size=64 (params 32)" in other.loc["lit-deepnorm-nowarm", "measured"]
+
+
+def test_docs_rewrites_the_galleries_literature_rows_alone_when_a_run_is_recorded(tmp_path):
+    """`blocklab docs` re-judges the literature's rows of the gallery's claims table from the recorded runs (a snapshot
+    edit: the manifest is re-recorded), every other row byte for byte as it was; --check only says so."""
+    import shutil
+
+    from blocklab.integrity import verify_snapshot
+    from blocklab.reporting import literature
+
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "docs" / "gallery" / "data", data)
+    claims_csv = data / literature.CLAIMS
+    shipped = claims_csv.read_text(encoding="utf-8")
+    others = [line for line in shipped.splitlines() if not line.startswith("lit-")]
+    stale = "\n".join(others) + "\n"  # as if written before the lab's runs were recorded
+    claims_csv.write_text(stale, encoding="utf-8")
+    from blocklab.integrity import record_snapshot
+
+    record_snapshot(data)
+    assert literature.refresh(data, check=True) and claims_csv.read_text(encoding="utf-8") == stale
+    assert literature.refresh(data)
+    verify_snapshot(data)
+    again = claims_csv.read_text(encoding="utf-8").splitlines()
+    assert again[: len(others)] == others and any(line.startswith("lit-deepnorm-nowarm,") for line in again)
+    assert not literature.refresh(data, check=True)

@@ -102,11 +102,13 @@ def claims_summary(data: Path, root: Path) -> str:
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
              f"**{len(project)} are the project's**: {_counts(project)}. Rows share runs (a collapse counts in its "
              "rate and its shape); "
-             + "".join(f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
+             + "".join(f"**{len(g)} are the literature's** ([fixes](docs/lab.md)): {_counts(g)}. " if src == "literature"
+                       else f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
              f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
              "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
+    listed = claims[claims["source"] != "literature"]  # the literature's rows: listed in docs/lab.md (the README's length)
     for verdict in ("not reproduced", "partly"):
-        rows = claims[claims["verdict"] == verdict]
+        rows = listed[listed["verdict"] == verdict]
         if verdict == "partly" and len(rows):
             lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
         for row in rows.itertuples(index=False):
@@ -114,7 +116,7 @@ def claims_summary(data: Path, root: Path) -> str:
             lines.append(f"- `{row.id}`{whose}: document {_cell(row.document_value)}; measured "
                          f"{_cell(_short(row.measured, 60))}"
                          f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
-    undecided = claims[claims["verdict"] == "inconclusive"]
+    undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
         lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
                       f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
@@ -132,6 +134,7 @@ def _claims_table(data: Path, document: int) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in claims.itertuples(index=False):
         marks = [m for m, on in (("the project's claim", row.source == "project"),
+                                 ("the literature's claim, [measured in the lab](lab.md)", row.source == "literature"),
                                  ("fitted", str(row.fitted).lower() == "true")) if on]
         decide = (f" ({int(row.seeds_to_decide)} seeds would decide)" if row.verdict == "inconclusive"
                   and pd.notna(row.seeds_to_decide) else "")
@@ -734,8 +737,11 @@ def blocks(text: str) -> list[str]:
 
 
 def update(root: Path, data: Path, check: bool = False) -> list[Path]:
-    """Rewrite (or, with ``check``, only compare) every generated block; returns the pages whose blocks differ."""
-    stale = []
+    """Rewrite (or, with ``check``, only compare) every generated block; returns the pages whose blocks differ. First
+    the gallery's rows of the literature's claims, judged from the lab's recorded runs (``literature.refresh``)."""
+    from . import literature
+
+    stale = [data / literature.CLAIMS] if literature.refresh(data, check) else []
     for page in pages(root):
         text = page.read_text(encoding="utf-8")
         new = render(text, data, root, str(page.relative_to(root)))
@@ -753,7 +759,7 @@ def _main(args) -> int:
     data = args.root / args.data if not args.data.is_absolute() else args.data
     verify_snapshot(data)  # the tables behind every generated number: checked against their manifest first
     stale = update(args.root, data, args.check)
-    names = ", ".join(str(p.relative_to(args.root)) for p in stale)
+    names = ", ".join(str(p.relative_to(args.root)) if p.is_relative_to(args.root) else str(p) for p in stale)
     if args.check:
         if stale:
             print(f"generated blocks differ from {args.data} in: {names}; run `blocklab docs` and commit")
