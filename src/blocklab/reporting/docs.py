@@ -660,6 +660,13 @@ def reviewer_table(root: Path, name: str) -> str:
         source.relative_to(root).as_posix())
 
 
+def _lab(name: str, data: Path, root: Path) -> str:
+    """The stability lab's blocks (``lab_docs``): its recorded runs, the literature's claims, 11 (다)'s "instead"."""
+    from . import lab_docs
+
+    return getattr(lab_docs, name)(data, root)
+
+
 GENERATORS = {
     "claims-summary": claims_summary,
     "claims-000": lambda data, root: _claims_table(data, 0),
@@ -676,6 +683,9 @@ GENERATORS = {
     "dynamics-summary": dynamics_summary,
     "inference-validation": inference_validation,
     "dynamics-detectors": dynamics_detectors,
+    "lab-runs": lambda data, root: _lab("runs_block", data, root),
+    "lab-claims": lambda data, root: _lab("claims_block", data, root),
+    "answer-11c-instead": lambda data, root: _lab("instead_block", data, root),
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
 }
