@@ -173,6 +173,8 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
         lines += ["", "The training-dynamics family: its main-sweep runs were trained in this run, diagnostics included; "
                   "its other runs were read from the runs recorded in git (`dynamics.from_snapshots`: "
                   + ", ".join(f"`{d}`" for d in recorded) + ")."]
+    lines += ["", "The stability lab's recorded runs, the literature's fixes for post-norm at the same setup, beside this "
+              "run's pre- and post-norm runs: [lab.md](lab.md) (redrawn by `blocklab docs` when a run is recorded)."]
     for name in sidecars:
         sources = ", ".join(f"`{s}`" for s in sidecars[name]["sources"])
         lines += ["", f"## {name}", "", CAPTIONS.get(name, ""), "", f"![{name}]({name}.png)", "", f"Data: {sources}."]

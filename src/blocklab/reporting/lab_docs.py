@@ -7,6 +7,7 @@ Computation (``runs_table``, ``fix_summary``, ``instead``) is split from the Mar
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -175,3 +176,47 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
     answer = "So, what to do instead, from these rows: " + "; ".join([first, *said]) + "."
     return "\n".join(lines) + "\n\n" + answer + "\n\n" + _note("docs/gallery/data/claims/claims.csv", records.RUNS,
                                                                *GALLERY_SWEEP)
+
+
+# ---- the gallery's figure of the lab's recorded runs -----------------------------------------------------------------
+
+FIGURE = "lab_fixes"
+
+
+def gallery_curves(data: Path, root: Path) -> pd.DataFrame:
+    """The per-step losses the figure draws: every recorded lab run (source lab) and the gallery's pre- and post-norm
+    runs at the warm-ups the lab recorded (source reference), those only when the lab's runs are of their setup."""
+    lab = records.recorded(root)
+    curves = records.losses(lab["run"], root).assign(source="lab")
+    table = runs_table(data, root)
+    ref_runs = table.loc[(table["source"] == "gallery") & table["warmup"].isin(set(lab["warmup"]) or {0}), "run"]
+    sweep = read_table(data / "sweep" / "losses.csv")
+    ref = sweep[sweep["run"].isin(set(ref_runs))].rename(columns={"norm": "block"})
+    ref = ref[["step", "loss", "run", "block", "warmup", "seed"]].assign(source="reference")
+    return pd.concat([ref, curves], ignore_index=True) if len(curves) else ref
+
+
+def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int = 100) -> list[Path]:
+    """Draw ``FIGURE`` into the gallery (``out``, Korean; ``out/en``, English), each with its JSON sidecar naming the
+    runs it drew; returns the figures that were (with ``check``: would be) redrawn because the recorded runs changed."""
+    from ..figures import style
+    from ..figures.lab import lab_fixes_figure
+
+    curves = gallery_curves(data, root)
+    runs = sorted(set(curves["run"]))
+    stale = []
+    for lang, folder in (("ko", out), ("en", out / "en")):
+        path = folder / f"{FIGURE}.png"
+        sidecar = path.with_suffix(".json")
+        drawn = (json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}).get("runs")
+                 if sidecar.is_file() else None)
+        if path.is_file() and drawn == runs:
+            continue
+        stale.append(path)
+        if check:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        fig = lab_fixes_figure(curves, FIXES, lang)
+        sources = [records.RUNS, *GALLERY_SWEEP[1:]]
+        style.save(fig, path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs})
+    return stale
