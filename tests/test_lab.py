@@ -283,3 +283,37 @@ def test_docs_rewrites_the_galleries_literature_rows_alone_when_a_run_is_recorde
     again = claims_csv.read_text(encoding="utf-8").splitlines()
     assert again[: len(others)] == others and any(line.startswith("lit-deepnorm-nowarm,") for line in again)
     assert not literature.refresh(data, check=True)
+
+
+def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page_says_so(tmp_path):
+    import copy
+
+    from blocklab.lab import records
+    from blocklab.lab.report import page, rates
+    from blocklab.lab.run import row_of
+    from blocklab.lab.spec import make_spec
+    from blocklab.params import load_params
+
+    params = load_params(ROOT / "params.yaml")
+    spec = make_spec(ROOT / "params.yaml", "document", builtin="deepnorm", seeds=[0, 7], warmups=[0])
+    assert records.adopt(spec, params, tmp_path, dry_run=True)[0]["run"] == "w0-s0"
+    assert not (tmp_path / "runs").exists()  # a dry run copies nothing
+    found = records.adopt(spec, params, tmp_path)
+    assert [a["run"] for a in found] == ["w0-s0"] and found[0]["from"] == f"{records.RUNS}/deepnorm-w0-s0"
+    run = tmp_path / "runs" / "w0-s0"
+    assert sorted(p.name for p in run.iterdir()) == ["adopted.json", "loss.csv", "meta.json"]
+    assert not (tmp_path / "runs" / "w0-s7").exists()  # not recorded: trained by its job
+    row = row_of(spec, run)
+    assert row["outcome"] == records.recorded(norm="deepnorm", warmup=0).set_index("seed").loc[0, "outcome"]
+    text = page(spec, pd.DataFrame([row]), rates(pd.DataFrame([row])), "-", found)
+    assert "Adopted, not retrained" in text and "deepnorm-w0-s0" in text
+    assert records.adopt(spec, params, tmp_path) == []  # already there: left as it is
+    import yaml
+
+    other = copy.deepcopy(params)
+    other["copy_task"]["batch_size"] = 32
+    (tmp_path / "b32.yaml").write_text(yaml.safe_dump(other), encoding="utf-8")
+    again = make_spec(tmp_path / "b32.yaml", "document", builtin="deepnorm", seeds=[0], warmups=[0])
+    assert records.adopt(again, other, tmp_path / "b32") == []  # another setup: retrained
+    assert records.adopt(make_spec(ROOT / "params.yaml", "document", builtin="admin", seeds=[0], warmups=[400]),
+                         params, tmp_path / "w400") == []

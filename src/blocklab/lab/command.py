@@ -51,6 +51,8 @@ def _register_front(subparsers) -> None:
     p.add_argument("--cores", type=int, default=2, help="Snakemake --cores (one run a core)")
     p.add_argument("--slurm", action="store_true", help="submit the runs to SLURM (profiles/slurm)")
     p.add_argument("--dry-run", action="store_true", help="check and plan only")
+    p.add_argument("--retrain", action="store_true", help="train every run here, even one recorded in git at the same "
+                   "setup (by default a built-in block's recorded runs are adopted: copied, not retrained)")
     p.set_defaults(func=_main)
 
 
@@ -87,6 +89,14 @@ def _main(args) -> int:
         from ..io import write_bytes
 
         write_bytes(text.encode(), out / "spec.json")  # rewritten only when it changed: a changed spec retrains
+    from ..params import load_params as _load_params
+    from .records import adopt
+
+    found = [] if args.retrain else adopt(spec, _load_params(args.params), out, dry_run=args.dry_run)
+    for record in found:
+        print(f"blocklab lab: run {record['run']} is recorded at this setup ({record['from']}, trained on "
+              f"{record['cpu']}, commit {record['git_commit']}): {'would be adopted' if args.dry_run else 'adopted'}, "
+              "not retrained (--retrain trains it here)", file=sys.stderr)
     runs = len(spec.runs())
     print(f"blocklab lab: {spec.block.label} ({size['parameters']:,} parameters), {spec.profile} profile: {runs} runs "
           f"of {spec.setup.steps} steps (warm-ups {list(spec.setup.warmups)} x seeds {list(spec.setup.seeds)}) into "

@@ -101,7 +101,8 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
     plt.close(fig)
 
 
-def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note: str) -> str:
+def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note: str,
+         adopted: list[dict] | None = None) -> str:
     s = spec.setup
     read = spec.read
     if spec.block.kind == "builtin":
@@ -122,6 +123,10 @@ def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note
              f"{LEARNED} × chance and ended below {ENDS_COLLAPSED} × chance; `never` never fell below {LEARNED} × "
              f"chance; `collapsed` learned, then ended above {ENDS_COLLAPSED} × chance (`step_collapsed`: the first "
              f"step back at {CHANCE} × chance); `diverged`: the loss became NaN or infinite.",
+             *([f"- **Adopted, not retrained**: {len(adopted)} of {len(lab)} runs were recorded in git at this setup "
+                "and copied from there (" + "; ".join(f"{a['run']}: `{a['from']}`, trained on {a['cpu']}, commit "
+                                                      f"{a['git_commit']}" for a in adopted)
+                + "); `--retrain` trains them here."] if adopted else []),
              "", "## Rates per warm-up (95 % Wilson intervals)", "",
              "| warm-up | outcome | k of n | rate | 95 % interval |", "|---:|---|---:|---:|---|"]
     for r in rate_table.itertuples():
@@ -148,10 +153,13 @@ def write_report(spec: Spec, rows: list[dict], run_dirs: dict, gradnorms: pd.Dat
     curves = pd.concat([read_table(Path(d) / "loss.csv").assign(warmup=w, seed=s) for (w, s), d in run_dirs.items()],
                        ignore_index=True)
     reference, note = recorded_reference(spec)
+    from .records import adopted as adopted_record
+
+    adopted = [a for d in run_dirs.values() if (a := adopted_record(d))]
     write_table(lab, out / "lab.csv")
     write_table(rate_table, out / "rates.csv")
     with atomic_path(out / "lab.png") as tmp:
         loss_figure(spec, curves, gradnorms, reference, tmp)
     with atomic_path(out / "README.md") as tmp:
-        Path(tmp).write_text(page(spec, lab, rate_table, note), encoding="utf-8")
+        Path(tmp).write_text(page(spec, lab, rate_table, note, adopted), encoding="utf-8")
 

@@ -98,7 +98,10 @@ def _train_other(spec: Spec, warmup: int, seed: int, out_dir: Path) -> dict:
 
 def row_of(spec: Spec, run_dir: Path) -> dict:
     """A finished run's row of lab.csv, from its files (checked against their recorded checksums)."""
-    meta, loss = read_run(Path(run_dir))
+    from .records import adopted, read_run as read_recorded
+
+    # a run adopted from the records (``records.adopt``) has its loss.csv and meta.json, not its weights
+    meta, loss = read_recorded(run_dir) if adopted(run_dir) else read_run(Path(run_dir))
     steps, losses = loss["step"].tolist(), loss["loss"].tolist()
     found = outcome(steps, losses, spec.setup.vocab_size, meta.get("diverged_step"))
     if found["outcome"] == "diverged":
