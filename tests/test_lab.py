@@ -307,7 +307,9 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
     assert row["outcome"] == records.recorded(norm="deepnorm", warmup=0).set_index("seed").loc[0, "outcome"]
     text = page(spec, pd.DataFrame([row]), rates(pd.DataFrame([row])), "-", found)
     assert "Adopted, not retrained" in text and "deepnorm-w0-s0" in text
-    assert records.adopt(spec, params, tmp_path) == []  # already there: left as it is
+    assert records.adopt(spec, params, tmp_path) == found  # copied again: newer than a rewritten spec.json
+    (run / "adopted.json").unlink()
+    assert records.adopt(spec, params, tmp_path) == []  # a run trained there is left as it is
     import yaml
 
     other = copy.deepcopy(params)

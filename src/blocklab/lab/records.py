@@ -130,8 +130,8 @@ def matching(norm: str, warmup: int, seed: int, params: dict, root: Path | str =
 
 def adopt(spec, params: dict, out: Path, root: Path | str = REPO, dry_run: bool = False) -> list[dict]:
     """For a built-in block, copy each planned run that is recorded at the same setup into ``out/runs/<run>/``
-    (loss.csv, meta.json and ``ADOPTED``), so that its Snakemake job has nothing to train; a run already trained or
-    adopted there is left as it is. Returns what was (or, ``dry_run``, would be) adopted."""
+    (loss.csv, meta.json and ``ADOPTED``), after ``spec.json`` is written, so that its Snakemake job (whose input is
+    spec.json) has nothing to train; a run trained there is left as it is, an adopted one is copied again. Returns what was (or, ``dry_run``, would be) adopted."""
     import json
     import shutil
 
@@ -144,8 +144,8 @@ def adopt(spec, params: dict, out: Path, root: Path | str = REPO, dry_run: bool 
     for warmup, seed in spec.runs():
         name = matching(spec.block.source, warmup, seed, at, root)
         target = Path(out) / "runs" / spec.run_name(warmup, seed)
-        if name is None or (target / "meta.json").is_file():
-            continue
+        if name is None or ((target / "meta.json").is_file() and not (target / ADOPTED).is_file()):
+            continue  # not recorded, or trained here: its job decides; an adopted run is copied again (a newer spec)
         meta = meta_of(name, root)
         record = {"run": spec.run_name(warmup, seed), "from": f"{RUNS}/{name}", "cpu": meta.get("libraries", {}).get("cpu"),
                   "git_commit": (meta.get("code", {}).get("git_commit") or "")[:10], "meta_sha256": meta.get("meta_sha256")}
