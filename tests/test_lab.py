@@ -319,3 +319,28 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
     assert records.adopt(again, other, tmp_path / "b32") == []  # another setup: retrained
     assert records.adopt(make_spec(ROOT / "params.yaml", "document", builtin="admin", seeds=[0], warmups=[400]),
                          params, tmp_path / "w400") == []
+
+
+def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_verdicts():
+    from blocklab.params import load_params
+    from blocklab.reporting import answers
+
+    data, claims = answers.load(ROOT / "docs" / "gallery" / "data", load_params(ROOT / "docs/gallery/data/params.yaml"))
+    t = answers.texts()["answers"]["p11c"]
+    lit = claims[claims["source"] == "literature"].copy()
+    text = answers._instead_text(data, t, "en")
+    judged = lit[lit["verdict"] != "not checkable here"]
+    assert all(r.id.removeprefix("lit-").removesuffix("-nowarm") in text for r in judged.itertuples())
+    # the conclusion follows the verdicts: rewrite them and it changes
+    data.tables["claims/claims.csv"] = claims.assign(verdict=claims["verdict"].where(claims["source"] != "literature",
+                                                                                        "reproduced"))
+    assert "more often than post-norm: deepnorm, admin, b2t, rezero, sandwich" in answers._instead_text(data, t, "en")
+    data.tables["claims/claims.csv"] = claims.assign(verdict=claims["verdict"].where(claims["source"] != "literature",
+                                                                                        "not reproduced"))
+    assert "did not start in every seed here" in answers._instead_text(data, t, "ko") or "출발하지 못한" in \
+        answers._instead_text(data, t, "ko")
+    data.tables["claims/claims.csv"] = claims.assign(verdict=claims["verdict"].where(claims["source"] != "literature",
+                                                                                        "not checkable here"))
+    assert answers._instead_text(data, t, "en") == t["instead_none"]["en"]
+    data.tables["claims/claims.csv"] = claims[claims["source"] != "literature"]
+    assert answers._instead_text(data, t, "en") == ""

@@ -421,10 +421,41 @@ def _p11c(data: Data, t: dict, lang: str) -> dict:
         layers=model.n_layers, width=model.d_model, lr=f"{sweep.lr:g}", steps=integer(sweep.steps), seeds=summary["seed"].nunique(), post_runs=len(post),
         post_failed=int((post["outcome"] != "learned").sum()), pre_runs=len(pre),
         pre_learned=int((pre["outcome"] == "learned").sum()))
-    why = _why_text(data, t, lang)
+    why = _why_text(data, t, lang) + _instead_text(data, t, lang)
     if not sensitivity_present(data):
         return {"scope": scope, "sensitivity": t["sens_absent"][lang], "why": why}
     return {"scope": scope, "sensitivity": _sensitivity_text(data, t, lang), "why": why}
+
+
+def _instead_text(data: Data, t: dict, lang: str) -> str:
+    """Problem 11 (c)'s "what to do instead": each literature fix's claim (source literature, judged from the stability
+    lab's recorded runs at this run's setup) with its recorded runs without warm-up, and the fixes it decides; "" for a
+    claims table without those rows."""
+    if not data.exists("claims/claims.csv"):
+        return ""
+    claims = data.table("claims/claims.csv")
+    rows = claims[claims["source"] == "literature"] if "source" in claims else claims.iloc[0:0]
+    if rows.empty:
+        return ""
+    judged = rows[rows["verdict"] != NOT_CHECKABLE]
+    if judged.empty:
+        return t["instead_none"][lang]
+    from ..lab import records
+
+    verdict_words = texts()["verdicts"]
+    items = []
+    for r in judged.itertuples():
+        fix = r.id.removeprefix("lit-").removesuffix("-nowarm")
+        runs = records.recorded(norm=fix, warmup=0)
+        items.append(t["instead_item"][lang].format(fix=fix, k=int((runs["outcome"] == "learned").sum()), n=len(runs),
+                                                     verdict=verdict_words[r.verdict][lang]))
+    decided = [r.id.removeprefix("lit-").removesuffix("-nowarm") for r in judged.itertuples() if r.verdict == REPRODUCED]
+    failed = [r.id.removeprefix("lit-").removesuffix("-nowarm") for r in judged.itertuples()
+              if r.verdict in (NOT_REPRODUCED, "partly")]
+    conclusion = (t["instead_yes"][lang].format(names=", ".join(decided)) if decided else t["instead_open"][lang])
+    if failed:
+        conclusion += t["instead_no"][lang].format(names=", ".join(failed))
+    return t["instead"][lang].format(items="; ".join(items), conclusion=conclusion)
 
 
 def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
