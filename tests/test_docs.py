@@ -53,7 +53,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
     shutil.copytree(DATA, root / "docs" / "gallery" / "data", dirs_exist_ok=True)
-    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference", "docs/reviewer"):  # recorded runs
+    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference", "docs/reviewer", "docs/lab"):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0

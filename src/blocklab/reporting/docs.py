@@ -752,9 +752,9 @@ def update(root: Path, data: Path, check: bool = False) -> list[Path]:
     from . import literature
 
     stale = [data / literature.CLAIMS] if literature.refresh(data, check) else []
-    if (root / "docs" / "gallery" / "lab.md").is_file():  # the gallery's figure of the lab's recorded runs
-        from .lab_docs import gallery_figures
+    from .lab_docs import FIGURE, gallery_figures
 
+    if (root / "docs" / "gallery" / f"{FIGURE}.json").is_file():  # the gallery's figure of the lab's recorded runs
         stale += gallery_figures(data, root, root / "docs" / "gallery", check)
     for page in pages(root):
         text = page.read_text(encoding="utf-8")
