@@ -344,3 +344,61 @@ def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_
     assert answers._instead_text(data, t, "en") == t["instead_none"]["en"]
     data.tables["claims/claims.csv"] = claims[claims["source"] != "literature"]
     assert answers._instead_text(data, t, "en") == ""
+
+
+def _project_with_records(tmp_path, runs):
+    """A project root holding copies of recorded runs under the names given (name -> recorded run copied)."""
+    import shutil
+
+    from blocklab.lab import records
+
+    for name, source in runs.items():
+        shutil.copytree(records.runs_dir() / source, tmp_path / records.RUNS / name)
+    return tmp_path
+
+
+def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_path):
+    import shutil
+
+    from blocklab.reporting import lab_docs
+
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "docs" / "gallery" / "data", data)
+    root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0",
+                                                        "deepnorm-w0-s1": "deepnorm-w0-s0"})
+    table = lab_docs.runs_block(data, root)
+    assert "| deepnorm | 0 | 2 (seeds 0, 0) |" in table  # the seed is the run's own (meta.json), not its folder's name
+    assert "Not recorded yet: admin, b2t, rezero, sandwich." in table
+    assert "| post | 0 | 3 (seeds 0, 1, 2) | never, never, never |" in table
+    claims = pd.read_csv(data / "claims" / "claims.csv", dtype=str, keep_default_na=False)
+    lit = claims["source"] == "literature"
+    claims.loc[lit, "verdict"] = "not reproduced"
+    claims.to_csv(data / "claims" / "claims.csv", index=False)
+    answer = lab_docs.instead_block(data, root)
+    assert "did not start in every recorded seed here" in answer and "deepnorm, admin, b2t, rezero, sandwich" in answer
+    assert "`deepnorm`: 2 of 2 recorded runs learned without warm-up" in answer
+    claims.loc[lit, "verdict"] = "reproduced"
+    claims.to_csv(data / "claims" / "claims.csv", index=False)
+    assert "more often than post-norm: deepnorm, admin" in lab_docs.instead_block(data, root)
+
+
+def test_the_gallerys_lab_figure_is_redrawn_when_a_run_is_recorded(tmp_path):
+    import json
+
+    from blocklab.reporting import lab_docs
+
+    data = ROOT / "docs" / "gallery" / "data"
+    root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0"})
+    out = tmp_path / "gallery"
+    assert lab_docs.gallery_figures(data, root, out, check=True) == [out / "lab_fixes.png", out / "en" / "lab_fixes.png"]
+    assert not out.exists()  # --check draws nothing
+    drawn = lab_docs.gallery_figures(data, root, out)
+    assert all(p.is_file() and p.with_suffix(".json").is_file() for p in drawn)
+    runs = json.loads((out / "lab_fixes.json").read_text())["params"]["runs"]
+    assert "deepnorm-w0-s0" in runs and "post-w0-s0" in runs and "pre-w0-s2" in runs and "post-w400-s0" not in runs
+    assert lab_docs.gallery_figures(data, root, out, check=True) == []
+    _project_with_records(root, {"admin-w0-s0": "admin-w0-s0"})
+    assert len(lab_docs.gallery_figures(data, root, out, check=True)) == 2
+    curves = lab_docs.gallery_curves(data, root)
+    assert set(curves["source"]) == {"lab", "reference"} and set(curves.loc[curves["source"] == "lab", "block"]) == \
+        {"deepnorm", "admin"}
