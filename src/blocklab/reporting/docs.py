@@ -685,6 +685,7 @@ GENERATORS = {
     "dynamics-detectors": dynamics_detectors,
     "lab-runs": lambda data, root: _lab("runs_block", data, root),
     "lab-claims": lambda data, root: _lab("claims_block", data, root),
+    "lab-run-list": lambda data, root: _lab("run_list_block", data, root),
     "answer-11c-instead": lambda data, root: _lab("instead_block", data, root),
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),

@@ -220,3 +220,19 @@ def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi:
         sources = [records.RUNS, *GALLERY_SWEEP[1:]]
         style.save(fig, path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs})
     return stale
+
+
+def run_list_block(data: Path, root: Path) -> str:
+    """docs/lab/README.md: one row a recorded run, with where and by which code it was trained."""
+    lab = records.recorded(root)
+    lines = ["| run | outcome | step learned | step back at chance | final loss | steps | trained on | wall time | commit |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+    for r in lab.itertuples():
+        meta = records.meta_of(r.run, root)
+        commit = (meta.get("code", {}).get("git_commit") or "")[:10]
+        lines.append(f"| {r.run} | {r.outcome} | {_steps([r.step_learned])} | {_steps([r.step_collapsed])} | "
+                     f"{'—' if not math.isfinite(r.final_loss) else f'{r.final_loss:.4g}'} | {r.steps} | {r.cpu} | "
+                     f"{r.wall_time_s / 3600:.2f} h | `{commit}` |")
+    if lab.empty:
+        lines.append("| (none recorded yet) | | | | | | | | |")
+    return "\n".join(lines) + "\n\n" + _note(records.RUNS)
