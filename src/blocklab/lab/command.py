@@ -146,7 +146,11 @@ def register_jobs(subparsers) -> None:
     one.set_defaults(func=_job_run_builtin)
     rec = subparsers.add_parser("record", help="record finished runs in git (loss.csv, meta.json) and write STATUS.md")
     rec.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<norm>-w<warmup>-s<seed>)")
-    rec.add_argument("--to", required=True, type=Path, help="e.g. docs/lab")
+    from .records import RUNS
+
+    rec.add_argument("--to", default=Path(RUNS).parent, type=Path,
+                     help=f"the folder whose runs/ receives them (default: {Path(RUNS).parent}, where lab.records.RUNS "
+                     "reads them)")
     rec.set_defaults(func=_job_record)
 
 
