@@ -57,8 +57,8 @@ def refreshed(data: Path) -> tuple[str, str]:
 def refresh(data: Path, check: bool = False) -> bool:
     """Whether the gallery's literature rows differed from the recorded runs; rewritten unless ``check``."""
     data = Path(data)
-    if not (data / CLAIMS).is_file():
-        return False
+    if not (data / CLAIMS).is_file() or not (data / "params.yaml").is_file():
+        return False  # not a run's snapshot (no claims table, or not the parameters to judge it with)
     now, should = refreshed(data)
     if now == should:
         return False
