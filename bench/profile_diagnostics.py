@@ -44,7 +44,7 @@ def instrument(diag):
     for moment in ("before_update", "after_update", "_forward_metrics"):
         if hasattr(diag.Recorder, moment):
             setattr(diag.Recorder, moment, labelled(getattr(diag.Recorder, moment), f"diag-moment:{moment}"))
-    for helper in ("_attention_stats", "_attention_from", "_causal_entropy"):
+    for helper in ("_attention_stats", "_attention_from", "_causal_entropy", "_causal_stats"):
         if hasattr(diag, helper):
             setattr(diag, helper, labelled(getattr(diag, helper), f"diag-helper:{helper}"))
 

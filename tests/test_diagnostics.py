@@ -173,6 +173,31 @@ def test_attention_metrics_on_a_hand_made_uniform_attention():
     assert got["output_logit_max"] == pytest.approx(logits.max().item(), rel=1e-6)
 
 
+@pytest.mark.parametrize("time_", [2, 8, 63, 64])
+def test_the_attention_entropy_from_row_maxima_equals_entr_in_float64(time_):
+    """_causal_stats takes one log a row (the row's largest score and weight) and reads rows through an overlapping
+    view: against entr of the weights in float64 and amax row by row, from uniform to nearly one-hot rows, in every
+    head (row 0 of each head is the view's special case), contiguous or not; a NaN score stays NaN."""
+    from blocklab.training.diagnostics import _causal_stats, _row_max
+
+    gen = torch.Generator().manual_seed(time_)
+    mask = torch.full((time_, time_), float("-inf")).triu_(1)
+    for scale in (0.0, 1.0, 30.0, 300.0):
+        q, k = torch.randn(12, time_, 8, generator=gen) * scale, torch.randn(12, time_, 8, generator=gen)
+        scores = torch.baddbmm(mask, q, k.transpose(-1, -2), alpha=8**-0.5)
+        probs = scores.softmax(-1)
+        assert torch.equal(_row_max(scores), scores.amax(-1).flatten())
+        assert torch.equal(_row_max(probs), probs.amax(-1).flatten())
+        for s, p in ((scores, probs), (scores.view(3, 4, time_, time_), probs.view(3, 4, time_, time_)),
+                     (scores[::2], probs[::2])):
+            entropy, largest = _causal_stats(s, p)
+            want = torch.special.entr(p.double()).sum(-1).mean().item()
+            assert entropy.item() == pytest.approx(want, rel=1e-6, abs=1e-12)
+            assert largest.item() == s.max().item()
+    scores[5, time_ - 1, 0] = float("nan")
+    assert all(math.isnan(x.item()) for x in _causal_stats(scores, scores.softmax(-1)))
+
+
 def test_diagnostics_survive_a_resume(tmp_path):
     params = _tiny(steps=40)
     params["sweep"]["checkpoint_every"] = 10

@@ -5,7 +5,7 @@ What may differ, and why: every metric but the two attention ones is computed wi
 (per tensor, then per block, in the same order), so it is equal to the last bit. The attention entropy and largest logit
 are now read from the step's own scores and weights (``ShortCausalAttention.observe``), where before they were recomputed
 from the sub-layer's input with separate q and k projections: the same quantities with other float32 rounding (the
-fused q/k/v product, the entropy summed over the causal triangle in another order), observed within 3.4e-7 relative
+fused q/k/v product, the entropy with one log a row: ``_causal_stats``), observed within 3.4e-7 relative
 here; the tests allow 1e-6. The snapshots in git store float16 (about 3 significant digits), so such a difference
 changes a stored value only where it sits on a float16 rounding boundary.
 

@@ -307,7 +307,60 @@ def bench_latest(data: Path, root: Path) -> str:
         lines += ["", "bf16 vs the fp32 fast path: " + " / ".join(f"{b[k]:.2f}×" for k in ("window", "projected", "steady"))
                   + f"; the fast lane reaches {record['fraction_of_peak']:.0%} of the machine's fp32 matmul peak "
                   f"({record['matmul_peak_gflops']:.0f} GFLOPS). Code: commit `{record['code']['git_commit'][:10]}`."]
+    if record.get("diagnostics_overhead"):
+        lines += ["", "Every diagnostic at every step (the diagnostics lane) vs the fast lane: "
+                  + _overhead(record["diagnostics_overhead"]) + " (issue 49's budget: +5 % steady)."]
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
+
+
+def _overhead(shares: dict) -> str:
+    return ", ".join(f"{shares[k]:+.1%} {k}" for k in ("window", "projected", "steady")).replace("%", " %")
+
+
+# bench/ab_diagnostics.py's summary lines: its settings, and under "-- CPU time" each overhead and the ratio
+AB_SETTINGS = re.compile(r"^batch (\d+), one thread, (\d+) rounds; before = (\w+); load average ([\d.]+)", re.M)
+AB_OVERHEAD = re.compile(r"^\s*(before|now) overhead over fast: ([+-][\d.]+%) \(quartiles ([+-][\d.]+%) / "
+                         r"([+-][\d.]+%)", re.M)
+AB_RATIO = re.compile(r"^before / now: ([\d.]+)x \(quartiles ([\d.]+) / ([\d.]+)\)", re.M)
+
+
+def diagnostics_cost(data: Path, root: Path) -> str:
+    """Issue 49's measured cost of recording every diagnostic at every step: each recorded `blocklab bench` run with
+    a diagnostics lane (its overhead over the fast lane), and each same-process A/B of `bench/ab_diagnostics.py`
+    (the thread's CPU time: median of the rounds' ratios, quartiles)."""
+    measured = root / "bench" / "measured"
+    lines, sources = [], []
+    runs = [p for p in sorted(measured.glob("*.json"))
+            if json.loads(p.read_text(encoding="utf-8")).get("diagnostics_overhead")]
+    if runs:
+        lines += ["| `blocklab bench` run | code | load average at start | machine | diagnostics overhead vs fast |",
+                  "| --- | --- | --- | --- | --- |"]
+        for path in runs:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            machine = record["machine"]
+            lines.append(f"| `{path.name}` | `{record['code']['git_commit'][:7]}` | "
+                         f"{machine['loadavg_at_start'][0]:.2f} | {machine.get('cpu_model')}, {machine.get('cores')} "
+                         f"cores | {_overhead(record['diagnostics_overhead'])} |")
+            sources.append(path.relative_to(root).as_posix())
+        lines.append("")
+    number = lambda p: int(re.sub(r"\D", "", p.stem) or 0)  # noqa: E731
+    ab = sorted(measured.glob("ab-diagnostics-*.txt"), key=number)
+    if ab:
+        lines += ["| A/B output | before | rounds, batch | load average at end | before's overhead (quartiles) | "
+                  "now's overhead (quartiles) | before / now |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for path in ab:
+            text = path.read_text(encoding="utf-8")
+            cpu = text[text.index("-- CPU time"):]
+            batch, rounds, rev, load = AB_SETTINGS.search(text).groups()
+            over = {m[0]: f"{m[1]} ({m[2]} / {m[3]})".replace("%", " %") for m in AB_OVERHEAD.findall(cpu)}
+            ratio = AB_RATIO.search(cpu).groups()
+            lines.append(f"| `{path.name}` | `{rev}` | {rounds}, {batch} | {float(load):.1f} | {over['before']} | "
+                         f"{over['now']} | {ratio[0]}× ({ratio[1]} / {ratio[2]}) |")
+            sources.append(path.relative_to(root).as_posix())
+        lines.append("")
+    if not lines:
+        return "No measurement of the diagnostics' cost is recorded in `bench/measured/`.\n"
+    return "\n".join(lines) + "\n" + _note(*sources)
 
 
 def _dynamics_snapshots(root: Path) -> list[Path]:
@@ -678,6 +731,7 @@ GENERATORS = {
     "sensitivity-depth-lr": sensitivity_depth_lr,
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
+    "diagnostics-cost": diagnostics_cost,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
     "dynamics-summary": dynamics_summary,
