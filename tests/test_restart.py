@@ -117,3 +117,18 @@ def test_resume_first_is_the_priority_of_a_job_whose_checkpoint_is_on_disk(tmp_p
     assert priority({"norm": "post", "seed": "0"}) == 0
     group = resume_first("runs/{norm}-s0/checkpoint.pt", "runs/{norm}-s1/checkpoint.pt")  # a batched job: any run
     assert group({"norm": "pre"}) == RESUME_PRIORITY and group({"norm": "post"}) == 0
+
+
+def test_every_lab_job_appends_what_it_prints_to_its_log():
+    """workflow/rules/lab.smk's jobs log like the pipeline's rule families: a `log:` each, appended to (tee -ia), a
+    run's beside its files."""
+    text = (Path(__file__).resolve().parents[1] / "workflow" / "rules" / "lab.smk").read_text(encoding="utf-8")
+    rules = re.split(r"^rule ", text, flags=re.M)[1:]
+    assert {r.split(":")[0] for r in rules} == {"lab_all", "lab_run", "lab_gradnorm", "lab_report"}
+    for rule in rules:
+        name = rule.split(":")[0]
+        if "shell:" not in rule:
+            continue
+        assert re.search(r"^    log:\n\s+\"[^\"]+\.log\"", rule, re.M), f"rule {name} has no log"
+        assert rule.rstrip().endswith('| tee -ia {log} >&2"'), f"rule {name} does not append to its log"
+    assert '"runs/w{warmup}-s{seed}/train.log"' in text
