@@ -132,3 +132,11 @@ def test_every_lab_job_appends_what_it_prints_to_its_log():
         assert re.search(r"^    log:\n\s+\"[^\"]+\.log\"", rule, re.M), f"rule {name} has no log"
         assert rule.rstrip().endswith('| tee -ia {log} >&2"'), f"rule {name} does not append to its log"
     assert '"runs/w{warmup}-s{seed}/train.log"' in text
+
+
+def test_chromium_runs_without_its_sandbox_only_as_root():
+    from blocklab.reporting import browser
+
+    assert "--no-sandbox" not in browser.FLAGS
+    assert browser.sandbox_flags(uid=0) == ["--no-sandbox"]
+    assert browser.sandbox_flags(uid=1000) == []
