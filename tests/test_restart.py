@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from blocklab.pipeline import RESUME_PRIORITY, kept_line, resume_first
 from blocklab.smoke import make_scratch_project
 
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 VENV = Path(sys.prefix)
 
@@ -140,3 +142,68 @@ def test_chromium_runs_without_its_sandbox_only_as_root():
     assert "--no-sandbox" not in browser.FLAGS
     assert browser.sandbox_flags(uid=0) == ["--no-sandbox"]
     assert browser.sandbox_flags(uid=1000) == []
+
+
+KILLED_RENDER = r"""
+import os, signal, sys
+from pathlib import Path
+import papermill
+from blocklab.reporting import report
+
+def execute_notebook(notebook, output_path, **kwargs):  # papermill has written part of the executed notebook: SIGKILL
+    Path(output_path).write_text('{"cells": [', encoding="utf-8")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+papermill.execute_notebook = execute_notebook
+report.check_table = lambda path: None
+report.run_notebook("params.yaml", "analysis.ipynb", "reports/analysis.ipynb", "reports/analysis.html", "figs")
+"""
+
+
+def test_a_render_killed_by_sigkill_leaves_nothing_in_reports(tmp_path):
+    """papermill writes the executed notebook for minutes: not beside the report (a SIGKILL left it there, and DVC
+    recorded it with reports/) but in a scratch folder of the system's temporary directory."""
+    from blocklab.pipeline import FIGURES
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", tmp_path / "params.yaml")
+    (tmp_path / "analysis.ipynb").write_text("{}", encoding="utf-8")
+    for source in {s for sources in FIGURES.values() for s in sources}:
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_text("x\n", encoding="utf-8")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, "-c", KILLED_RENDER], cwd=tmp_path, capture_output=True, text=True,
+                          env={**env_for(ROOT), "TMPDIR": str(scratch)})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert not any((tmp_path / "reports").rglob("*")), sorted((tmp_path / "reports").rglob("*"))
+    left = sorted(scratch.rglob("*"))  # what the kill left is in the temporary directory, nowhere else
+    assert left and left[0].name.startswith("blocklab-render-"), left
+
+
+def test_temporary_files_a_kill_left_are_never_recorded_and_removed_at_the_next_start(tmp_path, monkeypatch):
+    import pathspec
+
+    from blocklab.io import TEMP_NAME, atomic_path
+    from blocklab.pipeline import hold_run_lock
+
+    monkeypatch.chdir(tmp_path)
+    names = []
+    for final in ("reports/analysis.ipynb", "figs/loss_curves.png", "data/sweep/summary.csv", "data/sweep/runs/x/checkpoint.pt"):
+        with pytest.raises(RuntimeError), atomic_path(final) as tmp:
+            names.append(tmp)
+            raise RuntimeError  # a failed write removes its temporary file; a SIGKILL would not: make one by hand
+        tmp.write_bytes(b"half")
+        os.utime(tmp, (time.time() - 3600,) * 2)
+    fresh = Path("data/sweep/.losses.csv.abcd1234.tmp.csv")  # a write in progress, by a command started by hand
+    fresh.write_bytes(b"")
+    assert all(TEMP_NAME.match(n.name) for n in [*names, fresh])
+    # DVC never records one with the directory it tracks
+    ignored = pathspec.PathSpec.from_lines("gitignore", (ROOT / ".dvcignore").read_text().splitlines())
+    assert all(ignored.match_file(str(n)) for n in names)
+    assert not ignored.match_file("reports/analysis.ipynb") and not ignored.match_file("data/sweep/summary.csv")
+    # the next start, no run of the directory alive, removes them (not the fresh one, nor anything else)
+    Path("reports/analysis.html").write_text("kept")
+    said = []
+    hold_run_lock(log=said.append)
+    assert not any(n.exists() for n in names) and fresh.exists() and Path("reports/analysis.html").exists()
+    assert said and f"removed {len(names)} temporary file(s)" in said[-1], said

@@ -176,6 +176,7 @@ def resume_first(*checkpoints: str):
 # .snakemake/locks/ is stale. If it cannot, another run is live: the locks stay, and Snakemake refuses (or, for
 # targets that do not overlap, runs) exactly as it would without this.
 RUN_LOCK = ".snakemake/blocklab-run.lock"
+OUTPUT_DIRS = ("data", "figs", "reports", "logs")  # where the pipeline writes (dvc.yaml's outs, and logs/)
 _held_run_locks: list = []  # the open lock files; never closed: the kernel releases them when the process ends
 
 
@@ -205,6 +206,12 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
         for stale in sorted((dot / "locks").glob("*.lock")):
             stale.unlink(missing_ok=True)
             removed.append(str(stale))
+        # and the temporary files of writes it was killed in (a file being renamed into place, a figure, the report)
+        from .io import remove_stale_temps
+
+        temps = remove_stale_temps(*(Path(workdir) / name for name in OUTPUT_DIRS))
+        if temps and log is not None:
+            log(f"blocklab: removed {len(temps)} temporary file(s) a killed run left: {', '.join(temps)}")
     # Shared from here on (waits only while another starting run holds it exclusively for its few-ms cleanup).
     fcntl.flock(handle, fcntl.LOCK_SH)
     _held_run_locks.append(handle)
