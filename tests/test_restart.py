@@ -97,6 +97,9 @@ def test_ctrl_c_on_make_run_says_in_one_line_what_is_kept_and_how_to_resume(inte
         assert read_checkpoint(project / run / "checkpoint.pt")["step"] == int(step)
         assert f"interrupted; its checkpoint at step {step} of 3000 is kept" in (project / run / "train.log").read_text()
     assert line == kept_line(project)
+    # and at its start, once, the training left with its ETA from the measured step cost
+    etas = [line for line in whole.splitlines() if re.match(r"blocklab: \d+ training run\(s\) left", line)]
+    assert len(etas) == 1 and re.search(r"about \d+:\d\d:\d\d of training at \S+ s a step", etas[0]), etas
 
 
 def test_restart_schedules_the_runs_with_a_checkpoint_first(interrupted):
@@ -207,3 +210,30 @@ def test_temporary_files_a_kill_left_are_never_recorded_and_removed_at_the_next_
     hold_run_lock(log=said.append)
     assert not any(n.exists() for n in names) and fresh.exists() and Path("reports/analysis.html").exists()
     assert said and f"removed {len(names)} temporary file(s)" in said[-1], said
+
+
+def test_pipeline_eta_counts_the_training_left_at_the_measured_step_cost(tmp_path):
+    """Two finished sweep runs measured here (4 s and 6 s for 2 steps: 2.5 s a step, the median), one resumed from
+    its checkpoint (its log at step 1 of 2), two not started: 1 + 2 + 2 = 5 steps on 2 lanes."""
+    import json
+
+    from blocklab.params import load_params
+    from blocklab.status import eta_line, pipeline_eta
+
+    config = load_params(ROOT / "configs" / "tiny.yaml")
+    config["sweep"]["steps"] = 2
+    runs = tmp_path / "data" / "sweep" / "runs"
+    targets = [f"data/sweep/runs/r{i}/meta.json" for i in range(5)]
+    for i, seconds in ((0, 4.0), (1, 6.0)):
+        (runs / f"r{i}").mkdir(parents=True)
+        (runs / f"r{i}" / "meta.json").write_text(json.dumps({"wall_time_s": seconds, "loss_steps": 2}))
+    (runs / "r2").mkdir()
+    (runs / "r2" / "checkpoint.pt").write_bytes(b"")
+    (runs / "r2" / "train.log").write_text("x r2: step 1/2 loss 4.1 lr 1e-3 2.000 s/step ETA 0:00:02\n")
+    eta = pipeline_eta(targets, config, cores=2, root=tmp_path)
+    assert (eta["runs"], eta["steps"], eta["lanes"], eta["step_s"]) == (3, 5, 2, 2.5)
+    assert eta["seconds"] == 5 * 2.5 / 2
+    assert "3 training run(s) left, 5 steps on 2 lane(s): about 0:00:06 of training at 2.5 s a step" in eta_line(eta)
+    # nothing measured here yet: the recorded default run, scaled by the FLOPs of a step (the default: x 1)
+    fresh = pipeline_eta(targets, load_params(ROOT / "params.yaml"), cores=2, root=tmp_path / "fresh")
+    assert fresh["runs"] == 5 and "recorded default run" in fresh["basis"] and "x 1," in fresh["basis"]
