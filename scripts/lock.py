@@ -25,9 +25,10 @@ HEADER = """# Every package the project installs, pinned, with the sha256 of its
 
 
 def pins() -> list[str]:
-    frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], check=True,
+    # --all: setuptools too (torch requires it, and a new venv's own is older); pip itself is the Makefile's PIP_VERSION
+    frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"], check=True,
                             capture_output=True, text=True).stdout.splitlines()
-    return sorted((line for line in frozen if "==" in line and not line.lower().startswith("blocklab")),
+    return sorted((line for line in frozen if "==" in line and not line.lower().startswith(("blocklab==", "pip=="))),
                   key=lambda line: line.lower())
 
 

@@ -307,6 +307,20 @@ def bench_latest(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
 
 
+def suite_timing(data: Path, root: Path) -> str:
+    """The test suite's measured wall times, from the recorded CI runs (bench/measured/ci_suite.csv)."""
+    source = "bench/measured/ci_suite.csv"
+    runs = pd.read_csv(root / source, dtype={"commit": str}, keep_default_na=False)
+    lines = ["| date | commit | what ran | tests | wall time | machine | load | source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs.itertuples(index=False):
+        tests = f"{int(r.passed)} passed, {int(r.skipped)} skipped" if str(r.passed).strip() else "—"
+        minutes, seconds = divmod(round(float(r.wall_s)), 60)
+        lines.append(f"| {r.date} | {f'`{r.commit}`' if r.commit else '—'} | {r.what} | {tests} | "
+                     f"{minutes} min {seconds:02d} s ({float(r.wall_s):.0f} s) | {r.machine} | {r.load} | {r.source} |")
+    return "\n".join(lines) + "\n\n" + _note(source)
+
+
 def _dynamics_snapshots(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / "docs" / "dynamics").glob("*/runs.csv"))
 
@@ -668,6 +682,7 @@ GENERATORS = {
     "sensitivity-depth-lr": sensitivity_depth_lr,
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
+    "suite-timing": suite_timing,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
     "dynamics-summary": dynamics_summary,
