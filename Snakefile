@@ -3,7 +3,7 @@
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <group> <verb>`.
 from blocklab.config import NORM_POSITIONS
-from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_closure, code_files, sweep_batched, sweep_group_files, training_settings
+from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_closure, code_files, resume_first, sweep_batched, sweep_group_files, training_settings
 
 # "Kill it and start it again": a hard kill (SIGKILL, power loss, OOM) leaves .snakemake/locks/ behind. The main
 # process holds an flock for its whole life, taken here, before Snakemake looks at its own locks; if no other run of
@@ -13,6 +13,11 @@ if workflow.is_main_process:
     from blocklab.pipeline import hold_run_lock
 
     hold_run_lock(log=logger.warning)
+
+    # Ctrl-C: one line saying what is kept and the command that resumes, not a traceback per stopped job
+    from blocklab.pipeline import say_interrupt_in_one_line
+
+    say_interrupt_in_one_line()
 
 configfile: "params.yaml"
 check_config(config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
@@ -43,6 +48,11 @@ if workflow.is_main_process:
     from blocklab.pipeline import dry_run, set_aside_damaged_runs
 
     set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
+
+    # once, at the start: the training left and its ETA, from the measured step cost (blocklab.status.pipeline_eta)
+    from blocklab.status import eta_line, pipeline_eta
+
+    logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1)))
 
 PIPELINE_TARGETS = [
     SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,

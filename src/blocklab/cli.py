@@ -147,8 +147,25 @@ def build_parser(words=()) -> argparse.ArgumentParser:
     return parser
 
 
+def _pipeline_says_interrupt() -> bool:
+    """Whether this command is a job of a Snakemake main process that says in one line what a Ctrl-C kept
+    (blocklab.pipeline.say_interrupt_in_one_line): the same Ctrl-C then ends this command without a word of its own."""
+    import os
+
+    return os.environ.get("BLOCKLAB_INTERRUPT_SAID_BY") == str(os.getpgrp())
+
+
+def _exit_quietly(signum, frame):
+    raise SystemExit(130)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    quiet_interrupt = _pipeline_says_interrupt()
+    if quiet_interrupt:  # even while importing (torch takes seconds); training sets its own handler while it trains
+        import signal
+
+        signal.signal(signal.SIGINT, _exit_quietly)
     args = build_parser([a for a in argv if not a.startswith("-")][:2]).parse_args(argv)
     command = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
     from .integrity import DamagedArtifact
@@ -163,7 +180,7 @@ def main(argv=None) -> int:
     except DamagedArtifact as err:  # a finished run or snapshot is not what it recorded: the message says the repair
         return _fail(command, err, 3)
     except KeyboardInterrupt:
-        return _fail(command, "interrupted", 130)
+        return 130 if quiet_interrupt else _fail(command, "interrupted", 130)
     return int(result or 0)
 
 

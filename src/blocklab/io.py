@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -81,6 +82,34 @@ def _error(code: int, message: str) -> OutputError:
     error = OutputError(message)  # one argument: str() is the message alone, without "[Errno N]"
     error.errno = code
     return error
+
+
+# atomic_path's temporary files: ".<name>.<8 random characters>.tmp<suffix>" beside the final name. A SIGKILL in the
+# moment between writing and renaming leaves one behind: .dvcignore keeps DVC from recording it with a directory it
+# tracks, and remove_stale_temps (the pipeline's start, when no run of the directory is alive) removes it.
+TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp(\.[^./]*)?$")
+
+
+def remove_stale_temps(*roots: str | os.PathLike, older_than_s: float = 600.0) -> list[str]:
+    """Remove every atomic_path temporary file under ``roots`` last written over ``older_than_s`` ago (a write in
+    progress, even one of a command started by hand, renames its file within seconds). Returns them."""
+    import time
+
+    removed, now = [], time.time()
+    for root in map(Path, roots):
+        if not root.is_dir():
+            continue
+        for folder, _, files in os.walk(root):
+            for name in files:
+                path = Path(folder) / name
+                try:
+                    stale = TEMP_NAME.match(name) and now - path.stat().st_mtime > older_than_s
+                except OSError:  # renamed or removed meanwhile
+                    continue
+                if stale:
+                    path.unlink(missing_ok=True)
+                    removed.append(str(path))
+    return sorted(removed)
 
 
 @contextlib.contextmanager

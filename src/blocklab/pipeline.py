@@ -5,6 +5,7 @@ The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.y
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -145,6 +146,26 @@ def training_settings(section: dict, *loop_keys: str) -> dict:
             if k not in loop_keys and not (k in IDENTITY_DEFAULTS and v == IDENTITY_DEFAULTS[k])}
 
 
+# ---- on a restart, runs with a checkpoint first ----------------------------------------------------------------------
+# Snakemake starts the ready jobs of highest priority first. A run killed halfway holds a checkpoint (hours of
+# training, perhaps): it resumes before any fresh run starts, so that a restart finishes what was under way instead
+# of leaving it waiting behind the runs not yet begun. The training rules' `priority:` is this function of the job's
+# wildcards, evaluated when the DAG is planned, so it sees the checkpoints on disk at that moment.
+RESUME_PRIORITY = 100  # above every rule's own priority (the probe's 10)
+
+
+def resume_first(*checkpoints: str):
+    """A Snakemake ``priority:`` for a training rule: ``RESUME_PRIORITY`` when one of ``checkpoints`` (patterns in
+    the rule's wildcards, e.g. ``data/sweep/runs/{norm}-w{warmup}-s{seed}/checkpoint.pt``; a batched job names all
+    its runs') is on disk, else 0."""
+
+    def priority(wildcards) -> int:
+        values = dict(wildcards.items()) if hasattr(wildcards, "items") else dict(wildcards)
+        return RESUME_PRIORITY if any(Path(c.format(**values)).is_file() for c in checkpoints) else 0
+
+    return priority
+
+
 # ---- stale Snakemake locks after a hard kill --------------------------------------------------------------------------
 # Snakemake marks a running directory with files in .snakemake/locks/ and removes them when it ends; a SIGKILL (power
 # loss, OOM killer, closed laptop) leaves them behind, and every later run refuses until `snakemake --unlock`. A lock
@@ -155,6 +176,7 @@ def training_settings(section: dict, *loop_keys: str) -> dict:
 # .snakemake/locks/ is stale. If it cannot, another run is live: the locks stay, and Snakemake refuses (or, for
 # targets that do not overlap, runs) exactly as it would without this.
 RUN_LOCK = ".snakemake/blocklab-run.lock"
+OUTPUT_DIRS = ("data", "figs", "reports", "logs")  # where the pipeline writes (dvc.yaml's outs, and logs/)
 _held_run_locks: list = []  # the open lock files; never closed: the kernel releases them when the process ends
 
 
@@ -184,12 +206,73 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
         for stale in sorted((dot / "locks").glob("*.lock")):
             stale.unlink(missing_ok=True)
             removed.append(str(stale))
+        # and the temporary files of writes it was killed in (a file being renamed into place, a figure, the report)
+        from .io import remove_stale_temps
+
+        temps = remove_stale_temps(*(Path(workdir) / name for name in OUTPUT_DIRS))
+        if temps and log is not None:
+            log(f"blocklab: removed {len(temps)} temporary file(s) a killed run left: {', '.join(temps)}")
     # Shared from here on (waits only while another starting run holds it exclusively for its few-ms cleanup).
     fcntl.flock(handle, fcntl.LOCK_SH)
     _held_run_locks.append(handle)
     if removed and log is not None:
         log(f"blocklab: no run of this directory is alive; removed the Snakemake locks a killed run left: {', '.join(removed)}")
     return removed
+
+
+# ---- Ctrl-C: one line, not Snakemake's tracebacks ------------------------------------------------------------------------
+# Ctrl-C reaches every process of the terminal's foreground group: make, Snakemake and each training job. The jobs
+# finish the step under way, write its checkpoint and exit 130 (blocklab.training.train); Snakemake would then log
+# each of them as a failed job with its traceback, and make add "Error 1". Here Snakemake's main process, on the first
+# SIGINT, silences its own log and stops as Snakemake does (it waits for its jobs), and at exit says in one line what
+# is kept and the command that resumes. The jobs of its process group leave the saying to it (INTERRUPT_ENV); their
+# own line goes to their train.log. A second Ctrl-C stops at once (the last checkpoints stay).
+INTERRUPT_ENV = "BLOCKLAB_INTERRUPT_SAID_BY"
+INTERRUPTED_LINE = re.compile(r"interrupted; its checkpoint at step (\d+) of (\d+) is kept")
+RESUME = "`make run` (or `snakemake --cores N`)"
+
+
+def say_interrupt_in_one_line(root: str | Path = ".", stream=None) -> None:
+    """Called from the Snakefile in Snakemake's main process: Ctrl-C ends in one line (``kept_line``), exit status 1
+    from Snakemake (make: 130, see the Makefile)."""
+    import atexit
+    import logging
+    import os
+    import signal
+    import sys
+
+    os.environ[INTERRUPT_ENV] = str(os.getpgrp())  # inherited by the jobs: "the main process says it"
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        if not interrupted:
+            interrupted.append(True)
+            for name in ("snakemake", "snakemake.logging"):
+                logging.getLogger(name).disabled = True
+        raise KeyboardInterrupt
+
+    def at_exit():
+        if interrupted:
+            print(kept_line(root), file=stream or sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    atexit.register(at_exit)
+
+
+def kept_line(root: str | Path = ".") -> str:
+    """One line: the finished runs and the checkpoints under ROOT/data (each with the step its last interrupt kept,
+    from its train.log), and the command that resumes."""
+    data = Path(root) / "data"
+    finished = sum(1 for _ in data.glob("**/runs/**/meta.json"))
+    kept = []
+    for checkpoint in sorted(data.glob("**/runs/**/checkpoint.pt")):
+        run, log = checkpoint.parent, checkpoint.parent / "train.log"
+        found = INTERRUPTED_LINE.findall(log.read_text(encoding="utf-8", errors="replace")) if log.is_file() else []
+        name = run.relative_to(root).as_posix() if run.is_relative_to(root) else str(run)
+        kept.append(f"{name} at step {found[-1][0]} of {found[-1][1]}" if found else name)
+    checkpoints = f"{len(kept)} checkpoint{'s' * (len(kept) != 1)}" + (f" ({', '.join(kept)})" if kept else "")
+    return (f"blocklab: interrupted; kept {finished} finished run{'s' * (finished != 1)} and {checkpoints}; "
+            f"resume with {RESUME}")
 
 
 # ---- damaged finished runs: set aside, so that the same command trains them again --------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -124,11 +125,102 @@ def format_status(rows: list[dict]) -> str:
     return "\n".join(lines + ["", summary])
 
 
+# ---- the whole pipeline's ETA, said once when Snakemake starts ------------------------------------------------------
+# From the measured step cost: the finished runs of this project (a run's wall time over its loss rows: the same
+# machine and configuration), else the recorded default run of docs/gallery/data (its 12 sweep runs' wall times, two
+# side by side on 2 cores), scaled to this configuration by the floating-point operations of a training step
+# (params.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
+# cores / threads_per_run side by side.
+GALLERY = Path(__file__).resolve().parents[2] / "docs" / "gallery" / "data"
+
+
+def _family_steps(family: str, config: dict) -> int:
+    if family == "reverse_copy":
+        return int(config["reverse_copy"]["steps"])
+    if family == "inference":
+        return int(config["inference"].get("fit_steps", config["sweep"]["steps"]))
+    return int(config["sweep"]["steps"])  # the sweep, and the studies' runs (sweep runs of their cells)
+
+
+def _step_flops(params: dict) -> float:
+    from .params import FLOPS_CEILING, STEP_OVERHEAD_S, training_cost
+
+    return (training_cost(params["copy_model"], params["copy_task"], 1)[1] - STEP_OVERHEAD_S) * FLOPS_CEILING
+
+
+def measured_step_seconds(root: Path, config: dict) -> tuple[float, str] | None:
+    """(seconds a sweep step takes, where that was measured): this project's finished sweep runs (the median), else
+    the recorded default run scaled by the FLOPs of a step; None when neither exists."""
+    import statistics
+
+    import yaml
+
+    per_step = []
+    for meta_path in (root / "data" / "sweep" / "runs").glob("*/meta.json"):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            per_step.append(float(meta["wall_time_s"]) / int(meta["loss_steps"]))
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, UnicodeDecodeError):
+            continue
+    if per_step:
+        return statistics.median(per_step), f"median of the {len(per_step)} finished sweep run(s) here"
+    try:
+        recorded = yaml.safe_load((GALLERY / "params.yaml").read_text(encoding="utf-8"))
+        lines = (GALLERY / "sweep" / "summary.csv").read_text(encoding="utf-8").splitlines()
+        column = lines[0].split(",").index("wall_time_s")
+        seconds = statistics.median(float(line.split(",")[column]) for line in lines[1:])
+        recorded_step = seconds / int(recorded["sweep"]["steps"])
+        scale = _step_flops(config) / _step_flops(recorded)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, statistics.StatisticsError, yaml.YAMLError):
+        return None
+    return (recorded_step * scale, f"the recorded default run's {recorded_step:.2f} s a step (docs/gallery) x "
+            f"{scale:.3g}, this configuration's FLOPs a step against its")
+
+
+def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".") -> dict:
+    """The training left in the DAG's run targets (their meta.json paths): ``runs`` and ``steps`` left, ``lanes``
+    (runs side by side), ``seconds`` (wall time, None without a measurement) and ``basis`` (where the step cost
+    comes from)."""
+    root = Path(root)
+    left, steps = 0, 0
+    for target in run_targets:
+        run_dir = root / Path(target).parent
+        if (run_dir / "meta.json").is_file():
+            continue
+        family = Path(target).parts[1] if len(Path(target).parts) > 1 else "sweep"
+        total = _family_steps(family, config)
+        logged = _last_logged(run_dir / "train.log") if (run_dir / "checkpoint.pt").is_file() and (run_dir / "train.log").is_file() else None
+        left += 1
+        steps += max(0, total - (logged[0] if logged and logged[1] == total else 0))
+    lanes = max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
+    measured = measured_step_seconds(root, config)
+    seconds = None if measured is None else steps * measured[0] / min(lanes, max(left, 1))
+    return {"runs": left, "steps": steps, "lanes": lanes, "seconds": seconds,
+            "step_s": None if measured is None else measured[0], "basis": None if measured is None else measured[1]}
+
+
+def _clock(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def eta_line(eta: dict) -> str:
+    if not eta["runs"]:
+        return "blocklab: no training run left to do; the rest of the pipeline takes minutes"
+    what = f"{eta['runs']} training run(s) left, {eta['steps']:,} steps on {eta['lanes']} lane(s)"
+    if eta["seconds"] is None:
+        return f"blocklab: {what}; no measured step cost yet (the first runs' logs will give their ETA)"
+    return (f"blocklab: {what}: about {_clock(eta['seconds'])} of training at {eta['step_s']:.3g} s a step "
+            f"({eta['basis']}), then minutes for the rest; `blocklab status` shows each run")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("status", help="every run of the pipeline on disk: its state, step and loss",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=Path, default=Path("."), help="the project directory (default: here)")
     p.add_argument("--params", type=Path, default=None, help="its parameters (default: ROOT/params.yaml)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores the pipeline uses, for the sweep's ETA (default: all, as `make run`)")
     p.set_defaults(func=_main)
 
 
@@ -138,6 +230,14 @@ def _main(args) -> int:
                                 "--root (the pipeline writes data/: `make run`, `snakemake --cores 2`)")
     rows = status(args.root, args.params or args.root / "params.yaml")
     print(format_status(rows) if rows else "no training run on disk yet, and no main sweep planned in params.yaml")
+    planned, _ = planned_sweep_runs(args.params or args.root / "params.yaml")
+    if planned:  # the main sweep's training left, at the measured step cost (Snakemake says the whole DAG's at start)
+        import yaml
+
+        config = yaml.safe_load((args.params or args.root / "params.yaml").read_text(encoding="utf-8"))
+        eta = pipeline_eta([f"data/sweep/runs/{name}/meta.json" for name in planned], config, args.cores, args.root)
+        print("main sweep: " + eta_line(eta).removeprefix("blocklab: ").replace("then minutes for the rest; "
+                                                                              "`blocklab status` shows each run", "").rstrip(", "))
     studies = [s for s in STUDIES if (args.root / "data" / s / "plan.csv").is_file()]
     if studies:
         print("Each study's plan, run by run, with its projected time: "

@@ -32,6 +32,7 @@ if sweep_batched(config):
             training=TRAINING,
         log:
             "data/sweep/logs/train-{norm}.log",
+        priority: resume_first(*sweep_group_files(config, "checkpoint.pt"))  # runs with a checkpoint first
         threads: config["threads_per_run"]
         resources:
             mem_mb=8000,
@@ -54,6 +55,7 @@ else:
             training=TRAINING,
         log:
             "data/sweep/runs/{norm}-w{warmup}-s{seed}/train.log",
+        priority: resume_first("data/sweep/runs/{norm}-w{warmup}-s{seed}/checkpoint.pt")  # runs with a checkpoint first
         threads: config["threads_per_run"]
         resources:
             mem_mb=2000,

@@ -54,6 +54,7 @@ rule train_reverse:
         training=training_settings(config["reverse_copy"], "variants", "seeds"),
     log:
         "data/reverse_copy/runs/{variant}-s{seed}/train.log",
+    priority: resume_first("data/reverse_copy/runs/{variant}-s{seed}/checkpoint.pt")  # runs with a checkpoint first
     threads: config["threads_per_run"]
     resources:
         mem_mb=1000,

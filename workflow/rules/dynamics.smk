@@ -32,6 +32,7 @@ rule train_dynamics:
         run=lambda wildcards: dynamics_identity(config, wildcards.cell),
     log:
         "data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/train.log",
+    priority: resume_first("data/dynamics/runs/{cell}/post-w{warmup}-s{seed}/checkpoint.pt")  # runs with a checkpoint first
     threads: config["threads_per_run"]
     resources:
         mem_mb=2000,

@@ -29,6 +29,7 @@ rule train_inference:
         run=lambda wildcards: inference_identity(config, wildcards.cell),
     log:
         "data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/train.log",
+    priority: resume_first("data/inference/runs/{cell}/{norm}-w{warmup}-s{seed}/checkpoint.pt")  # runs with a checkpoint first
     threads: config["threads_per_run"]
     resources:
         mem_mb=2000,

@@ -1,6 +1,7 @@
 # The stability lab (issue 45): document 000's copy-task stress test for any block. Its own small DAG, run by
 # `blocklab lab` in the lab's output folder (snakemake --directory OUT --config spec=spec.json): one job a run
-# (warm-up x seed), the gradient per block at init, then the tables, figure and page. Rules call `blocklab lab-job`.
+# (warm-up x seed), the gradient per block at init, then the tables, figure and page. Rules call `blocklab lab-job`;
+# each job appends what it prints to its log (a run's to runs/<run>/train.log, as the pipeline's training rules do).
 import json
 
 LAB = json.loads(open(config.get("spec", "spec.json"), encoding="utf-8").read())
@@ -22,12 +23,14 @@ rule lab_run:
     wildcard_constraints:
         warmup=r"\d+", seed=r"\d+",
     threads: 1
+    log:
+        "runs/w{warmup}-s{seed}/train.log",
     resources:
         mem_mb=2000,
         runtime=480,
     shell:
         "blocklab lab-job run --spec spec.json --warmup {wildcards.warmup} --seed {wildcards.seed}"
-        " --out-dir runs/w{wildcards.warmup}-s{wildcards.seed} --threads {threads}"
+        " --out-dir runs/w{wildcards.warmup}-s{wildcards.seed} --threads {threads} 2>&1 | tee -ia {log} >&2"
 
 
 rule lab_gradnorm:
@@ -35,8 +38,10 @@ rule lab_gradnorm:
         "spec.json",
     output:
         "gradnorm.csv",
+    log:
+        "logs/gradnorm.log",
     shell:
-        "blocklab lab-job gradnorm --spec spec.json --out {output}"
+        "blocklab lab-job gradnorm --spec spec.json --out {output} 2>&1 | tee -ia {log} >&2"
 
 
 rule lab_report:
@@ -44,5 +49,7 @@ rule lab_report:
         "spec.json", "gradnorm.csv", expand("runs/{run}/meta.json", run=LAB_RUNS),
     output:
         "lab.csv", "rates.csv", "lab.png", "README.md",
+    log:
+        "logs/report.log",
     shell:
-        "blocklab lab-job report --spec spec.json --out ."
+        "blocklab lab-job report --spec spec.json --out . 2>&1 | tee -ia {log} >&2"

@@ -32,6 +32,7 @@ rule train_sensitivity:
         run=lambda wildcards: run_identity(config, wildcards.cell),
     log:
         "data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/train.log",
+    priority: resume_first("data/sensitivity/runs/{cell}/{norm}-w{warmup}-s{seed}/checkpoint.pt")  # runs with a checkpoint first
     threads: config["threads_per_run"]
     resources:
         mem_mb=2000,

@@ -363,6 +363,20 @@ def diagnostics_cost(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n" + _note(*sources)
 
 
+def suite_timing(data: Path, root: Path) -> str:
+    """The test suite's measured wall times, from the recorded CI runs (bench/measured/ci_suite.csv)."""
+    source = "bench/measured/ci_suite.csv"
+    runs = pd.read_csv(root / source, dtype={"commit": str}, keep_default_na=False)
+    lines = ["| date | commit | what ran | tests | wall time | machine | load | source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs.itertuples(index=False):
+        tests = f"{int(r.passed)} passed, {int(r.skipped)} skipped" if str(r.passed).strip() else "—"
+        minutes, seconds = divmod(round(float(r.wall_s)), 60)
+        lines.append(f"| {r.date} | {f'`{r.commit}`' if r.commit else '—'} | {r.what} | {tests} | "
+                     f"{minutes} min {seconds:02d} s ({float(r.wall_s):.0f} s) | {r.machine} | {r.load} | {r.source} |")
+    return "\n".join(lines) + "\n\n" + _note(source)
+
+
 def _dynamics_snapshots(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / "docs" / "dynamics").glob("*/runs.csv"))
 
@@ -732,6 +746,7 @@ GENERATORS = {
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
     "diagnostics-cost": diagnostics_cost,
+    "suite-timing": suite_timing,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
     "dynamics-summary": dynamics_summary,

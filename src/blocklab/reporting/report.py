@@ -13,6 +13,8 @@ import json
 import math
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -529,11 +531,17 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
     parameters = {"params_path": str(Path(params_path).resolve()), "data_dir": str(Path(data).resolve()),
                   "figs_dir": str(Path(figs).resolve()), "lang": lang or params["figures"]["lang"]}
     Path(figs).mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_notebook) as tmp_nb:
+    # papermill writes the executed notebook as it goes, for minutes: into a scratch folder of the system's temporary
+    # directory, removed when the render ends, so that a render killed even by SIGKILL leaves nothing in reports/ (or
+    # in what DVC records of it); the results are then written in a moment each, by atomic_path
+    with tempfile.TemporaryDirectory(prefix="blocklab-render-") as scratch:
+        executed = Path(scratch) / Path(out_notebook).name
         papermill.execute_notebook(
-            notebook, str(tmp_nb), parameters=parameters, kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
+            notebook, str(executed), parameters=parameters, kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
         )
-        body = export_html(tmp_nb)
+        body = export_html(executed)
+        with atomic_path(out_notebook) as tmp_nb:
+            shutil.copyfile(executed, tmp_nb)
         with atomic_path(out_html) as tmp_html:
             tmp_html.write_text(body, encoding="utf-8")
 

@@ -193,8 +193,8 @@ def train(
             _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics,
                              identity)
             kept = f"its checkpoint at step {step} of {steps} is kept ({checkpoint})"
-        print(f"{desc}: interrupted; {kept}; resume with the same command (`snakemake --cores N` or `dvc repro`)",
-              file=sys.stderr, flush=True)
+        said = f"{desc}: interrupted; {kept}; resume with the same command (`snakemake --cores N` or `dvc repro`)"
+        _say_interrupted(said, Path(checkpoint).parent / "train.log" if checkpoint is not None else None)
 
     for step in _steps_until_interrupted(start, steps, on_interrupt):
         rate = lr * warmup_factor(step, warmup)
@@ -222,6 +222,21 @@ def train(
     progress.close()
     result.seconds = time.perf_counter() - began
     return result
+
+
+# Snakemake's main process (blocklab.pipeline.say_interrupt_in_one_line) sets this to its process group: the jobs of
+# that group, stopped by the same Ctrl-C, leave the terminal to its one line and write theirs into their train.log.
+INTERRUPT_ENV = "BLOCKLAB_INTERRUPT_SAID_BY"
+
+
+def _say_interrupted(line: str, log: Path | None) -> None:
+    import os
+
+    if os.environ.get(INTERRUPT_ENV) == str(os.getpgrp()) and log is not None and log.is_file():
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        return
+    print(line, file=sys.stderr, flush=True)
 
 
 class _Progress:
