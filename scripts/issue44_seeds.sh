@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue 44, point 5: the extra seeds the claims table says would decide a claim, where a seed is cheap
-# (docs/cost.md#issue-44-extra-seeds: the plan, written before these runs). Two lanes at nice 15 beside the lab's runs:
-#   scripts/issue44_seeds.sh a   # reverse copy seeds 3-5 (all variants, and 0-2 again: bit-identity with the gallery),
+# (docs/extra-seeds/cost.md: the plan, written before these runs). Two lanes at nice 15 beside the lab's runs:
+#   scripts/issue44_seeds.sh a   # reverse copy seeds 3-7 (all variants, and 0-2 again: bit-identity with the gallery),
 #                                # activation norms at init seed 3, then depth x lr seed 1, stratum lr 3e-3 no warm-up
 #   scripts/issue44_seeds.sh b   # depth x lr seed 1, stratum lr 3e-3 warm-up 400, then lr 1e-3 no warm-up
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
 # (the study's own `blocklab sensitivity train`). Each finished depth run is recorded in git at once (the study's own
-# `blocklab sensitivity snapshot`, into $SNAPSHOT, which params.yaml's sensitivity.from_snapshots names).
+# `blocklab sensitivity snapshot`, into $SNAPSHOT; params.yaml's sensitivity.from_snapshots names it, and
+# depth_lr.seeds gets 1, once every run of seed 1 is there: params.yaml refuses a snapshot that lacks planned runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SNAPSHOT=docs/sensitivity/depth_lr-s1   # the one place this path is written in the script
@@ -47,7 +48,7 @@ depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths),
 }
 
 reverse_copy() {
-  for seed in 0 1 2 3 4 5; do
+  for seed in 0 1 2 3 4 5 6 7; do
     for variant in classic rmsnorm swiglu rope modern; do
       local dir="data/reverse_copy/runs/${variant}-s${seed}"
       finished "$dir" && continue
@@ -59,10 +60,11 @@ reverse_copy() {
 }
 
 case "${1:-}" in
+  rc) reverse_copy ;;   # the reverse copy alone (seeds 6-7 were added after the 6-seed table asked 7 and 8 per arm)
   a) reverse_copy
      $NICE blocklab exp activation-norms --params "$PARAMS" --out data/activation_norms/norms.csv
      depth_stratum 0.003 0 ;;
   b) depth_stratum 0.003 400
      depth_stratum 0.001 0 ;;
-  *) echo "usage: $0 a|b" >&2; exit 2 ;;
+  *) echo "usage: $0 a|b|rc" >&2; exit 2 ;;
 esac
