@@ -102,7 +102,9 @@ def test_gradnorm_trend_is_judged_on_the_seeds_ratios(tmp_path, document_params,
     kind, judged = claims.judge_claim(claim, measures)
     trend_verdict = verdicts.judge_part(claim["parts"][0], measures[0]["measure"]).verdict
     assert kind == "trend + value" and trend_verdict == verdict, judged.margin
-    assert (judged.seeds_to_decide is not None) == (judged.verdict == claims.INCONCLUSIVE)
+    # seeds to decide wherever the rates are below 0.8 (issue 44: a † verdict too), never where both are 0.8
+    low = judged.p_reproduced_if_true is not None and min(judged.p_reproduced_if_true, judged.p_rejected_if_off) < 0.8
+    assert (judged.seeds_to_decide is not None or "no count up to" in judged.margin) == low
 
 
 def test_the_training_gradient_trend_reads_the_step_itself_as_the_figure_does(tmp_path, document_params):
@@ -647,6 +649,48 @@ def test_the_gallerys_claims_carry_both_error_rates_and_every_decided_low_one_sa
         if row.verdict in (claims.REPRODUCED, claims.NOT_REPRODUCED, claims.PARTLY) and pd.notna(row.p_rejected_if_off):
             if min(row.p_reproduced_if_true, row.p_rejected_if_off) < 0.8:
                 assert "the verdict stands" in row.margin or "stands" in row.margin, row.id
+        if pd.notna(row.p_rejected_if_off) and min(row.p_reproduced_if_true, row.p_rejected_if_off) < 0.8:
+            # below 0.8, decided (†) or not: the seeds that would bring both to 0.8, or that none up to the cap does
+            assert pd.notna(row.seeds_to_decide) or "no count up to 64 seeds" in row.margin, row.id
     random = shipped[shipped["id"].isin(["d000-post-warm-step100", "d000-pre-nowarm-final", "d004-swiglu-ppl",
                                          "d000-xiong-output-gradient-training", "d000-post-warm-collapse-rate"])]
     assert random["p_reproduced_if_true"].notna().all() and random["p_rejected_if_off"].notna().all()
+
+
+def test_seeds_to_decide_is_the_closed_form_power_count_and_none_where_no_count_reaches_it():
+    """seeds_to_decide (issue 44): the least seed count at which both simulated rates reach 0.8. "Every run" measured
+    on 2 runs: true, every run does it (reproduced always); off, half do: rejected with probability 1 - 0.5^n, which
+    first reaches 0.8 at n = ceil(ln 0.2 / ln 0.5) = 3. A rate against the document's 1 of 3: off, the rate is 0.83;
+    however many runs we add, Fisher's test against the document's own three runs tends to P(at most 1 of 3 | 0.83)
+    = 0.074 > 0.05, so the rule can never reject at 0.8: no count up to the cap."""
+    from blocklab.reporting import errors
+
+    every = {"kind": "count", "count": 3, "of": 3, "scope": "every seed"}
+    closed = math.ceil(math.log(1 - errors.POWER) / math.log(0.5))
+    assert closed == 3
+    assert errors.claim_seeds([every], [{"k": 2, "n": 2}], ["t"]) == closed
+    assert errors.claim_seeds([every], [{"k": 1, "n": 1}], ["t"]) == closed  # from one run too
+    rate = {"kind": "count", "count": 1, "of": 3}
+    limit = stats.binom.cdf(1, 3, 1 / 3 + 0.5)
+    assert limit > verdicts.ALPHA
+    assert errors.claim_seeds([rate], [{"k": 2, "n": 9}], ["t"]) is None
+    at_cap = errors.rates_at([rate], [{"k": 2, "n": 9}], ["t"], errors.SEARCH_CAP)
+    assert at_cap[1] < errors.POWER  # the off world is still not rejected 0.8 of the time at the cap
+
+
+def test_a_decided_claim_below_0_8_names_its_seeds_to_decide_in_the_table():
+    """A decided verdict whose rates are below 0.8 (a † row) carries seeds_to_decide too, from the same simulation, and
+    says so in its margin, as an inconclusive one does; a claim whose rates are both 0.8 has none. "Every run" on 2
+    runs: one run that does not do it is a rejection that stands (it is never said of a true statement) with
+    p_rejected_if_off 0.75; both runs doing it would be "reproduced" of an off truth 0.25 of the time: inconclusive."""
+    claim = {"id": "t-every", "check": "none", "kind": "count", "count": 3, "of": 3, "scope": "every seed"}
+    judge = lambda k, n: claims.judge_claim(claim, [{"measure_kind": "count", "label": "",  # noqa: E731
+                                                     "measure": {"k": k, "n": n}}])[1]
+    dagger = judge(1, 2)
+    assert dagger.verdict == claims.NOT_REPRODUCED and dagger.p_rejected_if_off < 0.8
+    assert dagger.seeds_to_decide == 3 and "3 seeds per arm would bring both error rates to 0.8" in dagger.margin
+    gated = judge(2, 2)
+    assert gated.verdict == claims.INCONCLUSIVE and gated.seeds_to_decide == 3
+    decided = judge(5, 5)
+    assert decided.verdict == claims.REPRODUCED and min(decided.p_reproduced_if_true, decided.p_rejected_if_off) >= 0.8
+    assert decided.seeds_to_decide is None and "seeds to decide" not in decided.margin

@@ -373,3 +373,23 @@ def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tm
     changed = docs.answer_11c(tmp_path, ROOT)
     assert "only post-norm failed" not in changed and "no conclusion about post-norm as such" in changed
     assert "**not reproduced** ([`p11c-post-norm-warm-fails`]" in changed
+
+
+def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_quotes_the_same():
+    """Issue 44: the report's detector rates come from the gallery's data alone (``answers.detector_table``: the
+    pipeline's detectors.csv, or the gallery's aggregated dynamics tables), and docs/dynamics.md's generated block,
+    which also reads the snapshots in docs/dynamics/, states the same hits, windows, false alarms and intervals."""
+    from blocklab.reporting import answers, claims
+    from blocklab.studies.checks import load_params
+
+    keys = ["detector", "resolution"]
+    numbers = ["events", "events_evaluable", "hits", "hit_low", "hit_high", "windows", "false_alarms", "fa_low",
+               "fa_high", "runs_with_fa", "runs"]
+    report = answers.detector_table(claims.Data(DATA, load_params(DATA / "params.yaml")))
+    page = docs._detector_tables(DATA, ROOT)["detectors"]
+    assert not report.empty
+    shared = [c for c in numbers if c in report.columns and c in page.columns]
+    assert {"hits", "windows", "false_alarms", "fa_high"} <= set(shared)
+    got = report.set_index(keys)[shared].sort_index()
+    want = page.set_index(keys)[shared].sort_index()
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)

@@ -9,6 +9,7 @@ that was not followed to the end). claims.yaml is validated when it is loaded, b
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from importlib import resources
@@ -847,8 +848,19 @@ def judge_claim(claim: dict, measures: list[dict], error_rates: bool = True) -> 
         judged, rates, _ = errors.gate(part_words, measure, judged, f"{claim['id']}|{i}")
         return judged, rates
 
-    return verdicts.judge_parts(words, [m["measure"] for m in measures], [m["label"] for m in measures],
-                                gate=gate if error_rates else None)
+    kinds, judged = verdicts.judge_parts(words, [m["measure"] for m in measures], [m["label"] for m in measures],
+                                         gate=gate if error_rates else None)
+    rates = (judged.p_reproduced_if_true, judged.p_rejected_if_off)
+    if not error_rates or rates[0] is None or min(rates) >= errors.POWER:
+        return kinds, judged
+    # Both rates are not yet 0.8 (an inconclusive verdict, or a decided one marked †): the seeds per arm at which
+    # they would be, by the same simulation at the measured spread, for every kind alike (issue 44).
+    seeds = errors.claim_seeds(words, [m["measure"] for m in measures],
+                               [f"{claim['id']}|{i}" for i in range(len(words))])
+    said = (f"{seeds} seeds per arm would bring both error rates to 0.8" if seeds is not None else
+            f"no count up to {errors.SEARCH_CAP} seeds per arm brings both error rates to 0.8")
+    return kinds, dataclasses.replace(judged, margin=f"{judged.margin}; seeds to decide (simulated at the measured "
+                                      f"spread): {said}", seeds_to_decide=seeds)
 
 
 def evaluate(data_root: str | Path, params: dict) -> pd.DataFrame:

@@ -35,9 +35,11 @@ from . import verdicts
 from .verdicts import INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, rounding
 
 SIMULATIONS = 1000  # synthetic measurements per world and part (the rates' standard error is at most 0.016)
-SEARCH_SIMULATIONS = 300  # per seed count while searching the seeds that would reach POWER
+SEARCH_SIMULATIONS = 1000  # per seed count while searching the seeds that would reach POWER (as SIMULATIONS: the
+# search's answer must not hinge on its own noise; a closed form checks it, tests/test_claims.py)
 POWER = 0.8
 SEED_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+SEARCH_CAP = 64  # seeds_to_decide searches no further: beyond it the table says "more than 64"
 Z99 = 2.3263  # the 99th percentile of the normal: "every run" read as 99 % of runs
 
 # The smallest difference the claim's words make meaningful, per kind: the 'off' world (docs/doc000.md#claims).
@@ -267,17 +269,47 @@ def part_rates(words: dict, measure: dict, key: str) -> tuple[Rates, list[str] |
                  false_reject=float(np.mean([v == NOT_REPRODUCED for v in true]))), true
 
 
+def candidates(now: int) -> list[int]:
+    """The seed counts searched above ``now``: every count up to 16, then SEED_GRID's (20, 24, 32, 48, 64): the least
+    count where it is small (where a seed costs most), the grid beyond. SEARCH_CAP is the last."""
+    return [n for n in sorted({*range(2, 17), *SEED_GRID}) if now < n <= SEARCH_CAP]
+
+
 def seeds_needed(words: dict, measure: dict, key: str, now: int) -> int | None:
-    """The least seed count (of SEED_GRID, above ``now``) at which both rates reach POWER at the measured spread;
-    None beyond the grid."""
-    for n in SEED_GRID:
-        if n <= now:
+    """The least seed count (of ``candidates``, above ``now``) at which both rates of one part reach POWER at the
+    measured spread; None: no count up to SEARCH_CAP does."""
+    return claim_seeds([words], [measure], [key], now)
+
+
+def rates_at(words_list, measures, keys, n: int | None, sims: int = SIMULATIONS) -> tuple[float, float] | None:
+    """A claim's two rates with every random part simulated at ``n`` seeds per arm (None: the measured counts):
+    p_reproduced_if_true the product of its parts', p_rejected_if_off the weakest part's (as ``judge_parts``
+    combines them). None when no part is a random quantity with a spread."""
+    p_true, p_off = [], []
+    for words, measure, key in zip(words_list, measures, keys):
+        got, _ = _rates(words, measure, key, n, sims)
+        if got is None:
             continue
-        got, _ = _rates(words, measure, key, n, SEARCH_SIMULATIONS)
+        true, wrong = got
+        p_true.append(float(np.mean([v == REPRODUCED for v in true])))
+        p_off.append(float(np.mean([v == NOT_REPRODUCED for v in wrong])))
+    if not p_true:
+        return None
+    return float(np.prod(p_true)), min(p_off)
+
+
+def claim_seeds(words_list, measures, keys, now: int | None = None, sims: int = SEARCH_SIMULATIONS) -> int | None:
+    """seeds_to_decide: the least seed count per arm (of ``candidates``, above ``now``: default the most any random
+    part measured) at which the claim's two rates both reach POWER, every random part simulated at that count with
+    its measured spread, by the same rule and worlds as the rates at the measured count. None: no count up to
+    SEARCH_CAP does (or nothing to simulate)."""
+    if now is None:
+        now = max([seeds_of(w, m) for w, m in zip(words_list, measures) if worlds(w, m)[0] is not None] or [0])
+    for n in candidates(now):
+        got = rates_at(words_list, measures, keys, n, sims)
         if got is None:
             return None
-        true, wrong = got
-        if np.mean([v == REPRODUCED for v in true]) >= POWER and np.mean([v == NOT_REPRODUCED for v in wrong]) >= POWER:
+        if min(got) >= POWER:
             return n
     return None
 

@@ -455,27 +455,34 @@ def sign_trend(direction: str, differences, per_seed: int = 1, what: str = "diff
     return Judged(verdict, rule, shown, seeds)
 
 
+def _row_distribution(row: tuple) -> tuple[int, np.ndarray]:
+    """One stratum's S = sum_j rank_j * x_pi(j) over the permutations pi of its values: (the least S, the
+    probability of each S from it on)."""
+    from itertools import permutations
+
+    ranks = np.arange(1, len(row) + 1)
+    sums = [int(round(float(np.dot(ranks, perm)))) for perm in permutations(row)]
+    low = min(sums)
+    probs = np.bincount(np.asarray(sums) - low).astype(float) / len(sums)
+    return low, probs
+
+
 def _rank_sum_distribution(rows: np.ndarray) -> tuple[dict, float]:
     """The exact distribution of S = sum over strata of sum_j rank_j * x_{stratum, pi(j)}, each stratum's values
     permuted over the levels independently (every permutation equally likely when the level does not matter), and
-    its mean. ``rows``: strata x levels of small integers."""
-    from itertools import permutations
-
-    ranks = np.arange(1, rows.shape[1] + 1)
-    total = {0: 1.0}
+    its mean. ``rows``: strata x levels of small integers. (Convolved as arrays, one stratum pattern computed once:
+    the error-rate simulation calls it thousands of times at up to 64 seeds.)"""
+    cache: dict = {}
+    low, total = 0, np.ones(1)
     for row in rows:
-        own = {}
-        perms = list(permutations(row.tolist()))
-        for perm in perms:
-            s = int(round(float(np.dot(ranks, perm))))
-            own[s] = own.get(s, 0.0) + 1.0 / len(perms)
-        nxt = {}
-        for a, pa in total.items():
-            for b, pb in own.items():
-                nxt[a + b] = nxt.get(a + b, 0.0) + pa * pb
-        total = nxt
-    mean = sum(s * p for s, p in total.items())
-    return total, mean
+        key = tuple(int(v) for v in row)
+        if key not in cache:
+            cache[key] = _row_distribution(key)
+        own_low, own = cache[key]
+        low, total = low + own_low, np.convolve(total, own)
+    support = np.arange(low, low + len(total))
+    dist = {int(s): float(p) for s, p in zip(support, total) if p > 0}
+    return dist, float(np.dot(support, total))
 
 
 def levels_p(rows: np.ndarray) -> tuple[float, float, float]:
