@@ -1,6 +1,7 @@
 """Claim checks on small hand-made data with known verdicts."""
 import copy
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -590,6 +591,21 @@ def test_stability_is_the_largest_rise_above_the_running_minimum_and_bad_check_a
         claims.load_claims(text.replace("{variant: rmsnorm, quantity: rise}", "{variant: rmsnorm, quantity: spikes}"))
     with pytest.raises(ConfigError, match=r"args.norm: not an argument of check swap_effect; allowed: variant, quantity"):
         claims.load_claims(text.replace("{variant: rmsnorm, quantity: rise}", "{variant: rmsnorm, quantity: rise, norm: pre}"))
+
+
+def test_a_one_seed_reverse_copy_is_described_without_a_numpy_warning():
+    """The tiny DAG trains one seed per variant: its spread is NaN, written "nan", and numpy's "Degrees of freedom <= 0"
+    RuntimeWarning is not raised (issue 48: the smoke output carried it)."""
+    summary = pd.DataFrame([{"run": f"{v}-s0", "variant": v, "seed": 0, "match_params": False, "steps": 4,
+                             "final_loss": x} for v, x in (("classic", 1.0), ("rmsnorm", 0.5))])
+    losses = pd.DataFrame([{"run": f"{v}-s0", "step": t + 1, "loss": 2.0 - t} for v in ("classic", "rmsnorm")
+                           for t in range(2)])
+    data = claims.Data(".", {}, tables={"reverse_copy/summary.csv": summary, "reverse_copy/losses.csv": losses})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        measured, _ = claims.CHECKS["swap_effect"](data, variant="rmsnorm", quantity="loss")
+    assert "final loss rmsnorm 0.5 ± nan vs classic 1 ± nan" in measured
+    assert claims.sample_sd(np.array([1.0, 3.0])) == pytest.approx(np.std([1.0, 3.0], ddof=1))
 
 
 # ---- error rates of every rule (issue 44) ------------------------------------------------------------------------------

@@ -380,7 +380,7 @@ def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_qu
     pipeline's detectors.csv, or the gallery's aggregated dynamics tables), and docs/dynamics.md's generated block,
     which also reads the snapshots in docs/dynamics/, states the same hits, windows, false alarms and intervals."""
     from blocklab.reporting import answers, claims
-    from blocklab.studies.checks import load_params
+    from blocklab.params import load_params
 
     keys = ["detector", "resolution"]
     numbers = ["events", "events_evaluable", "hits", "hit_low", "hit_high", "windows", "false_alarms", "fa_low",
@@ -393,3 +393,29 @@ def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_qu
     got = report.set_index(keys)[shared].sort_index()
     want = page.set_index(keys)[shared].sort_index()
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def test_the_gallery_names_its_data_in_the_pipeline_layout_not_the_drawing_machines_paths(tmp_path):
+    """Issue 48: the gallery's figure pages and sidecars named /work/... of the machine that drew them. They name the
+    data/ layout (``io.data_layout``), which ``blocklab gallery`` writes (``style.relative_sidecar``) and whose tables
+    the gallery keeps."""
+    import json
+
+    from blocklab.figures.style import relative_sidecar
+    from blocklab.io import data_layout
+
+    sidecars = sorted(p for p in (ROOT / "docs" / "gallery").rglob("*.json") if p.with_suffix(".png").is_file())
+    assert len(sidecars) > 10
+    for sidecar in sidecars:
+        sources = json.loads(sidecar.read_text(encoding="utf-8"))["sources"]
+        assert sources and all(s.startswith("data/") for s in sources), (_rel(sidecar), sources)
+    page = (ROOT / "docs" / "gallery" / "README.md").read_text(encoding="utf-8")
+    data_lines = [line for line in page.splitlines() if line.startswith("Data: ")]
+    assert data_lines and all(re.fullmatch(r"Data: (`data/[^`/][^`]*`(, )?)+\.", line) for line in data_lines), data_lines
+    # the generator's rewrite: under the data directory -> data/..., anything else as given
+    drawn = tmp_path / "drawn.json"
+    drawn.write_text(json.dumps({"figure": "x.png", "sources": [str(tmp_path / "run" / "data" / "sweep" / "losses.csv"),
+                                                                 "elsewhere.csv"]}), encoding="utf-8")
+    assert relative_sidecar(drawn, tmp_path / "run" / "data")["sources"] == ["data/sweep/losses.csv", "elsewhere.csv"]
+    assert json.loads(drawn.read_text(encoding="utf-8"))["sources"][0] == "data/sweep/losses.csv"
+    assert data_layout("data/sweep/summary.csv", "data") == "data/sweep/summary.csv"

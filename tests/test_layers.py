@@ -14,10 +14,9 @@ sensitivity study's claim x setting, the inference study's ranking by the docume
 level instead: moving the claims below the experiments would take their checks with them. Inside a study, and from one
 study to another, the same order holds: plan below run below aggregate below figures and commands.
 
-Validating parameters runs each study's checks without ``params.py`` sitting above the studies: ``params.py`` holds the
-schema and the checks of the sections every command reads, and takes more checks as an argument; ``studies.checks``,
-one step above it and the plans, passes each plan's ``check_problems`` (the pipeline, the studies' commands and the
-reporting load parameters from there). So a plan may use anything of the params level, ``params.py`` included.
+Validating parameters runs each study's checks: ``params.py`` (the one ``load_params``) reads ``studies.checks.CHECKS``,
+each plan's ``check_problems``; the plans sit at the params level beside it and never import it, so there is no
+circle (tested).
 """
 import os
 import random
@@ -104,10 +103,14 @@ def test_the_studies_have_one_shape_and_keep_its_order_inside_and_between_them()
     assert not wrong, "\n".join(wrong)
 
 
-def test_params_imports_no_study_and_the_whole_validation_runs_every_studys_checks():
+def test_params_reads_the_studies_checks_only_and_no_plan_reads_params():
+    """``params.validate_params`` runs every study's checks (``studies.checks.CHECKS``, the plans'); so that this is
+    no circle, params reads nothing else of the studies and nothing it reads imports ``params`` back."""
     known = modules()
     below = {t for t, _ in imported("blocklab.params", known["blocklab.params"], known)}
-    assert not [t for t in below if t.startswith("blocklab.studies")], below
+    assert {t for t in below if t.startswith("blocklab.studies")} == {"blocklab.studies.checks"}, below
+    for module in ["blocklab.studies.checks", "blocklab.studies.cells", *[f"blocklab.studies.{s}.plan" for s in STUDIES]]:
+        assert "blocklab.params" not in {t for t, _ in imported(module, known[module], known)}, module
     from blocklab.studies import checks
 
     assert sorted(check.__module__ for check in checks.CHECKS) == sorted(f"blocklab.studies.{s}.plan" for s in STUDIES)
@@ -188,3 +191,25 @@ def test_the_plan_names_runs_as_the_sweep_does():
 
     assert study.run_name is settings.run_name and sweep.run_name is settings.run_name
     assert settings.run_name("post", 400, 2) == "post-w400-s2"
+
+
+def test_one_loader_of_parameters_and_one_default_cadence():
+    """One value, one home (issue 48): a single ``load_params`` in the package (``params``: the whole validation,
+    every study's checks included), and the diagnostics' default interval written once
+    (``diagnostics.EVERY``), which the section's check and the recorder both use; the reviewer's old alias is gone."""
+    import ast
+    import inspect
+
+    defined = [module for module, path in modules().items()
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef) and node.name == "load_params"]
+    assert defined == ["blocklab.params"], defined
+    from blocklab import review
+    from blocklab.studies import checks
+    from blocklab.training import diagnostics
+
+    assert not hasattr(checks, "load_params") and not hasattr(review, "review_hf_config")
+    assert inspect.signature(diagnostics.Recorder).parameters["every"].default == diagnostics.EVERY
+    assert diagnostics.check_settings({"enabled": True})["every"] == diagnostics.EVERY
+    source = inspect.getsource(diagnostics)
+    assert source.count(f"= {diagnostics.EVERY}") == 1, "the default interval is written once, as EVERY"

@@ -173,3 +173,24 @@ def test_figures_keep_text_off_the_data_and_in_one_language():
                             "attention": 16384, "ffn": 49152, "norms": 128, "built_numel": 65664}])
     title = block_breakdown_figure(blocks, lang="ko").axes[0].get_title()
     assert "modern" not in title and not re.search("[A-Za-z]{5,}", title.replace("RMSNorm", "")), title
+
+
+def test_the_notebook_kernel_runs_over_local_sockets_without_the_tcp_warning(tmp_path, capfd):
+    """``report.kernel_config``: the analysis notebook's kernel talks over IPC sockets in a private directory, so the
+    pipeline's output carries no "Kernel is running over TCP without encryption" warning (issue 48). With the default
+    (TCP) configuration the same notebook prints it: the test can fail."""
+    import nbformat
+    import papermill
+
+    from blocklab.reporting.report import kernel_config
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, tmp_path / "in.ipynb")
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    done = papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                                      progress_bar=False, config=kernel_config(sockets))
+    assert done.cells[0].outputs[0]["text"] == "42\n"
+    assert "without encryption" not in "".join(capfd.readouterr())
+    assert not list(sockets.iterdir())  # the kernel's sockets are gone with it

@@ -16,7 +16,7 @@ from blocklab.config import ModelConfig
 from blocklab.model import hf_config
 from blocklab.model.layers import LayerNorm, RMSNorm
 from blocklab.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,
-                                   review_architecture, review_hf_config, review_model, review_module)
+                                   review_architecture, review_model, review_module)
 from blocklab.review import hf as hf_arch
 from blocklab.review.architecture import STRUCTURE_KEYS
 from blocklab.review.table import table_rows
@@ -302,7 +302,7 @@ def test_gpt2_verdict_does_not_depend_on_the_attention_backend():
 
 
 def test_shipped_llama3_8b_config_is_counted_exactly():
-    review = review_hf_config("llama3-8b")
+    review = review_architecture("llama3-8b")
     assert review.facts["parameters"] == 8_030_261_248  # published (Hugging Face safetensors total)
     assert review.facts["count_checks"]["closed_form"] == 8_030_261_248
     # llama3-8b.json: 32 query heads, 8 K/V heads, intermediate 14336 over hidden 4096
@@ -312,7 +312,7 @@ def test_shipped_llama3_8b_config_is_counted_exactly():
 
 
 def test_shipped_qwen3_vl_text_config_counts_like_qwen3_4b():
-    review = review_hf_config("qwen3-vl-4b-text")
+    review = review_architecture("qwen3-vl-4b-text")
     # no total is published for the text model alone; Qwen3-4B has the same text architecture and publishes one
     same = hf_config.load_config_dict("qwen3-vl-4b-text")["_published_same_architecture"]["total_parameters"]
     assert review.facts["parameters"] == same

@@ -13,8 +13,7 @@ import yaml
 
 
 from blocklab.config import ConfigError
-from blocklab.params import ParamsError
-from blocklab.studies.checks import load_params, validate_params  # every study's checks too
+from blocklab.params import ParamsError, load_params, validate_params  # every study's checks too
 from blocklab.reporting import claims
 from blocklab.studies import cells as study_cells
 from blocklab.studies.sensitivity import aggregate as study_report  # tables, claim x setting, robustness

@@ -230,3 +230,12 @@ def read_table(path) -> pd.DataFrame:
     """A table, after checking it against its checksum record where it has one."""
     check_table(path)
     return pd.read_parquet(path) if Path(path).suffix == ".parquet" else pd.read_csv(path)
+
+
+def data_layout(source, data) -> str:
+    """A figure's source named in the pipeline's data/ layout (``data/sweep/losses.csv``) when it lies under the data
+    directory ``data``, wherever that directory was on the machine that drew it; any other source as given."""
+    try:
+        return "data/" + Path(source).resolve().relative_to(Path(data).resolve()).as_posix()
+    except ValueError:
+        return str(source)

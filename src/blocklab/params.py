@@ -1,8 +1,10 @@
 """Load params.yaml and refuse bad values before any compute, with one message naming the key and what is allowed.
 
-Here: the schema and the cross-field checks of the sections every command reads. Each study's own checks are in its
-plan (``studies.<study>.plan.check_problems``); ``studies.checks`` runs them all, through ``checks`` here, so that this
-module imports no study and every study's plan can sit beside it."""
+Here: the schema and the cross-field checks of the sections every command reads, and ``load_params``, the one loader of
+a parameter file (issue 48): every command, the pipeline and the tests read parameters through it. Each study's own
+checks are in its plan (``studies.<study>.plan.check_problems``), collected in ``studies.checks.CHECKS`` for the
+registered studies (``studies.protocol.STUDIES``); validation runs them all. The plans sit at this level and never
+import this module, so reading them here makes no circle (tests/test_layers.py)."""
 from __future__ import annotations
 
 import math
@@ -26,10 +28,11 @@ def schema() -> dict:
     return yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
 
 
-def load_params(path: str | Path = "params.yaml", checks=()) -> dict:
-    """params.yaml read and validated (``validate_params``); ``checks``: more cross-field checks (``studies.checks``)."""
+def load_params(path: str | Path = "params.yaml") -> dict:
+    """A parameter file read (``read_params_file``: a repeated key refused) and validated whole (``validate_params``:
+    the schema, the general cross-field checks and every study's checks)."""
     path = Path(path)
-    return validate_params(read_params_file(path), source=str(path), checks=checks)
+    return validate_params(read_params_file(path), source=str(path))
 
 
 def read_params_file(path: str | Path) -> object:
@@ -49,10 +52,11 @@ def read_params_file(path: str | Path) -> object:
     return params
 
 
-def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
-    """Schema first (types, names, ranges), then the checks a schema cannot express: this module's, then ``checks``
-    (functions of params giving (key, message) pairs: each study's, ``studies.checks``), all in one message. Returns
-    ``params``."""
+def validate_params(params, source: str = "params.yaml") -> dict:
+    """Schema first (types, names, ranges), then the checks a schema cannot express: this module's, then each
+    registered study's (``studies.checks.CHECKS``: functions of params giving (key, message) pairs), all in one
+    message. Returns ``params``."""
+    from .studies.checks import CHECKS  # the plans: this level, and they never import this module
     if not isinstance(params, dict):
         got = "an empty file" if params is None else f"a {type(params).__name__} ({params!r:.40})"
         raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
@@ -66,7 +70,7 @@ def validate_params(params, source: str = "params.yaml", checks=()) -> dict:
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ParamsError(f"{source}: {_describe(best)}{_and_more([_key(e.absolute_path) for e in errors if e is not best])}")
-    problems = _cross_field_problems(params) + [problem for check in checks for problem in check(params)]
+    problems = _cross_field_problems(params) + [problem for check in CHECKS for problem in check(params)]
     if problems:
         (key, message), rest = problems[0], problems[1:]
         raise ParamsError(f"{source}: {key}: {message}{_and_more([k for k, _ in rest])}")

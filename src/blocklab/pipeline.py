@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 
 
-from .params import ParamsError, read_params_file
+from .params import ParamsError, read_params_file, validate_params
 from .settings import Sweep
-from .studies.checks import validate_params
 
 PARAMS_FILE = "params.yaml"
 

@@ -398,7 +398,7 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> None:
-    from ..studies.checks import load_params
+    from ..params import load_params
 
     params = load_params(args.params)
     sources = args.sources or [Path("data/dynamics")]

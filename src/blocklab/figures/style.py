@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
-from ..io import atomic_path  # noqa: E402
+from ..io import atomic_path, data_layout  # noqa: E402
 
 LANGS = ("ko", "en")
 
@@ -34,6 +34,17 @@ def log_y(ax) -> None:
 def text(lang: str, ko: str, en: str) -> str:
     """Pick the label for the figure language."""
     return ko if lang == "ko" else en
+
+
+def relative_sidecar(sidecar, data) -> dict:
+    """Rewrite a figure's JSON sidecar (``save``) so that its sources name the data/ layout (``data_layout``), not the
+    absolute paths of the machine that drew it; returns the record."""
+    sidecar = Path(sidecar)
+    record = json.loads(sidecar.read_text(encoding="utf-8"))
+    record["sources"] = [data_layout(s, data) for s in record["sources"]]
+    with atomic_path(sidecar) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return record
 
 
 def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None) -> Path:

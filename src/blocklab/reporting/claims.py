@@ -22,7 +22,7 @@ import yaml
 from ..config import ConfigError
 from ..io import read_table, write_table
 from ..studies.cells import default_cell
-from ..studies.checks import load_params
+from ..params import load_params
 from . import verdicts
 from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, NotCheckable,  # noqa: F401
                        fisher_exact)
@@ -786,6 +786,12 @@ def largest_rise(loss) -> float:
     return float((loss - np.minimum.accumulate(loss)).max()) if len(loss) else float("nan")
 
 
+def sample_sd(values: np.ndarray) -> float:
+    """The seeds' sample standard deviation (ddof 1); NaN for fewer than two, as numpy gives, without its "Degrees of
+    freedom <= 0" RuntimeWarning (a one-seed run, as the tiny DAG's, is expected, not a fault)."""
+    return float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+
+
 QUANTITIES = ("loss", "ppl", "rise")  # swap_effect's: final loss, its exp, the largest rise (``largest_rise``)
 ARG_VALUES["quantity"] = QUANTITIES
 
@@ -805,7 +811,7 @@ def swap_effect(data: Data, variant: str, quantity: str):
     swap, base = arm(variant), arm("classic")
     steps = int(runs["steps"].iloc[0])
     measured = (f"{steps} steps, {len(swap)} and {len(base)} seeds: final loss {variant} {swap.mean():.3g} ± "
-                f"{swap.std(ddof=1):.2g} vs classic {base.mean():.3g} ± {base.std(ddof=1):.2g} "
+                f"{sample_sd(swap):.2g} vs classic {base.mean():.3g} ± {sample_sd(base):.2g} "
                 f"(ppl {np.exp(swap).mean():.3g} vs {np.exp(base).mean():.3g})")
     if "n_params" in runs.columns:  # the arms' sizes: a swap that adds parameters is not a matched comparison
         size = lambda v: int(runs.loc[runs["variant"] == v, "n_params"].iloc[0])  # noqa: E731

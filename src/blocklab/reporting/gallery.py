@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..integrity import begin_snapshot, record_snapshot, verify_run
-from ..io import atomic_path, read_json, read_table
-from ..studies.checks import load_params
+from ..io import atomic_path, read_table
+from ..params import load_params
 from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
 from ..studies.dynamics.plan import snapshots as dynamics_snapshots
 from ..pipeline import FIGURES
@@ -94,6 +94,7 @@ def snapshot_tables(data: Path, out: Path, params: dict, skip: set[str] = frozen
 
 def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str | None = None,
                   pipeline_wall_time: str | None = None) -> Path:
+    from ..figures.style import relative_sidecar
     from .report import save_figure
 
     params = load_params(params_file)
@@ -105,7 +106,7 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     sidecars = {}
     for name in FIGURES:
         save_figure(name, shrunk, data, out, lang)
-        sidecars[name] = read_json(out / f"{name}.json")
+        sidecars[name] = relative_sidecar(out / f"{name}.json", data)
 
     study = data / "sensitivity" / "summary.csv"
     if study.exists():  # the sensitivity study was run: its figures too
@@ -114,14 +115,14 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
 
         save_figures(shrunk, data, out, lang)
         for name in STUDY_FIGURES:
-            sidecars[name] = read_json(out / f"{name}.json")
+            sidecars[name] = relative_sidecar(out / f"{name}.json", data)
     dynamics = data / "dynamics" / "summary.csv"
     if dynamics.exists():  # the training-dynamics family was run: its figures too
         from ..studies.dynamics.figures import save_figures as save_dynamics_figures
 
         save_dynamics_figures(shrunk, data, out, lang)
         for name in DYNAMICS_FIGURES:
-            sidecars[name] = read_json(out / f"{name}.json")
+            sidecars[name] = relative_sidecar(out / f"{name}.json", data)
     from ..studies.sensitivity.plan import snapshots
 
     from_snapshots = snapshots(params) if "sensitivity" in params else []

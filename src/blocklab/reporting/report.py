@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..io import atomic_path, check_table, read_table
+from ..io import atomic_path, check_table, data_layout, read_table
 from ..studies.sensitivity.aggregate import robustness
-from ..studies.checks import load_params
+from ..params import load_params
 from ..pipeline import FIGURES
 from ..settings import CopyModel, CopyTask, Sweep
 from . import answers as answers_mod
@@ -220,11 +220,7 @@ class Report:
                 f"<figcaption>{caption}</figcaption></figure>")
 
     def _relative(self, source: str) -> str:
-        path = Path(source)
-        try:
-            return "data/" + path.resolve().relative_to(self.data_dir.resolve()).as_posix()
-        except ValueError:
-            return source
+        return data_layout(source, self.data_dir)
 
     # sections
 
@@ -514,6 +510,19 @@ def export_html(notebook_path) -> str:
     return finish_html(body, answers_mod.texts()["report"]["title"].get(lang))
 
 
+def kernel_config(sockets: str | Path):
+    """The notebook kernel's settings: its channels over local (IPC) sockets in the private directory ``sockets``, not
+    TCP on localhost. A TCP kernel prints a four-line "running over TCP without encryption" warning into every
+    pipeline's output (issue 48); IPC is what that warning recommends, and a directory of its own per notebook keeps
+    two notebooks run at once (the report in two languages) from choosing the same socket names."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(Path(sockets) / "kernel")
+    return config
+
+
 def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: str, figs: str, data: str = "data",
                  lang: str | None = None) -> None:
     """Execute the analysis notebook with papermill (it writes every figure), then export it to HTML."""
@@ -534,10 +543,12 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
     # papermill writes the executed notebook as it goes, for minutes: into a scratch folder of the system's temporary
     # directory, removed when the render ends, so that a render killed even by SIGKILL leaves nothing in reports/ (or
     # in what DVC records of it); the results are then written in a moment each, by atomic_path
-    with tempfile.TemporaryDirectory(prefix="blocklab-render-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="blocklab-render-") as scratch, \
+            tempfile.TemporaryDirectory(prefix="blocklab-kernel-") as sockets:
         executed = Path(scratch) / Path(out_notebook).name
         papermill.execute_notebook(
             notebook, str(executed), parameters=parameters, kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
+            config=kernel_config(sockets),
         )
         body = export_html(executed)
         with atomic_path(out_notebook) as tmp_nb:

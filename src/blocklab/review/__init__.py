@@ -27,8 +27,6 @@ from .judge import ROLES, review_module
 from .report import EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, Finding, Review
 from .structure import norm_kind
 
-review_hf_config = review_architecture  # the name the first reviewer (closed-form configs only) used
-
 __all__ = ["EXIT_CANNOT", "EXIT_FLAG", "EXIT_PASS", "EXIT_REJECT", "EXIT_USAGE", "Finding", "ROLES", "Review",
-           "norm_kind", "register", "review_architecture", "review_hf_config", "review_model", "review_module",
+           "norm_kind", "register", "review_architecture", "review_model", "review_module",
            "run_review"]

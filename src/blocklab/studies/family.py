@@ -9,7 +9,7 @@ from pathlib import Path
 from ..config import NORM_POSITIONS
 from ..io import write_table
 from ..training.commands import add_train as run_command
-from .checks import load_params
+from ..params import load_params
 
 
 def add_command(subparsers, verb: str, help: str, func, root: bool = False):

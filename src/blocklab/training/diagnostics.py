@@ -130,6 +130,9 @@ METRICS = {
 }
 
 
+EVERY = 10  # steps between forward metrics when a caller builds the section without ``every`` (params.yaml must name it)
+
+
 def check_settings(settings: dict | None, key: str = "diagnostics") -> dict:
     """The ``diagnostics`` section of params.yaml, checked: unknown metric names and a non-positive interval fail here,
     naming the key and the allowed values, before anything trains (params.schema.yaml checks the same when params.yaml
@@ -139,7 +142,7 @@ def check_settings(settings: dict | None, key: str = "diagnostics") -> dict:
     unknown = set(settings) - allowed
     if unknown:
         raise ConfigError(f"{key}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    every = settings.get("every", 10)
+    every = settings.get("every", EVERY)
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ConfigError(f"{key}.every={every!r} is not allowed; choose an integer >= 1 (steps between forward metrics)")
     metrics = settings.get("metrics", list(METRICS))
@@ -155,7 +158,7 @@ class Recorder:
     """Collects the diagnostics of one run of a model with ``blocks`` (each with ``attn`` and ``ffn`` residual
     sub-layers wrapping ``.sublayer``, as ``blocklab.model.blocks``) and an output ``head``."""
 
-    def __init__(self, model: torch.nn.Module, metrics: list[str] | None = None, every: int = 10,
+    def __init__(self, model: torch.nn.Module, metrics: list[str] | None = None, every: int = EVERY,
                  dense: tuple[int, int] | None = None):
         self.model, self.every, self.dense = model, every, dense
         self.metrics = list(metrics or METRICS)

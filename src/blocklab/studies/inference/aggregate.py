@@ -162,7 +162,7 @@ def sweep_fitting_runs(data: str | Path, fit_steps: int) -> tuple[pd.DataFrame, 
     (``DATA/params.yaml``). For a main sweep that stops being the default's (issue 33: the default batch went from 32
     to 64), so that the fitting runs it gave the ranking stay recorded. The runs' wall time is left empty: it is that
     of the full-length run, not of its first ``fit_steps`` steps."""
-    from ..checks import load_params
+    from ...params import load_params
 
     data = Path(data)
     made_by = load_params(data / "params.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...io import write_table
 from ...settings import Sweep
-from ..checks import load_params
+from ...params import load_params
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
 from .aggregate import collect, holdout_table, read_losses, score, targets, write_snapshot

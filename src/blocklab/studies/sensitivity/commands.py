@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...config import ConfigError
 from ...io import read_table, write_json, write_table
-from ..checks import load_params
+from ...params import load_params
 from ...provenance import stamp
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
