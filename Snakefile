@@ -3,6 +3,7 @@
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <group> <verb>`.
 from blocklab.config import NORM_POSITIONS
+from blocklab.studies.protocol import STUDIES
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_closure, code_files, resume_first, sweep_batched, sweep_group_files, training_settings
 
 # "Kill it and start it again": a hard kill (SIGKILL, power loss, OOM) leaves .snakemake/locks/ behind. The main
@@ -26,9 +27,8 @@ check_config(config)  # schema + cross-field checks: a bad value stops here, bef
 include: "workflow/rules/doc000.smk"
 include: "workflow/rules/doc004.smk"
 include: "workflow/rules/probe.smk"
-include: "workflow/rules/sensitivity.smk"
-include: "workflow/rules/dynamics.smk"
-include: "workflow/rules/inference.smk"
+for _study in STUDIES:  # the registered studies (blocklab.studies.protocol), each with its rules, in that order
+    include: f"workflow/rules/{_study}.smk"
 include: "workflow/rules/report.smk"
 
 

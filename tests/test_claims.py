@@ -378,7 +378,7 @@ def test_bad_claim_entries_outside_the_rule():
 
 
 def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
-    from blocklab.studies.inference.aggregate import FIT_CLAIMS
+    from blocklab.reporting.inference import FIT_CLAIMS
 
     loaded = claims.load_claims()
     assert not hasattr(claims, "within_factor") and not hasattr(claims, "loss_matches")
@@ -396,7 +396,8 @@ def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
 def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_losses():
     import pandas as pd
 
-    from blocklab.studies.inference.aggregate import FIT_CLAIMS, distance, score, targets
+    from blocklab.reporting.inference import FIT_CLAIMS, targets
+    from blocklab.studies.inference.aggregate import distance, score
 
     assert distance(0.05, 0.01, 0.08) == 0.0 and distance(0.003, 0.0, 0.007) == 0.0  # inside the range; "below 0.007"
     assert math.isclose(distance(0.16, 0.01, 0.08), math.log(2)) and math.isclose(distance(0.005, 0.01, 0.08), math.log(2))
@@ -407,7 +408,7 @@ def test_the_inference_score_ranks_hand_made_settings_by_the_documents_early_los
                 value = t["high"] * factor  # near: the range's top (inside it); far: e x the top, distance 1
                 rows.append({"setting": setting, "run": f"{t['norm']}-w{t['warmup']}-s{seed}", "step": t["step"],
                              "loss": value})
-    ranked = score(pd.DataFrame(rows)).set_index("setting")
+    ranked = score(pd.DataFrame(rows), targets()).set_index("setting")
     assert list(ranked.index) == ["near", "far"] and ranked.loc["near", "score"] == 0.0
     assert math.isclose(ranked.loc["far", "score"], 1.0) and ranked.loc["far", "seeds"] == 2
     assert set(FIT_CLAIMS) <= set(ranked.columns)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from blocklab.config import ConfigError
-from blocklab.experiments import detectors as det
+from blocklab.studies.dynamics import detectors as det
 from blocklab.studies.dynamics.aggregate import wilson
 
 RULE = {"learned_below": 0.05, "learned_for": 20, "spike_above": 0.5, "collapse_at": 0.9, "collapse_for": 100}

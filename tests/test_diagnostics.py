@@ -757,8 +757,12 @@ def test_a_followed_run_goes_past_the_collapse_stop_with_the_same_losses_and_say
     params = _tiny(steps=40, every=1)
     params["dynamics"]["events"].update(learned_below=10.0, learned_for=2, collapse_at=0.01, collapse_for=5)
     cell = params["dynamics"]["collapse"]["settings"][0]
-    stopped = train_collapse(params, cell, 0, tmp_path / "stopped", threads=1)
-    followed = train_collapse(params, cell, 0, tmp_path / "followed", threads=1, follow=True)
+    stopped = train_collapse(params, cell, "post", params["dynamics"]["collapse"]["warmup"], 0, tmp_path / "stopped",
+                             threads=1)
+    followed = train_collapse(params, cell, "post", params["dynamics"]["collapse"]["warmup"], 0, tmp_path / "followed",
+                              threads=1, follow=True)
+    with pytest.raises(ConfigError, match="not a dynamics run; allowed: the plan's norm='post'"):
+        train_collapse(params, cell, "pre", 0, 0, tmp_path / "pre", threads=1)
     short, full = (pd.read_csv(tmp_path / d / "loss.csv") for d in ("stopped", "followed"))
     assert stopped["stopped_step"] and stopped["stopped_step"] < 40 and len(short) == stopped["stopped_step"]
     assert len(full) == 40 and followed.get("follow") is True and not followed["stopped_step"]

@@ -9,10 +9,14 @@ dependency, and a circle through one is a circle (params.py once imported experi
 The studies (issue 35) are one package each, of one shape (studies/README.md), spread over the layers by kind:
 ``plan`` at the params level (a plan is made from the parameters alone), ``run`` and ``aggregate`` at the experiments
 level, ``figures`` at the figures level, ``commands`` at the top with reporting; ``studies.cells`` (the cell, a run's
-name and directory) sits below every plan. An aggregation that judges claims (it reads ``reporting.claims``: the
-sensitivity study's claim x setting, the inference study's ranking by the document's numbers) sits at the reporting
-level instead: moving the claims below the experiments would take their checks with them. Inside a study, and from one
-study to another, the same order holds: plan below run below aggregate below figures and commands.
+name and directory) sits below every plan. No study judges a claim (issue 48): the sensitivity study's claim x setting
+and the inference study's ranking by the document's numbers are the reporting level's (``reporting.sensitivity``,
+``reporting.inference``), which serve those verbs. Inside a study, and from one study to another, the same order
+holds: plan below run below aggregate below figures and commands; a study's own further module (the dynamics study's
+``detectors``) is of one of those kinds (``EXTRA``).
+
+Folders (the package's subpackages) import each other one way only (issue 48): no folder imports a folder that
+imports it back, directly or through others.
 
 Validating parameters runs each study's checks: ``params.py`` (the one ``load_params``) reads ``studies.checks.CHECKS``,
 each plan's ``check_problems``; the plans sit at the params level beside it and never import it, so there is no
@@ -33,8 +37,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "blocklab"
 
 # First matching prefix wins (longest first); every module of the package must match one (tested).
 STUDIES = list(protocol.STUDIES)
-STUDY_MODULES = ["plan", "run", "aggregate", "figures", "commands"]  # bottom to top, inside each study
-JUDGES_CLAIMS = ["blocklab.studies.sensitivity.aggregate", "blocklab.studies.inference.aggregate"]
+STUDY_MODULES = list(protocol.PARTS)  # plan, run, aggregate, figures, commands: bottom to top, inside each study
+EXTRA = {"dynamics": {"detectors": "aggregate"}}  # a study's further modules, each of one kind
 LAYERS = {
     "params": ["blocklab.config", "blocklab.params", "blocklab.settings", "blocklab.io", "blocklab.provenance",
                "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
@@ -45,7 +49,7 @@ LAYERS = {
     "experiments": ["blocklab.experiments", "blocklab.bench", "blocklab.studies",  # studies.family: the commands' helper
                     *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("run", "aggregate")]],
     "reviewer": ["blocklab.review"],
-    "figures and reporting": ["blocklab.figures", "blocklab.reporting", "blocklab.lab", *JUDGES_CLAIMS,
+    "figures and reporting": ["blocklab.figures", "blocklab.reporting", "blocklab.lab",
                               *[f"blocklab.studies.{s}.{m}" for s in STUDIES for m in ("figures", "commands")]],
     "cli": ["blocklab.cli", "blocklab.smoke", "blocklab.status"],
 }
@@ -92,10 +96,11 @@ def test_the_studies_have_one_shape_and_keep_its_order_inside_and_between_them()
     studies = PACKAGE / "studies"
     found = {d.name: sorted(p.stem for p in d.glob("*.py") if p.stem != "__init__")
              for d in studies.iterdir() if (d / "__init__.py").is_file()}
-    assert found == {s: sorted(STUDY_MODULES) for s in STUDIES}
+    assert found == {s: sorted([*STUDY_MODULES, *EXTRA.get(s, {})]) for s in STUDIES}
     for s in STUDIES:
         assert not imported(f"blocklab.studies.{s}", studies / s / "__init__.py", known), s
     kind = {f"blocklab.studies.{s}.{m}": (s, STUDY_MODULES.index(m)) for s in STUDIES for m in STUDY_MODULES}
+    kind |= {f"blocklab.studies.{s}.{m}": (s, STUDY_MODULES.index(k)) for s, extra in EXTRA.items() for m, k in extra.items()}
     wrong = [f"{module} imports {target}, line {line}" for module in kind
              for target, line in imported(module, known[module], known)
              if target in kind and target != module
@@ -114,6 +119,48 @@ def test_params_reads_the_studies_checks_only_and_no_plan_reads_params():
     from blocklab.studies import checks
 
     assert sorted(check.__module__ for check in checks.CHECKS) == sorted(f"blocklab.studies.{s}.plan" for s in STUDIES)
+
+
+def folder_edges(known) -> dict[str, set[str]]:
+    """Folder -> the folders it imports (a subpackage of blocklab: blocklab.X.*), from every module's imports."""
+    def folder(module):
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+    edges = {}
+    for module, path in known.items():
+        for target, _ in imported(module, path, known):
+            a, b = folder(module), folder(target)
+            if a and b and a != b:
+                edges.setdefault(a, set()).add(b)
+    return edges
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    """Issue 48: experiments/detectors.py imported studies.dynamics while studies/sensitivity/run.py imported
+    experiments; the studies' aggregations imported reporting.claims, and reporting imports the studies. The folders'
+    graph has no circle (so no two import each other); the check itself finds a planted one."""
+    def circles(edges):
+        found, state = [], {}
+
+        def visit(node, trail):
+            state[node] = "open"
+            for nxt in sorted(edges.get(node, ())):
+                if state.get(nxt) == "open":
+                    found.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+                elif nxt not in state:
+                    visit(nxt, trail + [nxt])
+            state[node] = "done"
+
+        for node in sorted(edges):
+            if node not in state:
+                visit(node, [node])
+        return found
+
+    edges = folder_edges(modules())
+    assert {"studies", "reporting", "experiments", "training"} <= set(edges), edges
+    assert not circles(edges), "\n".join(circles(edges))
+    assert circles({**edges, "experiments": edges.get("experiments", set()) | {"studies"}})  # the old detectors import
 
 
 def test_the_model_never_imports_the_reviewer():

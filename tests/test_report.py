@@ -78,7 +78,7 @@ def test_every_answer_is_shown_with_the_numbers_of_the_data(seen, snake_project)
 def test_claim_by_setting_table_shows_every_verdict_its_measurement_and_the_agreement(snake_project):
     import html as html_mod
 
-    from blocklab.studies.sensitivity.aggregate import robustness
+    from blocklab.reporting.sensitivity import robustness
 
     data = snake_project / "data" / "sensitivity" / "claims_by_setting.csv"
     if not load_params(snake_project / "params.yaml")["sensitivity"]["in_report"]:

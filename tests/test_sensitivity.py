@@ -16,7 +16,8 @@ from blocklab.config import ConfigError
 from blocklab.params import ParamsError, load_params, validate_params  # every study's checks too
 from blocklab.reporting import claims
 from blocklab.studies import cells as study_cells
-from blocklab.studies.sensitivity import aggregate as study_report  # tables, claim x setting, robustness
+from blocklab.reporting import sensitivity as study_claims  # claim x setting, robustness
+from blocklab.studies.sensitivity import aggregate as study_report  # the study's tables
 from blocklab.studies.sensitivity import plan as sens
 from blocklab.studies.sensitivity import run as sens_run
 from blocklab.studies.sensitivity.plan import held_batch
@@ -236,7 +237,7 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
                               "grad_norm": 1.0 if bs == batch else k / 12}
                              for p in ("sinusoidal", "learned") for bs in (batch, 2 * batch) for n in ("post", "pre")
                              for k in range(1, 25)])
-    table = study_report.claims_by_setting(FULL, pd.concat([la, lb, lc]), pd.concat([sa, sb, sc]), gradnorm)
+    table = study_claims.claims_by_setting(FULL, pd.concat([la, lb, lc]), pd.concat([sa, sb, sc]), gradnorm)
     verdict = table.set_index(["id", "setting"])["verdict"]
     measured = table.set_index(["id", "setting"])["measured"]
     decide = table.set_index(["id", "setting"])["seeds_to_decide"]
@@ -253,9 +254,9 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     assert {"kind", "margin", "seeds_to_decide"} <= set(table.columns)
     assert set(table["setting"]) == {a, b, c} and table.loc[table["setting"] == a, "default"].all()
     with pytest.raises(ConfigError, match="no batch_size column.*sensitivity gradnorm"):  # a table from before
-        study_report.claims_by_setting(FULL, la, sa, gradnorm.drop(columns="batch_size"))
+        study_claims.claims_by_setting(FULL, la, sa, gradnorm.drop(columns="batch_size"))
     assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
-    robust = study_report.robustness(table).set_index("id")
+    robust = study_claims.robustness(table).set_index("id")
     assert not robust.loc["d000-post-nowarm-stuck", "robust"]
     assert robust.loc["d000-post-nowarm-stuck", "default_verdict"] == "reproduced"
 
@@ -465,19 +466,19 @@ def test_verdicts_so_far_judge_only_the_cells_whose_runs_have_all_finished(snake
     shutil.copytree(snake_project / "data", tmp_path / "data")
     study = pd.read_csv(snake_project / sens.TABLES["claims_by_setting"])
     verdicts = lambda t: dict(zip(zip(t["id"], t["setting"]), t["verdict"]))  # noqa: E731
-    table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
+    table, judged, cells = study_claims.finished_verdicts(TINY, tmp_path)
     assert judged == cells == study["setting"].nunique() and verdicts(table) == verdicts(study)
     # one run of a non-default cell is not finished (its meta.json is what marks a finished run): that cell drops out
     base = study_cells.default_cell(TINY).name
     plan = sens.plan(TINY)
     other = plan[(plan["family"] == "choices") & (plan["setting"] != base)].iloc[0]
     (tmp_path / other.run_dir / "meta.json").unlink()
-    table, judged, cells = study_report.finished_verdicts(TINY, tmp_path)
+    table, judged, cells = study_claims.finished_verdicts(TINY, tmp_path)
     assert judged == cells - 1 and other.setting not in set(table["setting"])
     assert verdicts(table) == {k: v for k, v in verdicts(study).items() if k[1] != other.setting}
     out = tmp_path / "so_far.csv"
-    assert main(["sensitivity", "status", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(tmp_path),
-                 "--verdicts", "--out", str(out)]) == 0
+    assert main(["sensitivity", "verdicts", "--params", str(ROOT / "configs/tiny.yaml"), "--root", str(tmp_path),
+                 "--out", str(out)]) == 0
     assert f"{cells - 1} of {cells} open-choice cells" in capsys.readouterr().out
     assert verdicts(pd.read_csv(out)) == verdicts(table)
 
@@ -537,7 +538,7 @@ def test_a_snapshot_re_aggregates_to_the_studys_own_tables_and_names_what_it_lac
     write_table(short.iloc[1:], tmp_path / "choices" / "runs.csv")
     record_snapshot(tmp_path / "choices")
     with pytest.raises(ConfigError, match=f"lack 1 planned run.*{short.iloc[0].setting}/{short.iloc[0].run}"):
-        study_report.aggregate(TINY, root, records=sens.read_records([tmp_path / "choices", tmp_path / "depth_lr"]))
+        study_report.aggregate(TINY, root, [tmp_path / "choices", tmp_path / "depth_lr"])
 
 
 def test_the_pipeline_makes_the_study_from_snapshots_and_trains_none_of_it(snake_project, tmp_path):

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from .config import ConfigError
+from .studies.protocol import STUDIES
 
 # The whole command line, defined here once: a command -> (its line in `blocklab --help`, the module that defines it),
 # or a group -> (its line, {verb -> module}). Each module's register(subparsers) adds its own commands (setting `func`
@@ -60,7 +61,8 @@ TABLE = {
         "train": "blocklab.studies.sensitivity.commands",
         "gradnorm": "blocklab.studies.sensitivity.commands",
         "snapshot": "blocklab.studies.sensitivity.commands",
-        "aggregate": "blocklab.studies.sensitivity.commands",
+        "aggregate": "blocklab.reporting.sensitivity",  # it judges claims (claim x setting): the reporting level's
+        "verdicts": "blocklab.reporting.sensitivity",
         "status": "blocklab.studies.sensitivity.commands",
         "figures": "blocklab.studies.sensitivity.commands",
     }),
@@ -70,7 +72,7 @@ TABLE = {
         "snapshot": "blocklab.studies.dynamics.commands",
         "status": "blocklab.studies.dynamics.commands",
         "aggregate": "blocklab.studies.dynamics.commands",
-        "detectors": "blocklab.experiments.detectors",
+        "detectors": "blocklab.studies.dynamics.detectors",
         "figures": "blocklab.studies.dynamics.commands",
     }),
     "inference": ("the inferred setup: fitting runs ranked by the document's losses (its status for people)", {
@@ -79,8 +81,8 @@ TABLE = {
         "snapshot": "blocklab.studies.inference.commands",
         "status": "blocklab.studies.inference.commands",
         "aggregate-holdout": "blocklab.studies.inference.commands",
-        "aggregate": "blocklab.studies.inference.commands",
-        "score": "blocklab.studies.inference.commands",
+        "aggregate": "blocklab.reporting.inference",  # it ranks by the document's numbers (claims): reporting's
+        "score": "blocklab.reporting.inference",
     }),
     "docs": ("rewrite the README's and docs/' generated blocks from the recorded tables (--check: only compare)",
              "blocklab.reporting.docs"),
@@ -91,7 +93,7 @@ TABLE = {
 SECTIONS = {
     "commands for people": ("status", "claims", "report", "review", "lab", "bench", "smoke", "verify"),
     "the pipeline's jobs (the Snakemake rules call these; `blocklab status` shows where they stand)":
-        ("sweep", "exp", "sensitivity", "dynamics", "inference", "lab-job"),
+        ("sweep", "exp", *STUDIES, "lab-job"),
     "maintenance": ("docs", "gallery"),
 }
 

@@ -2,7 +2,7 @@
 # post-norm with warm-up collapses after it (`snakemake --cores 4 dynamics`); part of `all` (and so of `dvc repro`)
 # when dynamics.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
 from blocklab.studies.dynamics.plan import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
-from blocklab.experiments.detectors import TABLES as DETECTOR_TABLES
+from blocklab.studies.dynamics.detectors import TABLES as DETECTOR_TABLES
 
 DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *DETECTOR_TABLES.values(),
                     *expand("figs/{figure}.png", figure=DYNAMICS_FIGURES)]
@@ -59,7 +59,7 @@ rule aggregate_dynamics:
 rule dynamics_detectors:
     input:
         DYNAMICS_TABLES["losses"], DYNAMICS_TABLES["diagnostics"], DYNAMICS_TABLES["summary"],
-        code=code_closure("studies/dynamics/aggregate", "experiments/detectors"),
+        code=code_closure("studies/dynamics/aggregate", "studies/dynamics/detectors"),
     output:
         *DETECTOR_TABLES.values(),
     params:

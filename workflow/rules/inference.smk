@@ -43,7 +43,7 @@ rule train_inference:
 rule aggregate_inference:
     input:
         inference_aggregate_inputs(config),
-        code=code_closure("studies/inference/aggregate", "studies/inference/commands"),
+        code=code_closure("studies/inference/aggregate", "reporting/inference"),  # the verb: reporting.inference
         claims="src/blocklab/reporting/claims.yaml",
     output:
         INFERENCE_LOSSES,

@@ -61,7 +61,7 @@ rule aggregate_sensitivity:
         # every planned run's meta.json (they train first), or the snapshots of sensitivity.from_snapshots (none train)
         sensitivity_aggregate_inputs(config),
         SENSITIVITY_GRADNORM,
-        code=code_closure("studies/sensitivity/aggregate", "studies/sensitivity/commands"),
+        code=code_closure("studies/sensitivity/aggregate", "reporting/sensitivity"),  # the verb: reporting.sensitivity
         claims="src/blocklab/reporting/claims.yaml",
     output:
         *SENSITIVITY_TABLES.values(),

@@ -17,10 +17,10 @@ import pandas as pd
 import yaml
 
 from ..settings import CopyModel, CopyTask, Sweep
-from ..studies.sensitivity.aggregate import robustness
 from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, REPRODUCED, Data
+from .sensitivity import robustness
 
 ORDER = ("p9a", "p9b", "p9c", "p10a", "p10b", "p10c", "p11a", "p11b", "p11c", "e1", "e2", "e3")
 SENSITIVITY = {"summary": "sensitivity/summary.csv", "claims_by_setting": "sensitivity/claims_by_setting.csv"}
@@ -319,7 +319,7 @@ FLAT = 2.0  # "flat at step 1": the output end's gradient within 2x of the input
 def detector_table(data: Data) -> pd.DataFrame:
     """data/dynamics/detectors.csv (the pipeline's dynamics_detectors rule), or, for a data directory made before it
     existed, the same table computed from the aggregated summary, losses and diagnostics."""
-    from ..experiments.detectors import from_frames
+    from ..studies.dynamics.detectors import from_frames
 
     if data.exists(DETECTORS):
         return data.table(DETECTORS)
@@ -334,7 +334,7 @@ def _rate(k, n, low, high) -> str:
 
 
 def _detector_text(data: Data, t: dict, lang: str) -> str:
-    """Each precursor as a detector (experiments.detectors; the procedure fixed in docs/dynamics.md): hit and
+    """Each precursor as a detector (studies.dynamics.detectors; the procedure fixed in docs/dynamics.md): hit and
     false-alarm rates with their intervals at each resolution where they could be judged, which precursors tell an
     event from a quiet stretch (the hit interval above the false-alarm interval), and what the sparse ones cannot say."""
     table = detector_table(data)

@@ -506,7 +506,7 @@ def _detector_sources(data: Path, root: Path) -> list[Path]:
 
 
 def _detector_tables(data: Path, root: Path) -> dict:
-    from ..experiments.detectors import detector_tables, load_sources, resolution
+    from ..studies.dynamics.detectors import detector_tables, load_sources, resolution
     from ..params import load_params
 
     sources = _detector_sources(data, root)
@@ -542,7 +542,7 @@ def _lead_cell(row) -> str:
 
 
 def dynamics_detectors(data: Path, root: Path) -> str:
-    """Each candidate precursor as a detector (experiments/detectors.py, the procedure fixed in docs/dynamics.md): hit
+    """Each candidate precursor as a detector (studies/dynamics/detectors.py, the procedure fixed in docs/dynamics.md): hit
     rates (one event per run, 95 % Wilson over runs) and false-alarm rates (windows in the events' phase of training,
     95 % interval resampling runs) and lead times, at every step and on the 10-step grid; each event's
     onset and each detector's lead; the resolution each recorded run really has."""
@@ -597,9 +597,10 @@ RANKING_SNAPSHOTS = ("docs/sensitivity/choices", "docs/inference/fit", "docs/inf
 
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
     from ..studies.inference.aggregate import read_losses, score
+    from .inference import targets
 
     dirs = [root / d for d in RANKING_SNAPSHOTS if (root / d).is_dir()]
-    return score(read_losses(dirs, [], "")), dirs
+    return score(read_losses(dirs, [], ""), targets()), dirs
 
 
 def inference_ranking(data: Path, root: Path) -> str:
@@ -649,7 +650,7 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
     """The step-4 claims judged on the candidate's runs recorded in docs/sensitivity/*/ (the study's own checks, as
     one more cell of claim x setting) with the gradients at init recorded beside them (``sensitivity-gradnorm``);
     a claim whose runs or gradients are not recorded yet is "not checkable here"."""
-    from ..studies.sensitivity.aggregate import aggregate, claims_by_setting
+    from ..studies.sensitivity.aggregate import runs_tables
     from ..studies.sensitivity.plan import GRADNORM, plan, read_records, with_cells
     from ..studies.sensitivity.run import GRADNORM_COLUMNS
 
@@ -662,10 +663,12 @@ def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.Data
     runs, losses = runs[runs["setting"] == candidate], losses[losses["setting"] == candidate]
     planned = plan(p)
     planned = planned[(planned["family"] == "choices") & (planned["setting"] == candidate) & planned["run"].isin(runs["run"])]
-    tidy, summary = aggregate(p, records=(runs, losses), planned=planned)
+    tidy, summary = runs_tables(p, records=(runs, losses), planned=planned)
     grads = [read_table(d / Path(GRADNORM).name) for d in dirs if (d / Path(GRADNORM).name).is_file()]
     gradnorm = (pd.concat(grads, ignore_index=True) if grads else
                 pd.DataFrame(columns=GRADNORM_COLUMNS))
+    from .sensitivity import claims_by_setting
+
     judged = claims_by_setting(p, tidy, summary, gradnorm)
     return judged[judged["id"].isin(VALIDATION_CLAIMS)], dirs
 

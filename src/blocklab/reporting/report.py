@@ -20,11 +20,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, check_table, data_layout, read_table
-from ..studies.sensitivity.aggregate import robustness
 from ..params import load_params
 from ..pipeline import FIGURES
 from ..settings import CopyModel, CopyTask, Sweep
 from . import answers as answers_mod
+from .sensitivity import robustness
 from .claims import DOCUMENT_SETUP, INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED
 
 VERDICT_ORDER = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, NOT_CHECKABLE)
@@ -375,7 +375,7 @@ class Report:
 
     def inference(self) -> str:
         """The document's unstated setup, inferred (issue 23): the fitting runs' ranking by the pre-registered score."""
-        from ..studies.inference.aggregate import FIT_CLAIMS
+        from .inference import FIT_CLAIMS
 
         head = f'<h4 id="sec-inference">{html.escape(self.t("inference_title"))}</h4>'
         path = "inference/ranking.csv"

@@ -1,22 +1,33 @@
-"""What every study implements, written once: the names and signatures a study's modules share, so that a reader who
-knows one study knows the others, and a new study is checked against this rather than against a copied directory
-(tests/test_studies.py). Two parts, by layer (studies/README.md): ``StudyPlan`` for ``plan.py`` (params level: made
-from the parameters alone) and ``StudyRun`` for ``run.py`` (experiments level).
+"""The one study protocol (issue 48, point 4): what every study implements, with the same names and signatures, so that
+a reader who knows one study knows the others and a new study is checked against this rather than against a copied
+directory. ``STUDIES`` registers them, once: the parameters' validation (``studies.checks``, which ``params`` runs),
+the command line (``cli.TABLE``'s study groups), the rules (``workflow/rules/<study>.smk``) and the layer test read it,
+and tests/test_studies.py checks each registered study against ``Study``, signatures included.
 
-``STUDIES`` names them, once: the layer test and the protocol test read it. Still per study (issue 48, point 4, left
-open): ``train`` (a cell and norm x warm-up for two studies, a cell name for dynamics), ``write_snapshot`` and the
-aggregation's signature.
+A study is a package, ``blocklab.studies.<name>``, of five modules, one per layer (studies/README.md); ``Study`` is
+that package, each of its members the protocol of one module:
 
-The params level: it imports nothing of the package, so a plan may use it.
+- ``plan`` (params level): the runs of the study, from the parameters alone; snapshots; the section's checks.
+- ``run`` (experiments level): ``train`` one run, ``status`` of every planned run.
+- ``aggregate`` (experiments level): the study's tables, from its runs or recorded snapshots; ``write_snapshot``. It
+  judges no claim: claims are the reporting level's (``reporting.sensitivity``, ``reporting.inference``).
+- ``figures`` (figures level): ``save_figures``, every figure of ``plan.FIGURES``.
+- ``commands`` (top): ``register``, the study's verbs (``studies.family`` gives them the same options).
+
+Each signature below is the study's, parameter for parameter; a study may add keyword options after them, each with
+a default (the dynamics study's ``train(..., follow=False, dense=None)``).
+
+The params level: it imports nothing of the package, so any module may read it.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
-STUDIES = ("sensitivity", "dynamics", "inference")  # blocklab.studies.<name>, each with plan.py and run.py
+STUDIES = ("sensitivity", "dynamics", "inference")  # blocklab.studies.<name>: registered here, once
 
 
 @runtime_checkable
@@ -25,6 +36,7 @@ class StudyPlan(Protocol):
 
     PLAN: str  # the plan table's path, data/<study>/plan.csv (``cells.study_paths``)
     RUNS: str  # where its runs train, data/<study>/runs
+    FIGURES: dict  # figure -> the tables it is drawn from (none: {})
 
     def plan(self, params: dict) -> pd.DataFrame:
         """Every run of the study, one row each: setting, norm, warmup, seed, run, run_dir, main_sweep (and more)."""
@@ -46,5 +58,53 @@ class StudyPlan(Protocol):
 class StudyRun(Protocol):
     """A study's ``run`` module."""
 
+    def train(self, params: dict, cell_name: str, norm: str, warmup: int, seed: int, out_dir: Path,
+              threads: int | None = None) -> dict:
+        """One planned run (a cell, norm position, warm-up and seed) into ``out_dir``, refused before any compute when
+        the plan lacks it; returns its meta.json."""
+
     def status(self, params: dict, root: str | Path = ".") -> pd.DataFrame:
         """Every planned run and where it stands (finished, checkpointed, recorded, to train), from the disk."""
+
+
+@runtime_checkable
+class StudyAggregate(Protocol):
+    """A study's ``aggregate`` module."""
+
+    def aggregate(self, params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
+        """The study's tables by name, from its runs under ``root`` or the snapshots its parameters name."""
+
+    def write_snapshot(self, params: dict, out: str | Path, root: str | Path = ".") -> pd.DataFrame:
+        """Record the finished runs under ``root`` in ``out``, a directory kept in git; returns the runs recorded."""
+
+
+@runtime_checkable
+class StudyFigures(Protocol):
+    """A study's ``figures`` module."""
+
+    def save_figures(self, params: dict, data: str | Path = "data", figs: str | Path = "figs",
+                     lang: str | None = None) -> list:
+        """Every figure of ``plan.FIGURES``, drawn from the tables under ``data`` into ``figs`` (with sidecars)."""
+
+
+@runtime_checkable
+class StudyCommands(Protocol):
+    """A study's ``commands`` module."""
+
+    def register(self, subparsers) -> None:
+        """The study's verbs, ``blocklab <study> <verb>``."""
+
+
+@runtime_checkable
+class Study(Protocol):
+    """A study: the package ``blocklab.studies.<name>``, its five modules imported."""
+
+    plan: StudyPlan
+    run: StudyRun
+    aggregate: StudyAggregate
+    figures: StudyFigures
+    commands: StudyCommands
+
+
+PARTS = {"plan": StudyPlan, "run": StudyRun, "aggregate": StudyAggregate, "figures": StudyFigures,
+         "commands": StudyCommands}  # a study's modules, bottom to top, and the protocol each implements

@@ -1,5 +1,5 @@
 """The dynamics study's command line, ``blocklab dynamics <verb>``: ``plan``, ``train`` (one collapse-rate run),
-``status``, ``snapshot``, ``aggregate`` and ``figures`` (``detectors``: ``blocklab.experiments.detectors``)."""
+``status``, ``snapshot``, ``aggregate`` and ``figures`` (``detectors``: ``detectors.py`` here)."""
 from __future__ import annotations
 
 import logging
@@ -12,7 +12,7 @@ from ..cells import require_cell_names
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
 from .aggregate import aggregate, write_snapshot
 from .figures import save_figures
-from .plan import PLAN, TABLES, plan
+from .plan import PLAN, TABLES, case, plan
 from .run import status, train
 
 log = logging.getLogger("blocklab.dynamics")
@@ -56,7 +56,9 @@ def _status_main(args) -> None:
 
 def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    meta = train(load_params(args.params), args.cell, args.seed, args.out_dir, args.threads, args.follow, args.dense)
+    params = load_params(args.params)
+    meta = train(params, args.cell, *case(params), args.seed, args.out_dir, args.threads, follow=args.follow,
+                 dense=args.dense)
     log.info("%s %s in %.1f s (%s)", meta["run"], meta["status"], meta["wall_time_s"], meta["stop_reason"])
 
 

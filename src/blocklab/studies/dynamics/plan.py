@@ -69,6 +69,11 @@ def plan(params: dict) -> pd.DataFrame:
     return pd.DataFrame(list(records.values()), columns=PLAN_COLUMNS)
 
 
+def case(params: dict) -> tuple[str, int]:
+    """The norm position and warm-up of every collapse run: post-norm at ``dynamics.collapse.warmup``."""
+    return "post", int(params["dynamics"]["collapse"]["warmup"])
+
+
 def collapse_params(params: dict, cell_name: str) -> dict:
     """params.yaml with the cell's choices in place (what a collapse run trains)."""
     return cell_params(params, Cell.parse(cell_name))

@@ -11,7 +11,7 @@ from ...config import ConfigError
 from ...io import read_table
 from ...settings import Sweep
 from ..cells import Cell
-from .plan import collapse_params, collapse_stop, plan, snapshots
+from .plan import case, collapse_params, collapse_stop, plan, snapshots
 
 
 def parse_window(text: str | None, steps: int) -> tuple[int, int] | None:
@@ -27,14 +27,18 @@ def parse_window(text: str | None, steps: int) -> tuple[int, int] | None:
     return first, last
 
 
-def train(params: dict, cell_name: str, seed: int, out_dir: Path, threads: int | None = None, follow: bool = False,
-          dense: str | None = None) -> dict:
-    """One collapse run of a setting at a seed (post-norm, ``dynamics.collapse.warmup``), stopped once it collapsed
-    unless ``follow``; ``dense``: FIRST:LAST, steps that also record the forward diagnostics. Returns its meta."""
+def train(params: dict, cell_name: str, norm: str, warmup: int, seed: int, out_dir: Path, threads: int | None = None,
+          follow: bool = False, dense: str | None = None) -> dict:
+    """One collapse run of a setting at a seed, stopped once it collapsed unless ``follow``; ``dense``: FIRST:LAST,
+    steps that also record the forward diagnostics. The plan fixes the norm position and warm-up (``plan.case``: post-norm
+    at ``dynamics.collapse.warmup``); others are refused before any compute. Returns its meta."""
     from ...runtime import set_threads
     from ...training.sweep import train_copy_run
 
     Cell.parse(cell_name)
+    if (norm, warmup) != case(params):
+        raise ConfigError(f"norm={norm!r}, warmup={warmup!r} is not a dynamics run; allowed: the plan's "
+                          f"norm={case(params)[0]!r}, warmup={case(params)[1]!r} (dynamics.collapse.warmup)")
     if seed < 0:
         raise ConfigError(f"--seed={seed} is not allowed; choose an integer >= 0")
     window = parse_window(dense, Sweep.from_params(params).steps)
@@ -42,7 +46,7 @@ def train(params: dict, cell_name: str, seed: int, out_dir: Path, threads: int |
     stop, words = (None, None) if follow else collapse_stop(params)
     p = collapse_params(params, cell_name)
     extra = {"follow": True} if follow else {}
-    return train_copy_run(p, "post", params["dynamics"]["collapse"]["warmup"], seed, out_dir, params["device"],
+    return train_copy_run(p, norm, warmup, seed, out_dir, params["device"],
                           stop_when=stop, stop_rule=words, dense_steps=window, setting=cell_name, **extra)
 
 

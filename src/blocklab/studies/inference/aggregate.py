@@ -9,8 +9,8 @@ is better. The per-seed scores' range is reported beside it, so that ties within
 sweep's losses); it trains nothing and says how many seeds each score rests on.
 
 Also the fitting runs' losses (``collect``: from snapshots or run directories), the held-out runs' losses, and
-snapshots of finished fitting runs. The reporting level (it reads the fitted claims, ``reporting.claims``); see
-tests/test_layers.py.
+snapshots of finished fitting runs. The document's numbers it scores against are claims: the reporting level reads
+them and ranks (``reporting.inference``), so this module reads no claim.
 """
 from __future__ import annotations
 
@@ -23,36 +23,9 @@ import pandas as pd
 from ...config import NORM_POSITIONS, ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot, verify_snapshot
 from ...io import read_table, write_table
-from ...reporting.claims import load_claims
 from ...settings import Sweep
 from ..cells import default_cell
 from .plan import CASES, holdout_plan, plan, sources
-
-FIT_CLAIMS = ("d000-post-warm-step100", "d000-post-warm-step200", "d000-post-warm-step300", "d000-pre-nowarm-step100",
-              "d000-pre-nowarm-step200")
-
-
-def _range(claim: dict) -> tuple[float, float]:
-    """The document's number as a range: a value (low = high), a range, or "below" a bound (low 0)."""
-    if claim["kind"] == "value":
-        return float(claim["value"]), float(claim["value"])
-    if claim["kind"] == "range":
-        return float(claim["low"]), float(claim["high"])
-    if claim["kind"] == "inequality" and claim["side"] == "below":
-        return 0.0, float(claim["bound"])
-    raise ValueError(f"{claim['id']}: a fitted claim of kind {claim['kind']} has no range to score")
-
-
-def targets() -> list[dict]:
-    """The five fitted numbers (the claims marked ``fitted: true``): claim id, norm, warm-up, step and the document's
-    range (low = high for one value)."""
-    claims = {c["id"]: c for c in load_claims()}
-    fitted = {i for i, c in claims.items() if c.get("fitted")}
-    if fitted != set(FIT_CLAIMS):
-        raise ValueError(f"claims.yaml marks {sorted(fitted)} as fitted; the procedure fitted {list(FIT_CLAIMS)}")
-    return [{"id": i, **{k: claims[i]["args"][k] for k in ("norm", "warmup", "step")},
-             **dict(zip(("low", "high"), _range(claims[i])))} for i in FIT_CLAIMS]
-
 
 def distance(loss: float, low: float, high: float) -> float:
     """|ln loss - ln range|: 0 inside [low, high]; low 0 means "below high"."""
@@ -61,14 +34,14 @@ def distance(loss: float, low: float, high: float) -> float:
     return math.log(loss / high) if loss > high else math.log(low / loss)
 
 
-COLUMNS = ["rank", "setting", *FIT_CLAIMS, "score", "seeds", "seed_score_min", "seed_score_max"]
-
-
-def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
+def score(losses: pd.DataFrame, targets: list[dict], post_warmup: int | None = None) -> pd.DataFrame:
     """One row per setting: the score (mean distance of the seed-median losses), the per-seed score range, the seeds
-    it rests on and each target's distance. ``losses``: setting, run (``{norm}-w{warmup}-s{seed}``), step, loss.
+    it rests on and each target's distance. ``losses``: setting, run (``{norm}-w{warmup}-s{seed}``), step, loss;
+    ``targets``: the document's numbers (id, norm, warmup, step, low, high; ``reporting.inference.targets``).
     ``post_warmup``: read the post-norm targets at this warm-up instead of the document's (a configuration that is not
     the document's, e.g. the tiny one; such a ranking exercises the code and says nothing about the document)."""
+    ids = [t["id"] for t in targets]
+    columns = ["rank", "setting", *ids, "score", "seeds", "seed_score_min", "seed_score_max"]
     frame = losses.copy()
     parts = frame["run"].str.extract(rf"(?P<norm>{'|'.join(NORM_POSITIONS)})-w(?P<warmup>\d+)-s(?P<seed>\d+)")
     frame = pd.concat([frame, parts.astype({"warmup": int, "seed": int})], axis=1)
@@ -76,7 +49,7 @@ def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
     for setting, runs in frame.groupby("setting", sort=True):
         row, per_seed = {"setting": setting}, {}
         complete = True
-        for target in targets():
+        for target in targets:
             if post_warmup is not None and target["norm"] == "post":
                 target = {**target, "warmup": post_warmup}
             at = runs[(runs["norm"] == target["norm"]) & (runs["warmup"] == target["warmup"])
@@ -89,16 +62,16 @@ def score(losses: pd.DataFrame, post_warmup: int | None = None) -> pd.DataFrame:
                 per_seed.setdefault(seed, []).append(distance(float(value), target["low"], target["high"]))
         if not complete:
             continue
-        seeds = sorted(s for s, d in per_seed.items() if len(d) == len(FIT_CLAIMS))
+        seeds = sorted(s for s, d in per_seed.items() if len(d) == len(ids))
         seed_scores = [float(np.mean(per_seed[s])) for s in seeds]
-        row.update(score=float(np.mean([row[i] for i in FIT_CLAIMS])), seeds=len(seeds),
+        row.update(score=float(np.mean([row[i] for i in ids])), seeds=len(seeds),
                    seed_score_min=min(seed_scores), seed_score_max=max(seed_scores))
         rows.append(row)
     if not rows:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=columns)
     ranked = pd.DataFrame(rows).sort_values("score", ignore_index=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
-    return ranked[COLUMNS]
+    return ranked[columns]
 
 
 def read_losses(snapshots: list[str | Path], sweep_losses: list[str | Path], setting_of_sweep: str) -> pd.DataFrame:
@@ -180,11 +153,18 @@ def sweep_fitting_runs(data: str | Path, fit_steps: int) -> tuple[pd.DataFrame, 
     return runs, losses.assign(setting=setting)[["setting", "run", "step", "loss"]].reset_index(drop=True)
 
 
-def write_snapshot(params: dict, out: str | Path, from_sweep: str | Path | None = None) -> pd.DataFrame:
+def aggregate(params: dict, root: str | Path = ".") -> dict[str, pd.DataFrame]:
+    """The study's tables (``studies.protocol.StudyAggregate``): the fitting runs' losses up to ``fit_steps``
+    (``collect``). Their ranking by the document's numbers is the reporting level's (``reporting.inference``)."""
+    return {"losses": collect(params, root)[1]}
+
+
+def write_snapshot(params: dict, out: str | Path, root: str | Path = ".",
+                   from_sweep: str | Path | None = None) -> pd.DataFrame:
     """Record the finished fitting runs trained here (the ranking's and the held-out ones) in ``out``, a directory kept
     in git; or, with ``from_sweep`` (a finished run's data directory), the fitting cases of its main sweep. Returns the
     runs recorded."""
-    runs, losses = (collect(params, only_finished=True) if from_sweep is None
+    runs, losses = (collect(params, root, only_finished=True) if from_sweep is None
                     else sweep_fitting_runs(from_sweep, params["inference"]["fit_steps"]))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

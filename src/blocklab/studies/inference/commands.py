@@ -7,12 +7,11 @@ import logging
 from pathlib import Path
 
 from ...io import write_table
-from ...settings import Sweep
 from ...params import load_params
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
-from .aggregate import collect, holdout_table, read_losses, score, targets, write_snapshot
-from .plan import HOLDOUT, LOSSES, PLAN, RANKING, plan
+from .aggregate import holdout_table, write_snapshot
+from .plan import HOLDOUT, PLAN, plan
 from .run import status, train
 
 log = logging.getLogger("blocklab.inference")
@@ -29,19 +28,12 @@ def register(subparsers) -> None:
     p.add_argument("--from-sweep", type=Path, default=None, metavar="DATA",
                    help="instead, the fitting cases of the main sweep in DATA (a finished run's data directory with "
                         "its params.yaml, e.g. docs/gallery/data), named by that run's default cell")
-    add_command(subparsers, "aggregate", "the fitting runs' losses and the ranking of the candidates", _aggregate_main)
-    p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
-    p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
-    p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
-    p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")
-    p.add_argument("--out", type=Path, default=None)
-    p.set_defaults(func=_score_main)
 
 
 def _train_main(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cell = Cell.parse(args.cell)
-    meta = train(load_params(args.params), cell, args.norm, args.warmup, args.seed, args.out_dir, args.threads,
+    meta = train(load_params(args.params), cell.name, args.norm, args.warmup, args.seed, args.out_dir, args.threads,
                  source=args.params)
     log.info("%s/%s %s in %.1f s", cell.name, meta["run"], meta["status"], meta["wall_time_s"])
 
@@ -59,7 +51,7 @@ def _status_main(args) -> None:
 
 
 def _snapshot_main(args) -> None:
-    runs = write_snapshot(load_params(args.params), args.out, args.from_sweep)
+    runs = write_snapshot(load_params(args.params), args.out, from_sweep=args.from_sweep)
     print(f"{len(runs)} finished fitting run(s) recorded in {args.out}")
 
 
@@ -68,24 +60,3 @@ def _holdout_main(args) -> None:
     table = holdout_table(params)
     write_table(table, args.out)
     log.info("%d held-out runs, %d rows: %s", table["run"].nunique(), len(table), sorted(table["run"].unique()))
-
-
-def _aggregate_main(args) -> None:
-    params = load_params(args.params)
-    _, losses = collect(params)
-    write_table(losses, LOSSES)
-    warmup = max(Sweep.from_params(params).warmups)
-    document_warmup = next(t["warmup"] for t in targets() if t["norm"] == "post")
-    if warmup != document_warmup:
-        print(f"note: post-norm runs use warm-up {warmup}, the document {document_warmup}: this ranking is not about "
-              "the document's setup")
-    ranked = score(losses, post_warmup=warmup)
-    write_table(ranked, RANKING)
-    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-
-
-def _score_main(args) -> None:
-    ranked = score(read_losses(args.snapshots, args.sweep_losses, args.sweep_setting))
-    print(ranked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    if args.out:
-        write_table(ranked, args.out)

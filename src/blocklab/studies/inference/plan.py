@@ -28,6 +28,7 @@ LOSSES = f"{ROOT}/losses.csv"
 RANKING = f"{ROOT}/ranking.csv"
 HOLDOUT = f"{ROOT}/holdout.csv"  # the default cell's fitting runs at seeds the fit never used (the fitted claims' test)
 SNAPSHOT_FILES = ("runs.csv", "losses.csv")
+FIGURES: dict[str, list[str]] = {}  # figure -> the tables it is drawn from: none (the ranking is a table)
 CASES = (("post", None), ("pre", 0))  # post-norm with the sweep's largest warm-up, pre-norm without warm-up
 
 

@@ -13,13 +13,14 @@ from ..sensitivity.run import projected_seconds
 from .plan import fit_params, holdout_plan, plan, read_snapshots, snapshots
 
 
-def train(params: dict, cell: Cell, norm: str, warmup: int, seed: int, out_dir: Path, threads: int | None = None,
+def train(params: dict, cell_name: str, norm: str, warmup: int, seed: int, out_dir: Path, threads: int | None = None,
           source: str = "params.yaml") -> dict:
     """One fitting run (or held-out run) of a cell, refused before any compute when ``source``'s plans lack it;
     returns its meta."""
     from ...runtime import set_threads
     from ...training.sweep import train_copy_run
 
+    cell = Cell.parse(cell_name)
     require_planned(pd.concat([plan(params), holdout_plan(params)]), cell, norm, warmup, seed,
                     f"the inference fitting runs (or held-out runs) of {source}")
     set_threads(threads or params["threads_per_run"])

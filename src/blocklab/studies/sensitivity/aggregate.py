@@ -15,10 +15,7 @@ import pandas as pd
 from ...config import ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot
 from ...io import read_table, write_table
-from ...reporting import claims
-from ...reporting.claims import NOT_CHECKABLE
-from ..cells import Cell, cell_params, default_cell
-from .plan import GRADNORM, RUN_KEY, plan, unrecorded
+from .plan import RUN_KEY, plan, read_records, snapshots, unrecorded
 
 LOSS_AT = (100, 200, 300)
 # What a run's summary needs from its meta.json besides its losses: a snapshot (``record_runs``) keeps exactly these,
@@ -75,8 +72,19 @@ def _runs_from_records(records: pd.DataFrame, losses: pd.DataFrame, planned: pd.
         yield row, record, loss
 
 
-def aggregate(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None,
-              records: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def aggregate(params: dict, root: str | Path = ".", snapshot_dirs: list[str | Path] | None = None) -> dict[str, pd.DataFrame]:
+    """The study's tables (``studies.protocol.StudyAggregate``): per-step losses (unrounded) and one summary row per
+    (family, run), from the snapshots ``snapshot_dirs`` (default: ``sensitivity.from_snapshots`` under ``root``) or,
+    with none, from the runs trained under ``root``. Claim x setting is the reporting level's
+    (``reporting.sensitivity``)."""
+    root = Path(root)
+    dirs = snapshot_dirs or [root / d for d in snapshots(params)]
+    losses, summary = runs_tables(params, root, records=read_records(dirs) if dirs else None)
+    return {"losses": losses, "summary": summary}
+
+
+def runs_tables(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None,
+                records: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses and one summary row per (family, run) of the plan (or of ``planned``, some of its rows),
     read from the runs' own files, or from ``records``: (runs, losses) tables of snapshots (``read_records``)."""
     from ...training.sweep import classify  # torch: only where runs are aggregated
@@ -131,7 +139,7 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     runs = pd.DataFrame(rows, columns=columns)
     losses = (pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=["step", "loss", "precision", *RUN_KEY]))
     losses = losses[["setting", "precision", "run", "step", "loss"]]  # unrounded: re-aggregating gives the same numbers
-    _, summary = aggregate(params, planned=finished, records=(runs, losses))  # the files once, from what is recorded
+    _, summary = runs_tables(params, planned=finished, records=(runs, losses))  # the files once, from what is recorded
     return runs, losses, summary
 
 
@@ -157,79 +165,3 @@ def write_snapshot(params: dict, out: Path, root: str | Path = ".", planned: pd.
     write_table(summary.drop(columns=["family"]).drop_duplicates("run_dir"), out / "summary.csv")
     record_snapshot(out)  # last: the checksums of what was written
     return runs
-
-
-def as_sweep_tables(losses: pd.DataFrame, summary: pd.DataFrame, setting: str):
-    """One choices cell's runs in the main sweep's table layout, so the sweep's claim checks read them unchanged."""
-    # both tables already name each run as the main sweep does (sweep.run_name), so the checks match them unchanged
-    s = summary[(summary["family"] == "choices") & (summary["setting"] == setting)]
-    l = losses[(losses["family"] == "choices") & (losses["setting"] == setting)]
-    return l, s.sort_values(["norm", "warmup", "seed"], ignore_index=True)
-
-
-# ---- claim x setting ---------------------------------------------------------------------------------------------------
-
-
-def claims_by_setting(params: dict, losses: pd.DataFrame, summary: pd.DataFrame, gradnorm: pd.DataFrame) -> pd.DataFrame:
-    """Every sweep claim's verdict under every setting of the open choices (claim x setting), from the cells' runs,
-    by the claims' own rules (``reporting.verdicts``: with one seed a value has no spread, its margin is the
-    document's rounding alone; a count is Fisher's test over the cell's runs), with each verdict's margin."""
-    rows = []
-    settings = summary.loc[summary["family"] == "choices", ["setting", "position", "batch_size", "precision"]]
-    for setting in settings.drop_duplicates("setting").itertuples(index=False):
-        cell = Cell.parse(setting.setting)
-        sweep_losses, sweep_summary = as_sweep_tables(losses, summary, setting.setting)
-        tables = {"sweep/losses.csv": sweep_losses, "sweep/summary.csv": sweep_summary,
-                  "gradnorm/gradnorm.csv": at_cell(gradnorm, cell)}
-        data = claims.Data(".", cell_params(params, cell), tables=tables)
-        table = claims.evaluate_data(data, only=claims.SWEEP_CHECKS)
-        seeds = sorted(sweep_summary["seed"].unique())
-        for claim in table.itertuples(index=False):
-            rows.append({"id": claim.id, "where": claim.where, "claim": claim.claim, "setting": setting.setting,
-                         "position": setting.position, "batch_size": setting.batch_size,
-                         "precision": setting.precision, "seeds": len(seeds),
-                         "default": setting.setting == default_cell(params).name, "kind": claim.kind,
-                         "measured": claim.measured, "margin": claim.margin, "verdict": claim.verdict,
-                         "seeds_to_decide": claim.seeds_to_decide})
-    return pd.DataFrame(rows)
-
-
-def at_cell(gradnorm: pd.DataFrame, cell: Cell) -> pd.DataFrame:
-    """The gradients at init a cell's runs started from: its position signal and its batch size (the table of
-    ``sensitivity gradnorm``); empty where they were not measured, so the gradient claims say "not checkable"."""
-    if "batch_size" not in gradnorm.columns:
-        raise ConfigError(f"{GRADNORM} has no batch_size column (written before gradients were measured per batch); "
-                          "rerun `blocklab sensitivity gradnorm` (Snakemake does so by itself)")
-    return gradnorm[(gradnorm["position"] == cell.position) & (gradnorm["batch_size"] == cell.batch_size)]
-
-
-def robustness(by_setting: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: its verdict under the default setting (else the commonest), how many settings agree with
-    it, the settings that do not, and ``robust``: judged ("not checkable here" is no verdict) under at least one
-    setting, and the same verdict under every setting."""
-    rows = []
-    for claim_id, group in by_setting.groupby("id", sort=False):
-        default = group[group["default"].astype(bool)]
-        ref = default["verdict"].iloc[0] if len(default) else group["verdict"].mode().iloc[0]
-        checkable = bool((group["verdict"] != NOT_CHECKABLE).any())
-        rows.append({"id": claim_id, "default_verdict": ref,
-                     "settings": len(group), "agree": int((group["verdict"] == ref).sum()), "checkable": checkable,
-                     "robust": checkable and bool((group["verdict"] == ref).all()),
-                     "differ": "; ".join(f"{r.setting}: {r.verdict}" for r in group[group["verdict"] != ref].itertuples())})
-    return pd.DataFrame(rows)
-
-
-def finished_verdicts(params: dict, root: str | Path = ".") -> tuple[pd.DataFrame, int, int]:
-    """Claim x setting for the open-choice cells whose runs have all finished, while the study is still training:
-    (the table, cells judged, cells planned). The same aggregation and checks as the study's own table."""
-    root = Path(root)
-    planned = plan(params)
-    choices = planned[planned["family"] == "choices"]
-    # finished: its meta.json is written (as ``record_runs`` and ``run.progress`` tell a finished run)
-    complete = choices.groupby("setting")["run_dir"].agg(lambda dirs: all((root / d / "meta.json").is_file() for d in dirs))
-    cells = choices["setting"].nunique()
-    judged = choices[choices["setting"].map(complete)]
-    if judged.empty or not (root / GRADNORM).exists():
-        return pd.DataFrame(), 0, cells
-    losses, summary = aggregate(params, root, planned=judged)
-    return claims_by_setting(params, losses, summary, read_table(root / GRADNORM)), judged["setting"].nunique(), cells

@@ -6,14 +6,14 @@ import logging
 from pathlib import Path
 
 from ...config import ConfigError
-from ...io import read_table, write_json, write_table
+from ...io import write_json, write_table
 from ...params import load_params
 from ...provenance import stamp
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
-from .aggregate import aggregate, claims_by_setting, finished_verdicts, write_snapshot
+from .aggregate import write_snapshot
 from .figures import save_figures
-from .plan import GRADNORM, TABLES, plan, read_records, snapshots, with_cells
+from .plan import plan, with_cells
 from .run import gradnorm_by_choice, projected_seconds, status, train
 
 log = logging.getLogger("blocklab.sensitivity")
@@ -37,16 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable): its finished runs are recorded")
-    p = add_command(subparsers, "aggregate", "the study's loss and summary tables, and claim x setting", _aggregate_main,
-                    root=True)
-    p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
-                   help="instead of the trained runs, the runs recorded in these snapshot directories (a run in one "
-                        "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
     p = add_status(subparsers, "which runs of the study are finished, checkpointed or to do; hours", _status_main)
     p.add_argument("--cores", default=2, type=int, help="cores the study runs on (jobs = cores / threads_per_run)")
-    p.add_argument("--verdicts", action="store_true",
-                   help="instead: claim x setting so far, for the open-choice cells whose runs have all finished")
-    p.add_argument("--out", type=Path, default=None, help="with --verdicts: also write that table (CSV)")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable; a candidate under validation)")
     p = add_command(subparsers, "figures", "draw the sensitivity study's figures from its tables", _figures_main)
@@ -61,7 +53,7 @@ def _train_main(args) -> None:
     cell = Cell.parse(args.cell)
     if args.add_cell:
         params = with_cells(params, [args.cell], "--cell")
-    meta = train(params, cell, args.norm, args.warmup, args.seed, args.out_dir, args.threads, source=args.params)
+    meta = train(params, cell.name, args.norm, args.warmup, args.seed, args.out_dir, args.threads, source=args.params)
     log.info("%s/%s %s (%s) in %.1f s", cell.name, meta["run"], meta["status"], meta["stop_reason"], meta["wall_time_s"])
 
 
@@ -94,25 +86,8 @@ def _snapshot_main(args) -> None:
           "(runs.csv, losses.csv, summary.csv)")
 
 
-def _aggregate_main(args) -> None:
-    params = load_params(args.params)
-    root = args.root
-    dirs = args.snapshots or [root / d for d in snapshots(params)]
-    records = read_records(dirs) if dirs else None
-    losses, summary = aggregate(params, root, records=records)
-    gradnorm = read_table(root / GRADNORM)
-    by_setting = claims_by_setting(params, losses, summary, gradnorm)
-    write_table(losses.round({"loss": 6}), root / TABLES["losses"])
-    write_table(summary, root / TABLES["summary"])
-    write_table(by_setting, root / TABLES["claims_by_setting"])
-    log.info("%d runs, %d claim x setting verdicts", len(summary), len(by_setting))
-
-
 def _status_main(args) -> None:
     params = with_cells(load_params(args.params), args.add_cell)
-    if args.verdicts:
-        _verdicts_main(params, args)
-        return
     frame = status(params, args.root)
     frame["projected_s"] = projected_seconds(frame)
     by_status = frame["status"].value_counts()
@@ -126,20 +101,6 @@ def _status_main(args) -> None:
           + f". Run time so far {spent:.2f} h (about {spent / jobs:.2f} h of wall time with {jobs} jobs side by side); "
           f"at most {left:.2f} h of run time left (projected from the runs so far; early stops shorten it), "
           f"about {left / jobs:.2f} h of wall time with {jobs} jobs.")
-
-
-def _verdicts_main(params: dict, args) -> None:
-    table, judged, cells = finished_verdicts(params, args.root)
-    if table.empty:
-        print(f"No open-choice cell has finished all its runs yet (0 of {cells}), or {GRADNORM} is missing.")
-        return
-    wide = table.pivot_table(index="id", columns="setting", values="verdict", aggfunc="first", sort=False)
-    print(f"Claim x setting for the {judged} of {cells} open-choice cells whose runs have all finished "
-          f"(seeds per cell: {', '.join(sorted({str(n) for n in table['seeds']}))}); not the study's table until "
-          f"every cell has trained:\n")
-    print(wide.to_string())
-    if args.out:
-        write_table(table, args.out)
 
 
 def _figures_main(args) -> None:

@@ -21,12 +21,13 @@ log = logging.getLogger("blocklab.sensitivity")
 GRADNORM_COLUMNS = ["position", "batch_size", "norm", "seed", "block", "grad_norm", "loss"]
 
 
-def train(params: dict, cell: Cell, norm: str, warmup: int, seed: int, out_dir: Path, threads: int | None = None,
+def train(params: dict, cell_name: str, norm: str, warmup: int, seed: int, out_dir: Path, threads: int | None = None,
           source: str = "params.yaml") -> dict:
     """One planned run of a cell (refused before any compute when ``source``'s plan lacks it); returns its meta."""
     from ...runtime import set_threads
     from ...training.sweep import train_copy_run
 
+    cell = Cell.parse(cell_name)
     require_planned(plan(params), cell, norm, warmup, seed, f"the sensitivity section of {source}")
     set_threads(threads or params["threads_per_run"])
     stop, words = early_stop_rule(params, cell)

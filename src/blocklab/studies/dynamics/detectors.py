@@ -40,11 +40,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError
-from ..io import read_table, write_table
-from ..settings import CopyTask
-from ..studies.dynamics.aggregate import ADAM_JUMP, wilson
-from ..studies.dynamics.plan import events
+from ...config import ConfigError
+from ...io import read_table, write_table
+from ...settings import CopyTask
+from .aggregate import ADAM_JUMP, wilson
+from .plan import events
 
 WINDOW = 50          # L: the hit window before the onset, and the length of an event-free window
 HISTORY = 20         # the detector's reference: the median over the previous 20 recorded steps
@@ -398,7 +398,7 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> None:
-    from ..params import load_params
+    from ...params import load_params
 
     params = load_params(args.params)
     sources = args.sources or [Path("data/dynamics")]
