@@ -10,7 +10,7 @@
 # depth_lr.seeds gets 1, once every run of seed 1 is there: params.yaml refuses a snapshot that lacks planned runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SNAPSHOT=docs/sensitivity/depth_lr-s1   # the one place this path is written in the script
+SNAPSHOT=records/sensitivity/depth_lr-s1   # the one place this path is written in the script
 PARAMS=data/issue44-params.yaml  # params.yaml with the depth grid's seed 1 planned and the study trained, not read
 # from snapshots (params.yaml refuses a snapshot that lacks planned runs: seed 1 enters it once every run is recorded)
 mkdir -p data

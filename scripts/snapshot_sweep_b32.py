@@ -1,17 +1,17 @@
-"""Record the batch-32 main sweep's post-norm + warm-up seeds 0-2 (stop 31's default run, kept in docs/gallery/data
-until the gallery is redrawn at batch 64) as a dynamics snapshot, docs/dynamics/sweep-b32 (issue 33).
+"""Record the batch-32 main sweep's post-norm + warm-up seeds 0-2 (stop 31's default run, kept in records/gallery
+until the gallery is redrawn at batch 64) as a dynamics snapshot, records/dynamics/sweep-b32 (issue 33).
 
 At batch 32 those seeds were the main sweep's own runs, read from data/sweep/runs by the pipeline; once the default
-is batch 64 the batch-32 collapse setting is read from snapshots only. Seeds 1 and 2 go to docs/dynamics/sweep-b32
-(in ``dynamics.from_snapshots``). Seed 0 of that setting is already recorded in docs/dynamics/collapse (Intel Xeon; the
+is batch 64 the batch-32 collapse setting is read from snapshots only. Seeds 1 and 2 go to records/dynamics/sweep-b32
+(in ``dynamics.from_snapshots``). Seed 0 of that setting is already recorded in records/dynamics/collapse (Intel Xeon; the
 collapse rate and the figures read it there), so this processor's seed 0 (AMD EPYC Zen 4: another trajectory) goes to
-docs/dynamics/sweep-b32-s0, outside ``from_snapshots`` (a run is read from one snapshot only), for the detectors and
-the docs, which count a run per processor (as docs/dynamics/sweep-b64 holds the Zen 3 runs). The tables are copied,
+records/dynamics/sweep-b32-s0, outside ``from_snapshots`` (a run is read from one snapshot only), for the detectors and
+the docs, which count a run per processor (as records/dynamics/sweep-b64 holds the Zen 3 runs). The tables are copied,
 not recomputed: losses and diagnostics as the gallery's run recorded them (code c73338269d), at every recorded step
 (as `blocklab dynamics snapshot --every-step`: Adam's ratio at every step is what the detectors' false alarms are
 counted on), stored as the snapshot writer stores them (float16 values). First run (stop 32): seeds 1 and 2, thinned;
 rerun at stop 41 (2026-12-04) for seeds 0-2 unthinned, before the gallery moved to batch 64. Run from the repository
-root while docs/gallery/data is the batch-32 run: ``python scripts/snapshot_sweep_b32.py``.
+root while records/gallery is the batch-32 run: ``python scripts/snapshot_sweep_b32.py``.
 """
 from pathlib import Path
 
@@ -20,12 +20,13 @@ import yaml
 
 from blocklab.integrity import begin_snapshot, record_snapshot
 from blocklab.io import write_table
+from blocklab.records import DYNAMICS, GALLERY
 
-GALLERY, SETTING = Path("docs/gallery/data"), "learned-b32-L24-lr0.001-fp32"
-OUTS = {Path("docs/dynamics/sweep-b32"): ["post-w400-s1", "post-w400-s2"], Path("docs/dynamics/sweep-b32-s0"): ["post-w400-s0"]}
+GALLERY, SETTING = Path(GALLERY), "learned-b32-L24-lr0.001-fp32"
+OUTS = {Path(f"{DYNAMICS}/sweep-b32"): ["post-w400-s1", "post-w400-s2"], Path(f"{DYNAMICS}/sweep-b32-s0"): ["post-w400-s0"]}
 
 params = yaml.safe_load((GALLERY / "params.yaml").read_text())
-assert params["copy_task"]["batch_size"] == 32, "docs/gallery/data is no longer the batch-32 run"
+assert params["copy_task"]["batch_size"] == 32, "records/gallery is no longer the batch-32 run"
 for OUT, RUNS in OUTS.items():
     summary = pd.read_csv(GALLERY / "dynamics/summary.csv")
     summary = summary[(summary["setting"] == SETTING) & summary["run"].isin(RUNS)].reset_index(drop=True)

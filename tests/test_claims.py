@@ -13,6 +13,7 @@ from scipy import stats
 from blocklab.config import ConfigError
 from blocklab.params import load_params
 from blocklab.reporting import claims, verdicts
+from blocklab.records import GALLERY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -660,7 +661,7 @@ def test_the_gallerys_claims_carry_both_error_rates_and_every_decided_low_one_sa
     with a column below 0.8, its margin says why."""
     import pandas as pd
 
-    shipped = pd.read_csv(Path(__file__).resolve().parents[1] / "docs/gallery/data/claims/claims.csv")
+    shipped = pd.read_csv(Path(__file__).resolve().parents[1] / f"{GALLERY}/claims/claims.csv")
     assert {"p_reproduced_if_true", "p_rejected_if_off"} <= set(shipped.columns)
     for row in shipped.itertuples():
         if row.verdict in (claims.REPRODUCED, claims.NOT_REPRODUCED, claims.PARTLY) and pd.notna(row.p_rejected_if_off):

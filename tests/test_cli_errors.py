@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from blocklab.records import GALLERY
 
 PROJECT = Path(__file__).resolve().parents[1]
 TINY = str(PROJECT / "configs/tiny.yaml")  # sweep.steps = 60
@@ -161,7 +162,7 @@ def test_status_and_claims_read_what_is_on_disk(tmp_path):
     assert "training" in rows[str(going.relative_to(tmp_path))] and "100/1200" in rows[str(going.relative_to(tmp_path))]
     assert "not started" in rows["data/sweep/runs/post-w20-s1"]  # planned by the tiny sweep, not on disk
     assert "9 runs: " in result.stdout
-    result = blocklab("claims", "--table", str(PROJECT / "docs/gallery/data/claims/claims.csv"), cwd=tmp_path)
+    result = blocklab("claims", "--table", str(PROJECT / f"{GALLERY}/claims/claims.csv"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "d000-post-nowarm-stuck" in result.stdout and "claims: " in result.stdout.splitlines()[-1]
 

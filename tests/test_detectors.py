@@ -9,6 +9,7 @@ import pytest
 from blocklab.config import ConfigError
 from blocklab.studies.dynamics import detectors as det
 from blocklab.studies.dynamics.aggregate import wilson
+from blocklab.records import DYNAMICS
 
 RULE = {"learned_below": 0.05, "learned_for": 20, "spike_above": 0.5, "collapse_at": 0.9, "collapse_for": 100}
 STEPS = np.arange(1, 601)
@@ -204,7 +205,7 @@ def test_the_recorded_runs_give_the_tables_the_docs_quote():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    tables = det.detector_tables([root / "docs/dynamics/validation"], RULE, 64)
+    tables = det.detector_tables([root / f"{DYNAMICS}/validation"], RULE, 64)
     runs = tables["detector_runs"]
     assert set(runs.loc[runs["outcome"] == "collapsed", "seed"]) == {0, 5}
     table = tables["detectors"].set_index(["detector", "resolution"])

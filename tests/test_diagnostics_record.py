@@ -9,7 +9,7 @@ fused q/k/v product, the entropy with one log a row: ``_causal_stats``), observe
 here; the tests allow 1e-6. The snapshots in git store float16 (about 3 significant digits), so such a difference
 changes a stored value only where it sits on a float16 rounding boundary.
 
-The recorded run (``docs/dynamics/validation``, post-w400-s0: the default setting, batch 64, every diagnostic at every
+The recorded run (``records/dynamics/validation``, post-w400-s0: the default setting, batch 64, every diagnostic at every
 step) is re-trained with the pipeline's own ``train_copy_run`` for ``BLOCKLAB_RECORD_STEPS`` steps: 3 by default (a
 batch-64 step of the 24-block model takes 1-4 s on one core, so the CI suite checks its first steps);
 ``BLOCKLAB_RECORD_STEPS=200`` is the issue's 200-step check, run with the bench (about 10 min on an idle core; see
@@ -39,11 +39,12 @@ from blocklab.training.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 import diagnostics_before as before  # noqa: E402
+from blocklab.records import DYNAMICS
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTENTION = {"attn_entropy", "attn_logit_max"}
 ATTENTION_RTOL = 1e-6  # the step's own scores vs a recomputation: float32 rounding, observed <= 3.4e-7
-RECORD = ROOT / "docs/dynamics/validation"
+RECORD = ROOT / f"{DYNAMICS}/validation"
 RECORD_RUN = "post-w400-s0"
 RECORD_STEPS = int(os.environ.get("BLOCKLAB_RECORD_STEPS", "3"))
 
@@ -147,7 +148,7 @@ def test_a_recorded_run_s_first_steps_record_the_same_values(tmp_path):
     # On the recording processor only the attention's own rounding is allowed. A different processor rounds the whole
     # trajectory differently (the losses part at ~1e-7 by step 10): 1e-4 relative over 3 steps, and 2e-2 for adam_rms,
     # whose step-2 value (g2^2 / g1^2, led by the entries whose first gradient was nearly 0) is the most sensitive
-    # metric there is: this run's two records, on a Zen 3 (docs/dynamics/sweep-b64) and a Zen 4, differ by up to 1.1 %
+    # metric there is: this run's two records, on a Zen 3 (records/dynamics/sweep-b64) and a Zen 4, differ by up to 1.1 %
     # at step 2 and 0.09 % at step 3, and in nothing else to float16 precision.
     if same_processor:
         rtol = np.where(merged["metric"].isin(ATTENTION), ATTENTION_RTOL, 0.0)

@@ -12,9 +12,10 @@ import yaml
 
 from blocklab.cli import COMMANDS, build_parser
 from blocklab.reporting import docs
+from blocklab.records import DYNAMICS, GALLERY, INFERENCE, REVIEWER, SENSITIVITY
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "docs" / "gallery" / "data"
+DATA = ROOT / GALLERY
 PAGES = docs.pages(ROOT)
 # Pages other branches write (linked already; checked like any other once they exist).
 PENDING = {"docs/reviewer.md": "issue 24, the block reviewer", "docs/dynamics.md": "issue 23, training dynamics"}
@@ -35,7 +36,7 @@ def test_the_pages_are_the_ones_a_newcomer_reads():
 
 
 def test_every_generated_block_is_what_the_data_gives():
-    """`blocklab docs --check`: regenerate every block from docs/gallery/data and bench/measured; nothing may differ."""
+    """`blocklab docs --check`: regenerate every block from records/gallery and bench/measured; nothing may differ."""
     stale = docs.update(ROOT, DATA, check=True)
     assert not stale, f"run `blocklab docs` and commit: {[_rel(p) for p in stale]}"
     names = [name for page in PAGES for name in docs.blocks(page.read_text(encoding="utf-8"))]
@@ -52,12 +53,12 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         (root / _rel(page)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
-    shutil.copytree(DATA, root / "docs" / "gallery" / "data", dirs_exist_ok=True)
-    for recorded in ("docs/sensitivity", "docs/dynamics", "docs/inference", "docs/reviewer", "docs/lab"):  # recorded runs
+    shutil.copytree(DATA, root / GALLERY, dirs_exist_ok=True)
+    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, "docs/lab"):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0
-    claims_file = root / "docs" / "gallery" / "data" / "claims" / "claims.csv"
+    claims_file = root / GALLERY / "claims" / "claims.csv"
     claims = pd.read_csv(claims_file, dtype=str, keep_default_na=False)
     first = claims.index[claims["verdict"] == "reproduced"][0]
     claims.loc[first, "verdict"] = "not reproduced"
@@ -82,7 +83,7 @@ def _layer(indices, mixer="attention", position="rope", window=None, moe=None):
 
 
 def test_the_reviewers_table_is_rendered_from_its_recorded_file(tmp_path):
-    """docs/reviewer.md's tables: `blocklab docs` draws them from docs/reviewer/<name>.json (what `blocklab review
+    """docs/reviewer.md's tables: `blocklab docs` draws them from records/reviewer/<name>.json (what `blocklab review
     --table ... --json` records); a changed record changes the block, a file that is not such a record is named."""
     import json
 
@@ -92,12 +93,12 @@ def test_the_reviewers_table_is_rendered_from_its_recorded_file(tmp_path):
              "attention": "GQA", "query_heads": 4, "kv_heads": 2, "qk_norm": False, "position": "rope",
              "ffn": "swiglu", "ffn_ratio": 3.0, "causal": True, "rotary_fraction": 1.0,
              "layers": [_layer([0, 1, 2, 4, 5, 6]), _layer([3, 7], position="none")]}
-    table = {"command": "blocklab review --table toy --json docs/reviewer/architectures.json",
+    table = {"command": "blocklab review --table toy --json records/reviewer/architectures.json",
              "generated": "2026-12-03 18:00 UTC", "libraries": {"transformers": "5.24.0"},
              "records": [{"subject": "toy", "verdict": "pass", "exit_status": 0, "usage_error": None,
                           "parameters": 1234, "stacks": {"": stack}}]}
-    (tmp_path / "docs" / "reviewer").mkdir(parents=True)
-    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    (tmp_path / REVIEWER).mkdir(parents=True)
+    (tmp_path / REVIEWER / "architectures.json").write_text(json.dumps(table))
     page = "<!-- generated: reviewer-architectures -->\n<!-- /generated -->\n"
     text = docs.render(page, DATA, tmp_path)
     row = next(line for line in text.splitlines() if line.startswith("| toy |"))
@@ -106,10 +107,10 @@ def test_the_reviewers_table_is_rendered_from_its_recorded_file(tmp_path):
                    "yes | attention x6 (0-2, 4-6), NoPE x2 (3, 7) | 1,234 | pass |")
     assert table["command"] in text and "transformers 5.24.0" in text and "2026-12-03 18:00 UTC" in text
     stack["layers"] = [_layer(list(range(8)), window=4096)]
-    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    (tmp_path / REVIEWER / "architectures.json").write_text(json.dumps(table))
     assert "| uniform, window 4096 |" in docs.render(page, DATA, tmp_path)
     del table["records"]
-    (tmp_path / "docs" / "reviewer" / "architectures.json").write_text(json.dumps(table))
+    (tmp_path / REVIEWER / "architectures.json").write_text(json.dumps(table))
     with pytest.raises(ConfigError, match="architectures.json: no 'records'"):
         docs.render(page, DATA, tmp_path)
 
@@ -241,19 +242,19 @@ def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when
     from blocklab.reporting.docs import _dynamics_events
 
     root = tmp_path / "project"
-    shutil.copytree(ROOT / "docs" / "dynamics", root / "docs" / "dynamics")
-    shutil.copytree(DATA, root / "docs" / "gallery" / "data")
+    shutil.copytree(ROOT / DYNAMICS, root / DYNAMICS)
+    shutil.copytree(DATA, root / GALLERY)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")
     default = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["dynamics"]["collapse"]["settings"][0]
     runs, judged, _, _ = _dynamics_events(root)
     mine = lambda frame: set(frame.loc[frame["setting"] == default, "run"])  # noqa: E731
     sweep = pd.read_csv(DATA / "sweep" / "summary.csv")
     from_sweep = set(sweep.loc[(sweep["norm"] == "post") & (sweep["warmup"] == 400), "run"])
-    recorded = mine(pd.concat([pd.read_csv(f) for f in (ROOT / "docs" / "dynamics").glob("*/runs.csv")]))
+    recorded = mine(pd.concat([pd.read_csv(f) for f in (ROOT / DYNAMICS).glob("*/runs.csv")]))
     assert mine(runs) == recorded | from_sweep  # the gallery's sweep adds what no snapshot records, each counted once
     assert len(runs) == len(judged) and runs.set_index(["setting", "run"]).index.is_unique
 
-    gallery_params = root / "docs" / "gallery" / "data" / "params.yaml"
+    gallery_params = root / GALLERY / "params.yaml"
     edited = yaml.safe_load(gallery_params.read_text(encoding="utf-8"))
     edited["copy_task"]["batch_size"] *= 2  # the gallery's run would be another cell: its sweep is not the default's
     for family in ("sensitivity", "dynamics"):  # out of the pipeline, as in the document's setup (docs/dynamics.md)
@@ -264,22 +265,22 @@ def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when
 
 
 def test_the_fitting_ranking_reads_recorded_runs_only_not_the_gallery(tmp_path):
-    """The inferred-setup ranking was fixed on recorded runs (docs/inference/sweep-b32 holds the batch-32 main sweep's,
+    """The inferred-setup ranking was fixed on recorded runs (records/inference/sweep-b32 holds the batch-32 main sweep's,
     the default until issue 33): redrawing the gallery at another batch must not move it."""
     from blocklab.reporting.docs import RANKING_SNAPSHOTS, _ranking
 
     root = tmp_path / "project"
     for d in RANKING_SNAPSHOTS:
         shutil.copytree(ROOT / d, root / d)
-    shutil.copytree(DATA, root / "docs" / "gallery" / "data")
-    before, dirs = _ranking(root / "docs" / "gallery" / "data", root)
+    shutil.copytree(DATA, root / GALLERY)
+    before, dirs = _ranking(root / GALLERY, root)
     assert [d.relative_to(root).as_posix() for d in dirs] == list(RANKING_SNAPSHOTS)
     b32 = before.set_index("setting").loc["learned-b32-L24-lr0.001-fp32"]
     assert b32["seeds"] == 3  # seeds 1 and 2 only exist in the batch-32 main sweep's record
-    losses = root / "docs" / "gallery" / "data" / "sweep" / "losses.csv"
+    losses = root / GALLERY / "sweep" / "losses.csv"
     frame = pd.read_csv(losses)
     frame.assign(loss=frame["loss"] * 3).to_csv(losses, index=False)  # another gallery run
-    after, _ = _ranking(root / "docs" / "gallery" / "data", root)
+    after, _ = _ranking(root / GALLERY, root)
     pd.testing.assert_frame_equal(before, after)
 
 
@@ -301,12 +302,12 @@ def test_a_claim_not_reproduced_says_what_the_other_settings_gave_and_with_how_m
 
 
 def test_the_gallerys_claims_table_is_what_its_own_data_gives():
-    """Every verdict, measurement and margin of docs/gallery/data/claims/claims.csv is re-derived from the tables the
+    """Every verdict, measurement and margin of records/gallery/claims/claims.csv is re-derived from the tables the
     gallery ships (a table a check reads but the gallery left out, such as the held-out losses, would change rows)."""
     from blocklab.params import load_params
     from blocklab.reporting import claims
 
-    data = ROOT / "docs" / "gallery" / "data"
+    data = ROOT / GALLERY
     again = claims.evaluate(data, load_params(data / "params.yaml")).set_index("id")
     shipped = pd.read_csv(data / "claims" / "claims.csv").set_index("id")
     assert list(again.index) == list(shipped.index)
@@ -378,7 +379,7 @@ def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tm
 def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_quotes_the_same():
     """Issue 44: the report's detector rates come from the gallery's data alone (``answers.detector_table``: the
     pipeline's detectors.csv, or the gallery's aggregated dynamics tables), and docs/dynamics.md's generated block,
-    which also reads the snapshots in docs/dynamics/, states the same hits, windows, false alarms and intervals."""
+    which also reads the snapshots in records/dynamics/, states the same hits, windows, false alarms and intervals."""
     from blocklab.reporting import answers, claims
     from blocklab.params import load_params
 
@@ -421,3 +422,23 @@ def test_the_gallery_names_its_data_in_the_pipeline_layout_not_the_drawing_machi
     assert relative_sidecar(drawn, tmp_path / "run" / "data")["sources"] == ["data/sweep/losses.csv", "elsewhere.csv"]
     assert json.loads(drawn.read_text(encoding="utf-8"))["sources"][0] == "data/sweep/losses.csv"
     assert data_layout("data/sweep/summary.csv", "data") == "data/sweep/summary.csv"
+
+
+def test_docs_holds_pages_and_pictures_and_the_records_have_one_home_in_the_code():
+    """Issue 48, point 5: the recorded runs and tables live in records/ (``blocklab.records``), docs/ holds pages and
+    pictures (and each picture's JSON sidecar); the package names those locations only through ``blocklab.records``."""
+    from blocklab import records
+
+    kept = {".md", ".png", ".sh"}
+    strays = [_rel(p) for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix not in kept
+              and not (p.suffix == ".json" and p.with_suffix(".png").is_file())]
+    assert not strays, strays
+    assert not list((ROOT / "docs").rglob("*.parquet")) and not list((ROOT / "docs").rglob("*.csv"))
+    for name in ("GALLERY", "SENSITIVITY", "DYNAMICS", "INFERENCE", "LAB_RUNS"):
+        assert (ROOT / getattr(records, name)).is_dir(), name
+    old = re.compile("[\x22']docs/(gallery/data|sensitivity/|dynamics/|inference/|lab/runs|reviewer/)"
+                     "|\x22docs\x22 / \x22(gallery|sensitivity|dynamics|inference|reviewer)\x22")
+    package = ROOT / "src" / "blocklab"
+    literal = [f"{_rel(p)}:{n}" for p in package.rglob("*.py") for n, line in
+               enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if old.search(line)]
+    assert not literal, literal

@@ -27,6 +27,7 @@ from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_s
 from blocklab.io import OutputError, read_table, write_table
 from blocklab.params import load_params
 from blocklab.training.sweep import aggregate, run_state, train_copy_run
+from blocklab.records import DYNAMICS, GALLERY
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -335,11 +336,11 @@ def test_snapshot_manifest_catches_damage_and_an_interrupted_write(tmp_path):
 
 def _recorded_snapshots() -> list[str]:
     """Every snapshot params.yaml reads runs from (each study's from_snapshots), every one `blocklab docs` reads
-    (docs/dynamics/*), and the gallery's tables."""
+    (records/dynamics/*), and the gallery's tables."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     return sorted({d for study in ("sensitivity", "dynamics", "inference") for d in params[study]["from_snapshots"]}
-                  | {d.relative_to(ROOT).as_posix() for d in (ROOT / "docs" / "dynamics").iterdir() if d.is_dir()}
-                  | {"docs/gallery/data"})
+                  | {d.relative_to(ROOT).as_posix() for d in (ROOT / DYNAMICS).iterdir() if d.is_dir()}
+                  | {GALLERY})
 
 
 @pytest.mark.parametrize("snapshot", _recorded_snapshots())

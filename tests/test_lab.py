@@ -15,6 +15,7 @@ from blocklab.model import blocks
 from blocklab.model.counting import decoder_lm_params
 from blocklab.model.layers import LayerNorm
 from blocklab.model.models import DecoderLM
+from blocklab.records import GALLERY
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(d_model=16, n_heads=2, n_layers=3, vocab_size=11, max_len=12)
@@ -232,7 +233,7 @@ def _literature(params_change=None):
     from blocklab.params import load_params
     from blocklab.reporting import claims
 
-    data = ROOT / "docs" / "gallery" / "data"
+    data = ROOT / GALLERY
     params = copy.deepcopy(load_params(data / "params.yaml"))
     if params_change:
         params_change(params)
@@ -268,7 +269,7 @@ def test_docs_rewrites_the_galleries_literature_rows_alone_when_a_run_is_recorde
     from blocklab.reporting import literature
 
     data = tmp_path / "data"
-    shutil.copytree(ROOT / "docs" / "gallery" / "data", data)
+    shutil.copytree(ROOT / GALLERY, data)
     claims_csv = data / literature.CLAIMS
     shipped = claims_csv.read_text(encoding="utf-8")
     others = [line for line in shipped.splitlines() if not line.startswith("lit-")]
@@ -325,7 +326,7 @@ def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_
     from blocklab.params import load_params
     from blocklab.reporting import answers
 
-    data, claims = answers.load(ROOT / "docs" / "gallery" / "data", load_params(ROOT / "docs/gallery/data/params.yaml"))
+    data, claims = answers.load(ROOT / GALLERY, load_params(ROOT / f"{GALLERY}/params.yaml"))
     t = answers.texts()["answers"]["p11c"]
     lit = claims[claims["source"] == "literature"].copy()
     text = answers._instead_text(data, t, "en")
@@ -363,7 +364,7 @@ def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_p
     from blocklab.reporting import lab_docs
 
     data = tmp_path / "data"
-    shutil.copytree(ROOT / "docs" / "gallery" / "data", data)
+    shutil.copytree(ROOT / GALLERY, data)
     root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0",
                                                         "deepnorm-w0-s1": "deepnorm-w0-s0"})
     table = lab_docs.runs_block(data, root)
@@ -387,7 +388,7 @@ def test_the_gallerys_lab_figure_is_redrawn_when_a_run_is_recorded(tmp_path):
 
     from blocklab.reporting import lab_docs
 
-    data = ROOT / "docs" / "gallery" / "data"
+    data = ROOT / GALLERY
     root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0"})
     out = tmp_path / "gallery"
     assert lab_docs.gallery_figures(data, root, out, check=True) == [out / "lab_fixes.png", out / "en" / "lab_fixes.png"]

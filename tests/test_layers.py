@@ -40,7 +40,7 @@ STUDIES = list(protocol.STUDIES)
 STUDY_MODULES = list(protocol.PARTS)  # plan, run, aggregate, figures, commands: bottom to top, inside each study
 EXTRA = {"dynamics": {"detectors": "aggregate"}}  # a study's further modules, each of one kind
 LAYERS = {
-    "params": ["blocklab.config", "blocklab.params", "blocklab.settings", "blocklab.io", "blocklab.provenance",
+    "params": ["blocklab.config", "blocklab.params", "blocklab.records", "blocklab.settings", "blocklab.io", "blocklab.provenance",
                "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
                "blocklab.studies.checks", "blocklab.studies.protocol",
                *[f"blocklab.studies.{s}.plan" for s in STUDIES]],

@@ -10,9 +10,10 @@ from blocklab.pipeline import FIGURES
 from blocklab.reporting import metrics
 from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES
 from blocklab.studies.sensitivity.plan import FIGURES as SENSITIVITY_FIGURES
+from blocklab.records import GALLERY
 
 ROOT = Path(__file__).resolve().parents[1]
-GALLERY = ROOT / "docs/gallery/data"
+GALLERY = ROOT / GALLERY
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
 
 

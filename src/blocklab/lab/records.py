@@ -15,9 +15,10 @@ import pandas as pd
 from ..integrity import _differences, _loss_problems, _meta_problems, expected_loss_steps
 from ..io import DamagedArtifact
 from .run import COLUMNS, outcome
+from ..records import LAB_RUNS
 
 REPO = Path(__file__).resolve().parents[3]
-RUNS = "docs/lab/runs"  # the recorded lab runs, relative to the repository root (moving them: change this line)
+RUNS = LAB_RUNS  # the recorded lab runs, relative to the repository root (named once, in blocklab.records)
 NAME = re.compile(r"^(?P<norm>[a-z0-9]+)-w(?P<warmup>\d+)-s(?P<seed>\d+)$")
 # What makes two runs the same setup: (meta.json's section, key) -> the params.yaml (section, key) it was made from.
 SETUP_KEYS = {("model_config", "n_layers"): ("copy_model", "n_layers"), ("model_config", "d_model"): ("copy_model", "d_model"),

@@ -15,11 +15,12 @@ from scipy.stats import binomtest  # noqa: E402
 
 from ..config import POSITIONS  # noqa: E402
 from ..io import read_table  # noqa: E402
+from ..records import GALLERY  # noqa: E402
 from .run import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
 from .spec import PROFILE_TRADES, Spec  # noqa: E402
 
 # The recorded default run (docs/gallery): its sweep's losses and the parameters that made them.
-RECORDED = Path(__file__).resolve().parents[3] / "docs" / "gallery" / "data"
+RECORDED = Path(__file__).resolve().parents[3] / GALLERY
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -57,7 +58,7 @@ def recorded_reference(spec: Spec, root: Path = RECORDED) -> tuple[pd.DataFrame 
         differ = sorted(k for k in mine if mine[k] != theirs[k])
         return None, f"the recorded runs are of another setup (they differ in {', '.join(differ)})"
     frame = read_table(losses)
-    return frame[frame["norm"].isin(["pre", "post"])], "docs/gallery/data/sweep/losses.csv (the default run's sweep)"
+    return frame[frame["norm"].isin(["pre", "post"])], "records/gallery/sweep/losses.csv (the default run's sweep)"
 
 
 def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, reference: pd.DataFrame | None, path: Path):

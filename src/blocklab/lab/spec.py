@@ -17,6 +17,7 @@ from ..config import NORM_POSITIONS, POSITIONS, ConfigError, ModelConfig
 from ..model.layers import LearnedPosition, make_norm
 from ..params import load_params
 from ..settings import CopyModel, CopyTask, Sweep
+from ..records import SENSITIVITY
 
 PROFILES = ("document", "quick", "tiny")
 PROFILE_TRADES = {
@@ -25,7 +26,7 @@ PROFILE_TRADES = {
     "quick": "batch 16 instead of the default and 400 steps instead of 1,200, no warm-up arm, seeds 0 and 1: whether "
              "the block starts at all at 24 blocks and lr 1e-3 (in the recorded batch-16 runs without warm-up, seed 0, "
              "pre-norm fell below a tenth of chance at step 166 and post-norm stayed at chance for 1,200 steps: "
-             "docs/sensitivity/choices), in minutes; it cannot see a collapse after warm-up, nor compare with the "
+             f"{SENSITIVITY}/choices), in minutes; it cannot see a collapse after warm-up, nor compare with the "
              "recorded default runs",
     "tiny": "2 blocks of width 16, 12 steps: the code path only (tests); it measures nothing about stability",
 }

@@ -360,7 +360,7 @@ def literature_fix(data: Data, norm: str, warmup: int = 0):
     setup, from the stability lab's runs recorded in git (``lab.records.RUNS``, read with their checksums; the lab
     trains them, this check reads them and trains nothing): how many of its recorded runs with ``warmup`` learned
     (every seed: the paper's "trains"), and that rate against post-norm's runs of this data at the same setup and
-    warm-up (the sweep's, the gallery's recorded ones for docs/gallery/data), both outcomes by the lab's one
+    warm-up (the sweep's, the gallery's recorded ones for records/gallery), both outcomes by the lab's one
     definition (``lab.run.outcome``). Not checkable when no run is recorded or the recorded runs are of another
     setup than this data's."""
     from ..lab import records

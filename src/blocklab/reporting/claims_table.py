@@ -2,7 +2,7 @@
 value, what was measured and the verdict, one claim a line (``--long``: each claim in full).
 
 It reads ``data/claims/claims.csv`` (written by the pipeline's `blocklab report claims` job) or any claims table given;
-the full default run's table is in the gallery: ``blocklab claims --table docs/gallery/data/claims/claims.csv``.
+the full default run's table is in the gallery: ``blocklab claims --table records/gallery/claims/claims.csv``.
 """
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import argparse
 import csv
 import shutil
 from pathlib import Path
+from ..records import GALLERY
 
 TABLE = Path("data/claims/claims.csv")
-GALLERY_TABLE = Path("docs/gallery/data/claims/claims.csv")
+GALLERY_TABLE = Path(f"{GALLERY}/claims/claims.csv")
 
 
 def read_claims(path: Path) -> list[dict]:

@@ -6,8 +6,8 @@ A page marks each block it does not write by hand:
     ... written by `blocklab docs`; edits here are overwritten ...
     <!-- /generated -->
 
-``blocklab docs`` rewrites every such block of README.md and docs/**/*.md from ``docs/gallery/data`` (the tables of the
-full default run behind the gallery), ``bench/measured`` (the benchmark's recorded runs) and ``docs/reviewer`` (the
+``blocklab docs`` rewrites every such block of README.md and docs/**/*.md from ``records/gallery`` (the tables of the
+full default run behind the gallery), ``bench/measured`` (the benchmark's recorded runs) and ``records/reviewer`` (the
 reviewer's recorded tables, ``blocklab review --table ... --json``); ``blocklab docs --check``
 writes nothing and fails, naming the blocks, when a committed block differs from what the data gives (the test suite
 runs it). A block name no generator knows is an error, so a typo cannot leave a stale block behind.
@@ -23,6 +23,7 @@ import pandas as pd
 from ..io import atomic_path, read_table
 from ..settings import CopyTask
 from .verdicts import VERDICTS
+from ..records import DYNAMICS, GALLERY, INFERENCE, RECORDS, REVIEWER, SENSITIVITY
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 
@@ -134,7 +135,7 @@ def claims_summary(data: Path, root: Path) -> str:
         lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
                       f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
                       for r in undecided.itertuples(index=False)) + "."]
-    sources = ["docs/gallery/data/claims/claims.csv"] + (["docs/gallery/data/sensitivity/claims_by_setting.csv"]
+    sources = [f"{GALLERY}/claims/claims.csv"] + ([f"{GALLERY}/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
     return "\n".join(lines) + "\n\n" + _note(*sources)
 
@@ -164,7 +165,7 @@ def _claims_table(data: Path, document: int) -> str:
                   "of an off truth, or \"not reproduced\" of a true statement) is at most 0.2 at these seeds; the rule's "
                   "other outcomes there are \"inconclusive\" (the margin in `claims.csv` gives both numbers); the last column: the seeds per arm that would bring both "
                   "rates to 0.8."]
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv")
+    return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/claims/claims.csv")
 
 
 ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24",
@@ -180,7 +181,7 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", comp
     missing = [i for i in ANSWER_11C if i not in claims.index]
     if missing:
         return f"Not in the claims table: {', '.join(missing)} (run `blocklab claims`).\n\n" + _note(
-            "docs/gallery/data/claims/claims.csv")
+            f"{GALLERY}/claims/claims.csv")
     v = {i: claims.loc[i, "verdict"] for i in ANSWER_11C}
     m = {i: _cell(_clip(claims.loc[i, "measured"], 400)) for i in ANSWER_11C}
     if compact:  # the README: the counts alone (the first clause), the full measured text is one link away
@@ -217,7 +218,7 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", comp
         answer = ("So, from these rows: the recorded runs do not show post-norm failing where pre-norm, at the same "
                   "depth, learning rate and warm-up, learned; no conclusion about post-norm as such follows from them.")
     return ("\n".join(lines) + "\n\n" + answer + "\n\n"
-            + _note("docs/gallery/data/claims/claims.csv"))
+            + _note(f"{GALLERY}/claims/claims.csv"))
 
 
 def sweep_outcomes(data: Path, root: Path) -> str:
@@ -231,7 +232,7 @@ def sweep_outcomes(data: Path, root: Path) -> str:
                      f"{group['wall_time_s'].min() / 60:.1f}–{group['wall_time_s'].max() / 60:.1f} min |")
     total = runs["wall_time_s"].sum()
     lines += ["", f"{len(runs)} runs, {total / 3600:.2f} h of run time in all (two side by side)."]
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/sweep/summary.csv")
+    return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/sweep/summary.csv")
 
 
 def _steps(value) -> str:
@@ -257,7 +258,7 @@ def sensitivity_choices(data: Path, root: Path) -> str:
         lines.append(f"| `{setting}` | " + " | ".join(values) + f" | {', '.join(sorted(set(group['machine'])))} |")
     return ("Steps to learn (the first of 20 steps in a row below 0.05; never: not in 1,200 steps, with the final loss),"
             " one seed per cell:\n\n"
-            + "\n".join(lines) + "\n\n" + _note("docs/gallery/data/sensitivity/summary.csv"))
+            + "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/sensitivity/summary.csv"))
 
 
 def sensitivity_depth_lr(data: Path, root: Path) -> str:
@@ -279,7 +280,7 @@ def sensitivity_depth_lr(data: Path, root: Path) -> str:
     hours = grid.drop_duplicates("run_dir")
     lines += ["", f"{len(hours)} runs, {hours['wall_time_s'].sum() / 3600:.2f} h of run time "
               f"({', '.join(sorted(set(hours['machine'].dropna())))})."]
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/sensitivity/summary.csv")
+    return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/sensitivity/summary.csv")
 
 
 def reverse_copy(data: Path, root: Path) -> str:
@@ -291,7 +292,7 @@ def reverse_copy(data: Path, root: Path) -> str:
         lines.append(f"| {variant} | {len(group)} | {int(group['steps'].iloc[0])} | "
                      f"{group['final_loss'].mean():.3f} ± {group['final_loss'].std():.3f} | "
                      f"{group['seq_accuracy'].mean():.1%} | {int(group['n_params'].iloc[0]):,} |")
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/reverse_copy/summary.csv")
+    return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/reverse_copy/summary.csv")
 
 
 def bench_latest(data: Path, root: Path) -> str:
@@ -391,11 +392,11 @@ def suite_timing(data: Path, root: Path) -> str:
 
 
 def _dynamics_snapshots(root: Path) -> list[Path]:
-    return sorted(p.parent for p in (root / "docs" / "dynamics").glob("*/runs.csv"))
+    return sorted(p.parent for p in (root / DYNAMICS).glob("*/runs.csv"))
 
 
-GALLERY_SWEEP = ("docs/gallery/data/params.yaml", "docs/gallery/data/sweep/summary.csv",
-                 "docs/gallery/data/sweep/losses.csv")
+GALLERY_SWEEP = (f"{GALLERY}/params.yaml", f"{GALLERY}/sweep/summary.csv",
+                 f"{GALLERY}/sweep/losses.csv")
 
 
 def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -428,7 +429,7 @@ def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -
 
 def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """(runs, their events, rates, params.yaml's dynamics section) of the recorded dynamics runs (every snapshot in
-    docs/dynamics/, settings still training included), judged with its thresholds."""
+    records/dynamics/, settings still training included), judged with its thresholds."""
     from ..studies.dynamics.aggregate import rates
     from ..studies.dynamics.plan import events
     from ..params import load_params
@@ -476,7 +477,7 @@ def _rate_lines(table: pd.DataFrame, dynamics: dict) -> list[str]:
 
 
 def dynamics_runs(data: Path, root: Path) -> str:
-    """The recorded dynamics runs (docs/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
+    """The recorded dynamics runs (records/dynamics/collapse): each post-norm + warm-up seed's outcome and events, and the
     collapse and spike rates with their 95 % Wilson intervals, judged with the thresholds of params.yaml."""
     runs, judged, table, dynamics = _dynamics_events(root)
     lines = ["| run | outcome | learned at step | first above 0.5 (step: loss) | worst after learning | machine | wall time |",
@@ -501,7 +502,7 @@ _DETECTOR_CACHE: dict = {}
 
 
 def _detector_sources(data: Path, root: Path) -> list[Path]:
-    """Every snapshot in docs/dynamics/ and the gallery's aggregated tables (the main sweep's runs, every step)."""
+    """Every snapshot in records/dynamics/ and the gallery's aggregated tables (the main sweep's runs, every step)."""
     return _dynamics_snapshots(root) + ([data / "dynamics"] if (data / "dynamics" / "summary.csv").is_file() else [])
 
 
@@ -547,7 +548,7 @@ def dynamics_detectors(data: Path, root: Path) -> str:
     95 % interval resampling runs) and lead times, at every step and on the 10-step grid; each event's
     onset and each detector's lead; the resolution each recorded run really has."""
     tables = _detector_tables(data, root)
-    short = lambda source: source.replace("docs/gallery/data/dynamics", "the gallery's tables")  # noqa: E731
+    short = lambda source: source.replace(f"{GALLERY}/dynamics", "the gallery's tables")  # noqa: E731
     lines = ["What each recorded run has (Adam's ratio stands for the per-step metrics, the largest attention logit for "
              "the forward ones):", "",
              "| source | setting | metric | recorded at every step | elsewhere | last step | seeds |",
@@ -592,7 +593,7 @@ def dynamics_detectors(data: Path, root: Path) -> str:
 # The ranking's recorded fitting runs: the sensitivity study's (seed 0 of every cell), the fitting runs, and the batch-32
 # main sweep's (the default cell until issue 33; a later snapshot wins: seed 0 at batch 32 is that sweep's). Not the
 # gallery's sweep: the ranking was fixed on these runs and does not move when the gallery is redrawn at the default.
-RANKING_SNAPSHOTS = ("docs/sensitivity/choices", "docs/inference/fit", "docs/inference/sweep-b32")
+RANKING_SNAPSHOTS = (f"{SENSITIVITY}/choices", f"{INFERENCE}/fit", f"{INFERENCE}/sweep-b32")
 
 
 def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
@@ -605,7 +606,7 @@ def _ranking(data: Path, root: Path) -> tuple[pd.DataFrame, list[Path]]:
 
 def inference_ranking(data: Path, root: Path) -> str:
     """The pre-registered fitting score (docs/dynamics.md) of every fp32 setting recorded so far: the sensitivity
-    study's snapshot (seed 0), the fitting runs recorded in docs/inference/fit and the gallery's main sweep."""
+    study's snapshot (seed 0), the fitting runs recorded in records/inference/fit and the gallery's main sweep."""
     ranked, dirs = _ranking(data, root)
     ids = [c for c in ranked.columns if c.startswith("d000-")]
     lines = ["| rank | setting | " + " | ".join(i.removeprefix("d000-") for i in ids) + " | score | seed scores | seeds |",
@@ -625,7 +626,7 @@ def dynamics_summary(data: Path, root: Path) -> str:
     top = "; ".join(f"{r['rank']}. {r['setting']} **{r['score']:.2f}** ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''}"
                     f", per seed {r['seed_score_min']:.2f}–{r['seed_score_max']:.2f})"
                     for r in ranked.head(3).to_dict("records"))
-    fit = root / "docs" / "inference" / "fit" / "runs.csv"
+    fit = root / INFERENCE / "fit" / "runs.csv"
     cost = ""
     if fit.is_file():
         runs = read_table(fit)
@@ -647,14 +648,14 @@ VALIDATION_CLAIMS = ("d000-post-nowarm-stuck", "d000-pre-nowarm-final", "d000-gr
 
 
 def _candidate_claims(root: Path, params: dict, candidate: str) -> tuple[pd.DataFrame, list[Path]]:
-    """The step-4 claims judged on the candidate's runs recorded in docs/sensitivity/*/ (the study's own checks, as
+    """The step-4 claims judged on the candidate's runs recorded in records/sensitivity/*/ (the study's own checks, as
     one more cell of claim x setting) with the gradients at init recorded beside them (``sensitivity-gradnorm``);
     a claim whose runs or gradients are not recorded yet is "not checkable here"."""
     from ..studies.sensitivity.aggregate import runs_tables
     from ..studies.sensitivity.plan import GRADNORM, plan, read_records, with_cells
     from ..studies.sensitivity.run import GRADNORM_COLUMNS
 
-    dirs = [f.parent for f in sorted((root / "docs" / "sensitivity").glob("*/runs.csv"))
+    dirs = [f.parent for f in sorted((root / SENSITIVITY).glob("*/runs.csv"))
             if candidate in set(read_table(f)["setting"])]
     if not dirs:
         return pd.DataFrame(), []
@@ -738,7 +739,7 @@ def reviewer_table(root: Path, name: str) -> str:
     """The reviewer's side-by-side table, rendered from the file `blocklab review --table ... --json` recorded."""
     from ..review.table import page
 
-    source = root / "docs" / "reviewer" / f"{name}.json"
+    source = root / REVIEWER / f"{name}.json"
     return page(json.loads(source.read_text(encoding="utf-8")), str(source.relative_to(root))) + "\n" + _note(
         source.relative_to(root).as_posix())
 
@@ -813,8 +814,9 @@ def document_numbers(claims_yaml: dict | list) -> set[str]:
 
 
 def pages(root: Path) -> list[Path]:
-    """README.md, bench/README.md and every page under docs/."""
-    return [p for p in [root / "README.md", root / "bench" / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    """README.md, bench/README.md, every page under docs/ and the records' own pages (records/**/README.md)."""
+    return [p for p in [root / "README.md", root / "bench" / "README.md", *sorted((root / "docs").rglob("*.md")),
+                        *sorted((root / RECORDS).rglob("*.md"))]
             if p.is_file()]
 
 
@@ -873,6 +875,6 @@ def _main(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("docs", help="rewrite the README's and docs/' generated blocks from the recorded tables")
     p.add_argument("--root", default=".", type=Path, help="project root (default: here)")
-    p.add_argument("--data", default="docs/gallery/data", type=Path, help="the tables (default: the gallery's)")
+    p.add_argument("--data", default=GALLERY, type=Path, help="the tables (default: the gallery's)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a block differs from the data")
     p.set_defaults(func=_main)

@@ -19,6 +19,7 @@ from ..params import load_params
 from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
 from ..studies.dynamics.plan import snapshots as dynamics_snapshots
 from ..pipeline import FIGURES
+from ..records import GALLERY
 
 CAPTIONS = {
     "loss_curves": "Copy-task loss, norm position × warm-up; seeds as thin lines, ln 64 dotted (document 000).",
@@ -59,7 +60,7 @@ def training_runs(data: Path) -> pd.DataFrame:
 
 
 # Beside the figures, the small tables they and the claims are computed from (data/ layout, a few MB), so that a reader
-# can re-plot (`blocklab report figure NAME --data docs/gallery/data`) and re-judge (`blocklab report claims --data docs/gallery/data`)
+# can re-plot (`blocklab report figure NAME --data records/gallery`) and re-judge (`blocklab report claims --data records/gallery`)
 # without retraining. Weights, checkpoints and per-run directories are not copied.
 SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv", "data/residual_sim/table.csv",
                   "data/claims/claims.csv", "data/sensitivity/plan.csv", "data/sensitivity/summary.csv",
@@ -68,7 +69,7 @@ SNAPSHOT_EXTRA = ["data/param_counts/models.csv", "data/param_counts/audit.csv",
 
 
 # Made from recorded runs (sensitivity.from_snapshots), the study's per-step losses are those snapshots' losses.csv, in
-# git already (docs/sensitivity/): the gallery does not store them a second time (5 MB), it says how to rebuild them.
+# git already (records/sensitivity/): the gallery does not store them a second time (5 MB), it says how to rebuild them.
 FROM_SNAPSHOTS_SKIP = {"data/sensitivity/losses.csv"}
 
 
@@ -93,7 +94,9 @@ def snapshot_tables(data: Path, out: Path, params: dict, skip: set[str] = frozen
 
 
 def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str | None = None,
-                  pipeline_wall_time: str | None = None) -> Path:
+                  pipeline_wall_time: str | None = None, tables: Path = Path(GALLERY)) -> Path:
+    """The figures and their page into ``out`` (docs/gallery), the tables behind them and the run's params.yaml into
+    ``tables`` (records/gallery: recorded data lives in records/, docs/ holds pages and pictures)."""
     from ..figures.style import relative_sidecar
     from .report import save_figure
 
@@ -126,12 +129,12 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     from ..studies.sensitivity.plan import snapshots
 
     from_snapshots = snapshots(params) if "sensitivity" in params else []
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    begin_snapshot(out / "data")  # a kill from here on leaves tables that `blocklab docs` refuses until rewritten
-    snapshot = snapshot_tables(data, out / "data", params, FROM_SNAPSHOTS_SKIP if from_snapshots else set())
-    with atomic_path(out / "data" / "params.yaml") as tmp:
+    tables.mkdir(parents=True, exist_ok=True)
+    begin_snapshot(tables)  # a kill from here on leaves tables that `blocklab docs` refuses until rewritten
+    snapshot = snapshot_tables(data, tables, params, FROM_SNAPSHOTS_SKIP if from_snapshots else set())
+    with atomic_path(tables / "params.yaml") as tmp:
         tmp.write_bytes(Path(params_file).read_bytes())
-    record_snapshot(out / "data")  # last: the checksums of the tables (`blocklab verify docs/gallery/data`)
+    record_snapshot(tables)  # last: the checksums of the tables (`blocklab verify records/gallery`)
 
     runs = training_runs(data)
     commits = sorted({s.get("git_commit") or "?" for s in sidecars.values()})
@@ -157,15 +160,15 @@ def build_gallery(params_file: Path, data: Path, out: Path, dpi: int, lang: str 
     if claims_file.exists():
         verdicts = read_table(claims_file)["verdict"].value_counts()
         lines += ["", "Claims: " + ", ".join(f"{n} {v}" for v, n in verdicts.items()) + " (table: `data/claims/claims.csv`)."]
-    lines += ["", f"Tables behind every figure and claim: `data/` here ({len(snapshot)} files, "
+    lines += ["", f"Tables behind every figure and claim: `{tables.as_posix()}/`, in the data/ layout ({len(snapshot)} files, "
               f"{sum(p.stat().st_size for p in snapshot) / 1e6:.1f} MB, with the run's `params.yaml`); redraw with "
-              "`blocklab report figure NAME --params docs/gallery/data/params.yaml --data docs/gallery/data`, re-judge with "
-              "`blocklab report claims --params docs/gallery/data/params.yaml --data docs/gallery/data --out claims.csv`."]
+              "`blocklab report figure NAME --params records/gallery/params.yaml --data records/gallery`, re-judge with "
+              "`blocklab report claims --params records/gallery/params.yaml --data records/gallery --out claims.csv`."]
     if from_snapshots and study.exists():
         lines += ["", "The sensitivity study was made from the runs recorded in git (`sensitivity.from_snapshots`: "
                   + ", ".join(f"`{d}`" for d in from_snapshots) + "), not trained in this run; its per-step losses are "
                   "those snapshots' `losses.csv` and are not copied here. To redraw its figures: copy "
-                  "`docs/gallery/data/sensitivity/gradnorm.csv` into `/tmp/study/data/sensitivity/`, then `blocklab "
+                  "`records/gallery/sensitivity/gradnorm.csv` into `/tmp/study/data/sensitivity/`, then `blocklab "
                   "sensitivity aggregate --root /tmp/study --from " + " ".join(from_snapshots) + "` and `blocklab "
                   "sensitivity figures --data /tmp/study/data --figs /tmp/study/figs` (the tables come out byte for "
                   "byte those of the run)."]
@@ -193,4 +196,5 @@ def register(subparsers) -> None:
     p.add_argument("--dpi", default=80, type=int)
     p.add_argument("--lang", choices=["ko", "en"], default=None)
     p.add_argument("--wall-time", default=None, help="the measured pipeline wall time, as text, for the page")
-    p.set_defaults(func=lambda a: print(build_gallery(a.params, a.data, a.out, a.dpi, a.lang, a.wall_time)))
+    p.add_argument("--tables", default=GALLERY, type=Path, help=f"where the tables go (default: {GALLERY})")
+    p.set_defaults(func=lambda a: print(build_gallery(a.params, a.data, a.out, a.dpi, a.lang, a.wall_time, a.tables)))

@@ -14,6 +14,7 @@ from ..studies.family import add_command
 from ..studies.inference.aggregate import aggregate, read_losses, score
 from ..studies.inference.plan import LOSSES, RANKING
 from .claims import load_claims
+from ..records import SENSITIVITY
 
 FIT_CLAIMS = ("d000-post-warm-step100", "d000-post-warm-step200", "d000-post-warm-step300", "d000-pre-nowarm-step100",
               "d000-pre-nowarm-step200")
@@ -44,7 +45,7 @@ def targets() -> list[dict]:
 def register(subparsers) -> None:
     add_command(subparsers, "aggregate", "the fitting runs' losses and the ranking of the candidates", _aggregate_main)
     p = subparsers.add_parser("score", help="rank recorded settings by the document's five early losses")
-    p.add_argument("--snapshots", nargs="*", default=["docs/sensitivity/choices"])
+    p.add_argument("--snapshots", nargs="*", default=[f"{SENSITIVITY}/choices"])
     p.add_argument("--sweep-losses", nargs="*", default=[], help="main-sweep losses.csv files (their setting: --sweep-setting)")
     p.add_argument("--sweep-setting", default="learned-b32-L24-lr0.001-fp32")
     p.add_argument("--out", type=Path, default=None)

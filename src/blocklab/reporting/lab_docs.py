@@ -17,9 +17,10 @@ from ..config import POSITIONS
 from ..io import read_table
 from ..lab import records
 from ..lab.run import outcome
+from ..records import GALLERY
 
-GALLERY_SWEEP = ("docs/gallery/data/params.yaml", "docs/gallery/data/sweep/summary.csv",
-                 "docs/gallery/data/sweep/losses.csv")
+GALLERY_SWEEP = (f"{GALLERY}/params.yaml", f"{GALLERY}/sweep/summary.csv",
+                 f"{GALLERY}/sweep/losses.csv")
 FIXES = tuple(name for name, p in POSITIONS.items() if p.fixes_post)
 
 
@@ -100,7 +101,7 @@ def claims_block(data: Path, root: Path) -> str:
                   and pd.notna(r.seeds_to_decide) else "")
         measured = str(r.measured).replace("|", "\\|")
         lines.append(f"| {r.claim} (`{r.id}`) | {measured} | **{r.verdict}**{decide} |")
-    return "\n".join(lines) + "\n\n" + _note("docs/gallery/data/claims/claims.csv", records.RUNS)
+    return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/claims/claims.csv", records.RUNS)
 
 
 def fix_summary(data: Path, root: Path) -> pd.DataFrame:
@@ -174,7 +175,7 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
     first = ("pre-norm, which learned without warm-up in every one of its recorded runs here" if k_pre == n_pre and n_pre
              else f"pre-norm did not learn in every recorded run here either ({k_pre} of {n_pre})")
     answer = "So, what to do instead, from these rows: " + "; ".join([first, *said]) + "."
-    return "\n".join(lines) + "\n\n" + answer + "\n\n" + _note("docs/gallery/data/claims/claims.csv", records.RUNS,
+    return "\n".join(lines) + "\n\n" + answer + "\n\n" + _note(f"{GALLERY}/claims/claims.csv", records.RUNS,
                                                                *GALLERY_SWEEP)
 
 

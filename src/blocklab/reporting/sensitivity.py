@@ -101,7 +101,7 @@ def register(subparsers) -> None:
                     root=True)
     p.add_argument("--from", dest="snapshots", nargs="+", type=Path, default=None, metavar="DIR",
                    help="instead of the trained runs, the runs recorded in these snapshot directories (a run in one "
-                        "only), e.g. from git: docs/sensitivity/choices docs/sensitivity/depth_lr")
+                        "only), e.g. from git: records/sensitivity/choices records/sensitivity/depth_lr")
     p = add_command(subparsers, "verdicts", "claim x setting so far, for the open-choice cells whose runs have all "
                     "finished", _verdicts_main, root=True)
     p.add_argument("--out", type=Path, default=None, help="also write that table (CSV)")

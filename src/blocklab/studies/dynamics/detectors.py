@@ -175,7 +175,7 @@ def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd
             runs = read_table(path / "summary.csv")
         else:
             raise ConfigError(f"{path}: no dynamics runs there (neither runs.csv nor summary.csv); allowed: a snapshot "
-                              "directory (docs/dynamics/<name>) or the aggregated tables (data/dynamics)")
+                              "directory (records/dynamics/<name>) or the aggregated tables (data/dynamics)")
         missing = [n for n in ("losses.csv", "diagnostics.parquet") if not (path / n).is_file()]
         if missing:
             raise ConfigError(f"{path}: missing {', '.join(missing)}; allowed: directories written by "
@@ -391,7 +391,7 @@ def register(subparsers) -> None:
                               help="hit and false-alarm rates of each precursor of a spike or collapse (detectors.csv)")
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--from", dest="sources", action="append", type=Path, default=None, metavar="DIR",
-                   help="a snapshot directory (docs/dynamics/<name>) or aggregated tables (data/dynamics); repeatable; "
+                   help="a snapshot directory (records/dynamics/<name>) or aggregated tables (data/dynamics); repeatable; "
                         "default: data/dynamics")
     p.add_argument("--out", type=Path, default=Path("data/dynamics"))
     p.set_defaults(func=_main)

@@ -239,7 +239,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
         bad = [d for d in dirs if not all((Path(d) / n).is_file() for n in SNAPSHOT_FILES)]
         if bad:
             problems.append(("dynamics.from_snapshots", f"{', '.join(bad)}: no snapshot there; allowed: directories "
-                             "written by `blocklab dynamics snapshot`, e.g. docs/dynamics/collapse"))
+                             "written by `blocklab dynamics snapshot`, e.g. records/dynamics/collapse"))
         elif dyn.get("in_report", True):  # out of the pipeline, the snapshots need not cover the plan
             try:
                 runs, _, _ = read_snapshots(dirs)

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     p = add_snapshot(subparsers, "record the finished fitting runs in a directory kept in git", _snapshot_main)
     p.add_argument("--from-sweep", type=Path, default=None, metavar="DATA",
                    help="instead, the fitting cases of the main sweep in DATA (a finished run's data directory with "
-                        "its params.yaml, e.g. docs/gallery/data), named by that run's default cell")
+                        "its params.yaml, e.g. records/gallery), named by that run's default cell")
 
 
 def _train_main(args) -> None:

@@ -238,7 +238,7 @@ def _snapshot_problems(params: dict) -> list[tuple[str, str]]:
     bad = [d for d in dirs if not all((Path(d) / name).is_file() for name in SNAPSHOT_FILES)]
     if bad:
         return [(key, f"{', '.join(bad)}: no snapshot there ({' and '.join(SNAPSHOT_FILES)}); allowed: directories "
-                      "written by `blocklab sensitivity snapshot`, e.g. docs/sensitivity/choices")]
+                      "written by `blocklab sensitivity snapshot`, e.g. records/sensitivity/choices")]
     if not params["sensitivity"].get("in_report", True):
         return []  # the pipeline does not build the study: its snapshots need not cover the plan (`blocklab
         #            sensitivity aggregate` still refuses them if asked, naming the runs they lack)

@@ -2,7 +2,7 @@
 import pandas as pd
 from blocklab.params import load_params
 from blocklab.reporting import claims
-D = "docs/sensitivity/first-look"
+D = "records/sensitivity/first-look"
 params = load_params("params.yaml")
 g = pd.read_csv(f"{D}/gradnorm.csv")
 rows = []
