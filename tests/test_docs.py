@@ -12,7 +12,7 @@ import yaml
 
 from blocklab.cli import COMMANDS, build_parser
 from blocklab.reporting import docs
-from blocklab.records import DYNAMICS, GALLERY, INFERENCE, REVIEWER, SENSITIVITY
+from blocklab.records import DYNAMICS, GALLERY, INFERENCE, LAB_RUNS, REVIEWER, SENSITIVITY
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / GALLERY
@@ -54,7 +54,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
     shutil.copytree(DATA, root / GALLERY, dirs_exist_ok=True)
-    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, "docs/lab"):  # recorded runs
+    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0
