@@ -14,7 +14,7 @@ import os
 import re
 import time
 from pathlib import Path
-from .records import GALLERY
+from . import records
 
 # What the training loop logs (blocklab.training.train): "<run>: step 150/1200 loss 4.1432 lr 3.75e-04 2.512 s/step
 # ETA 0:43:57" (the seconds a step and the ETA since issue 47; at least every 10 s)
@@ -132,7 +132,7 @@ def format_status(rows: list[dict]) -> str:
 # side by side on 2 cores), scaled to this configuration by the floating-point operations of a training step
 # (params.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
 # cores / threads_per_run side by side.
-GALLERY = Path(__file__).resolve().parents[2] / GALLERY
+GALLERY = Path(__file__).resolve().parents[2] / records.GALLERY
 
 
 def _family_steps(family: str, config: dict) -> int:
