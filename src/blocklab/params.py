@@ -28,11 +28,13 @@ def schema() -> dict:
     return yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
 
 
-def load_params(path: str | Path = "params.yaml") -> dict:
+def load_params(path: str | Path = "params.yaml", studies: bool = True) -> dict:
     """A parameter file read (``read_params_file``: a repeated key refused) and validated whole (``validate_params``:
-    the schema, the general cross-field checks and every study's checks)."""
+    the schema, the general cross-field checks and every study's checks). ``studies=False``: without the studies'
+    checks, for a command that reads no study section (the lab), since they look for recorded runs relative to the
+    working directory."""
     path = Path(path)
-    return validate_params(read_params_file(path), source=str(path))
+    return validate_params(read_params_file(path), source=str(path), studies=studies)
 
 
 def read_params_file(path: str | Path) -> object:
@@ -52,7 +54,7 @@ def read_params_file(path: str | Path) -> object:
     return params
 
 
-def validate_params(params, source: str = "params.yaml") -> dict:
+def validate_params(params, source: str = "params.yaml", studies: bool = True) -> dict:
     """Schema first (types, names, ranges), then the checks a schema cannot express: this module's, then each
     registered study's (``studies.checks.CHECKS``: functions of params giving (key, message) pairs), all in one
     message. Returns ``params``."""
@@ -70,7 +72,7 @@ def validate_params(params, source: str = "params.yaml") -> dict:
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ParamsError(f"{source}: {_describe(best)}{_and_more([_key(e.absolute_path) for e in errors if e is not best])}")
-    problems = _cross_field_problems(params) + [problem for check in CHECKS for problem in check(params)]
+    problems = _cross_field_problems(params) + [problem for check in (CHECKS if studies else ()) for problem in check(params)]
     if problems:
         (key, message), rest = problems[0], problems[1:]
         raise ParamsError(f"{source}: {key}: {message}{_and_more([k for k, _ in rest])}")

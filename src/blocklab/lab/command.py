@@ -73,7 +73,7 @@ def _main(args) -> int:
     if sum(bool(x) for x in (args.block, args.module, args.hf_config)) != 1:
         raise ConfigError("give exactly one block: a built-in name (one of " + ", ".join(NORM_POSITIONS) +
                           "), --module FILE.py:Class, or --hf-config MODEL_TYPE")
-    profile_setup(load_params(args.params), args.profile, args.seeds, args.warmups)  # bad options: exit 2, first
+    profile_setup(load_params(args.params, studies=False), args.profile, args.seeds, args.warmups)  # bad options: exit 2, first
     try:
         spec = make_spec(args.params, args.profile, args.block, args.module, args.hf_config, kwargs, args.seeds,
                          args.warmups)
@@ -92,7 +92,7 @@ def _main(args) -> int:
     from ..params import load_params as _load_params
     from .records import adopt
 
-    found = [] if args.retrain else adopt(spec, _load_params(args.params), out, dry_run=args.dry_run)
+    found = [] if args.retrain else adopt(spec, _load_params(args.params, studies=False), out, dry_run=args.dry_run)
     for record in found:
         print(f"blocklab lab: run {record['run']} is recorded at this setup ({record['from']}, trained on "
               f"{record['cpu']}, commit {record['git_commit']}): {'would be adopted' if args.dry_run else 'adopted'}, "
@@ -160,7 +160,7 @@ def _job_run_builtin(args) -> int:
     from ..training.sweep import train_copy_run
     from .spec import params_for, profile_setup
 
-    params = load_params(args.params)
+    params = load_params(args.params, studies=False)
     setup = profile_setup(params, "document", seeds=[args.seed], warmups=[args.warmup])
     set_threads(1)
     train_copy_run(params_for(params, setup), args.norm, args.warmup, args.seed, args.out_dir, "cpu")
@@ -211,7 +211,7 @@ def _load(path: Path):
         raise ConfigError(f"{path}: its params file {params_path!r} is gone; run `blocklab lab` again")
     if params_sha256(params_path) != spec.params_sha256:
         raise ConfigError(f"{params_path} changed since this lab was planned; run `blocklab lab` again (it replans)")
-    return spec, load_params(params_path)
+    return spec, load_params(params_path, studies=False)
 
 
 def _job_run(args) -> int:

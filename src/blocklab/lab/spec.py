@@ -279,7 +279,7 @@ def make_spec(params_path, profile: str, builtin: str | None = None, module: str
         raise ConfigError("give exactly one block: a built-in name (one of "
                           f"{list(NORM_POSITIONS)}), --module FILE.py:Class or package.module:Class, or --hf-config"
                           " MODEL_TYPE")
-    params = load_params(params_path)
+    params = load_params(params_path, studies=False)
     setup = profile_setup(params, profile, seeds, warmups)
     if builtin:
         if builtin not in NORM_POSITIONS:
