@@ -174,7 +174,7 @@ def _job_record(args) -> int:
 
     from ..integrity import read_run
     from ..training.sweep import run_state
-    from .run import outcome
+    from .outcomes import outcome
 
     rows = []
     for run_dir in sorted(p for p in args.runs.iterdir() if p.is_dir()):

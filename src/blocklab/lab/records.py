@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..integrity import _differences, _loss_problems, _meta_problems, expected_loss_steps
 from ..io import DamagedArtifact
-from .run import COLUMNS, outcome
+from .outcomes import COLUMNS, outcome
 from ..records import LAB_RUNS
 
 REPO = Path(__file__).resolve().parents[3]

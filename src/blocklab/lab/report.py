@@ -16,7 +16,7 @@ from scipy.stats import binomtest  # noqa: E402
 from ..config import POSITIONS  # noqa: E402
 from ..io import read_table  # noqa: E402
 from ..records import GALLERY  # noqa: E402
-from .run import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
+from .outcomes import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
 from .spec import PROFILE_TRADES, Spec  # noqa: E402
 
 # The recorded default run (docs/gallery): its sweep's losses and the parameters that made them.

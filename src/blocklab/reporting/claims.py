@@ -364,7 +364,7 @@ def literature_fix(data: Data, norm: str, warmup: int = 0):
     definition (``lab.run.outcome``). Not checkable when no run is recorded or the recorded runs are of another
     setup than this data's."""
     from ..lab import records
-    from ..lab.run import outcome
+    from ..lab.outcomes import outcome
 
     _require_document_setup(data, warmup)
     mine = records.recorded(norm=norm, warmup=warmup)

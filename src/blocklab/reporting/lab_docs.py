@@ -16,7 +16,7 @@ import pandas as pd
 from ..config import POSITIONS
 from ..io import read_table
 from ..lab import records
-from ..lab.run import outcome
+from ..lab.outcomes import outcome
 from ..records import GALLERY
 
 GALLERY_SWEEP = (f"{GALLERY}/params.yaml", f"{GALLERY}/sweep/summary.csv",
