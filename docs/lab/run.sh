@@ -4,7 +4,7 @@
 # skipped, a killed one resumes from its checkpoint (in LAB_RUNS, default data/lab-record/runs). Then records them
 # (where lab.records.RUNS reads them) and regenerates what is made from them (`blocklab docs`: the tables, the
 # literature's claims in the gallery's claims table, the gallery's lab figure):
-#   bash docs/lab/run.sh && git add docs README.md && git commit -m "lab: runs recorded"
+#   bash docs/lab/run.sh && git add docs records README.md && git commit -m "lab: runs recorded"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${LAB_RUNS:-data/lab-record/runs}
