@@ -293,8 +293,9 @@ def test_dvc_remote_push_pull_round_trip(dvc_project, tmp_path):
 
 
 def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_path):
-    out = tmp_path / "gallery"
-    run(["blocklab", "gallery", "--out", str(out), "--dpi", "40", "--wall-time", "measured by the test"], snake_project)
+    out, tables = tmp_path / "gallery", tmp_path / "records-gallery"
+    run(["blocklab", "gallery", "--out", str(out), "--tables", str(tables), "--dpi", "40", "--wall-time",
+         "measured by the test"], snake_project)
     page = (out / "README.md").read_text(encoding="utf-8")
     assert (snake_project / "data/dynamics/summary.csv").exists()  # the tiny DAG runs the dynamics family: its figures too
     for name in [*FIGURES, *DYNAMICS_FIGURES]:
@@ -305,7 +306,8 @@ def test_gallery_redraws_every_figure_with_its_provenance(snake_project, tmp_pat
     runs = pd.read_csv(snake_project / "data/sweep/summary.csv")["run"]
     assert all(f"| {r} " in page for r in runs)  # every training run's wall time is listed
     assert "measured by the test" in page and "Claims: " in page
-    assert (out / "data/dynamics/rates.csv").exists()  # the collapse rate's table is kept beside its figures
+    assert (tables / "dynamics/rates.csv").exists()  # the collapse rate's table is kept in records/, not docs/
+    assert not list(out.rglob("*.csv")) and not list(out.rglob("*.parquet"))  # the pictures' folder holds no data
 
 
 def test_gallery_refuses_an_unfinished_run(tmp_path):
