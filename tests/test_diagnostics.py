@@ -730,9 +730,12 @@ def test_the_anatomy_axis_names_only_the_lines_it_draws():
     from blocklab.studies.dynamics import plan as dyn
     from blocklab.studies.dynamics.figures import anatomy_setting, collapse_anatomy_figure
 
-    data = Path(__file__).resolve().parents[1] / "docs" / "gallery"
-    diagnostics = pd.read_parquet(data / dyn.TABLES["diagnostics"])
-    losses, summary = pd.read_csv(data / dyn.TABLES["losses"]), pd.read_csv(data / dyn.TABLES["summary"])
+    from blocklab.records import GALLERY
+
+    data = Path(__file__).resolve().parents[1] / GALLERY  # the gallery's tables in the data/ layout, without data/
+    table = {k: data / Path(v).relative_to("data") for k, v in dyn.TABLES.items()}
+    diagnostics = pd.read_parquet(table["diagnostics"])
+    losses, summary = pd.read_csv(table["losses"]), pd.read_csv(table["summary"])
     setting = anatomy_setting(summary, FULL["dynamics"]["collapse"]["settings"])
     def axis_label(lang, warmup):
         fig = collapse_anatomy_figure(diagnostics, losses, summary, setting, lang=lang, warmup=warmup)
