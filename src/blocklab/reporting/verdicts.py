@@ -53,6 +53,7 @@ with the rest reproduced -> inconclusive; any other mix -> partly.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -104,7 +105,9 @@ def _finite(samples) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
+@functools.lru_cache(maxsize=None)
 def _t(q: float, df: float) -> float:
+    """Student's t quantile (cached: the error-rate simulations ask for the same few (q, df) thousands of times)."""
     return float(stats.t.ppf(q, df))
 
 
@@ -269,9 +272,11 @@ def inequality(bound: str, side: str, scope: str, samples, unit: str = "seeds", 
 # ---- count -------------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
 def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     """Two-sided Fisher's exact test of k1/n1 vs k2/n2: the probability, with the margins fixed, of a table no more
-    likely than the one observed (hypergeometric; the 1e-9 relative slack absorbs float ties)."""
+    likely than the one observed (hypergeometric; the 1e-9 relative slack absorbs float ties). Cached: a pure function
+    of four counts, called for the same few tables hundreds of thousands of times by the error-rate simulations."""
     total, successes = n1 + n2, k1 + k2
     prob = lambda a: math.comb(successes, a) * math.comb(total - successes, n1 - a) / math.comb(total, n1)  # noqa: E731
     observed = prob(k1)
@@ -318,8 +323,9 @@ def count(count_: int, of: int, k: int, n: int, key: str = "the count", scope: s
 # ---- rates ---------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
 def wilson(k: int, n: int) -> tuple[float, float]:
-    """The 95 % Wilson interval of the rate k of n."""
+    """The 95 % Wilson interval of the rate k of n (cached, as ``fisher_exact``)."""
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - ALPHA, method="wilson")
     return float(ci.low), float(ci.high)
 
