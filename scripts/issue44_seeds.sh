@@ -4,6 +4,9 @@
 #   scripts/issue44_seeds.sh a   # reverse copy seeds 3-7 (all variants, and 0-2 again: bit-identity with the gallery),
 #                                # activation norms at init seed 3, then depth x lr seed 1, stratum lr 3e-3 no warm-up
 #   scripts/issue44_seeds.sh b   # depth x lr seed 1, stratum lr 3e-3 warm-up 400, then lr 1e-3 no warm-up
+#   scripts/issue44_seeds.sh gap # d000-depth-gap's minimal list alone (docs/extra-seeds/cost.md): seed 1 of the three
+#                                # strata whose gap moved with depth at seed 0 (lr 3e-3 warm-up 400, lr 3e-3 and lr 1e-3
+#                                # without), 24 runs; run it twice, one per core: both lanes take runs from one queue
 #   scripts/issue44_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
 #                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
@@ -45,6 +48,33 @@ depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths),
       $NICE blocklab sensitivity train --params "$PARAMS" --cell "$cell" --norm "$norm" --warmup "$warmup" --seed 1 \
         --threads 1 --out-dir "$dir" >>"$dir/train.log" 2>&1
       record_depth "${cell}/${run}"
+    done
+  done
+}
+
+gap_queue() {  # the depth claim's minimal run list: each lane takes the next run no lane holds (a run's lock is held
+  # while it trains and freed if its lane dies; a finished run is skipped, a started one resumes from its checkpoint);
+  # strata in order of cost (a stratum counts once its 8 runs are done), the deepest depth first within each
+  local lr warmup depth norm cell run dir
+  for stratum in "0.003 400" "0.003 0" "0.001 0"; do
+    read -r lr warmup <<<"$stratum"
+    for depth in 24 12 6 2; do
+      for norm in post pre; do
+        cell="learned-b32-L${depth}-lr${lr}-fp32" run="${norm}-w${warmup}-s1"
+        dir="data/sensitivity/runs/${cell}/${run}"
+        finished "$dir" && continue
+        mkdir -p "$dir"
+        mkdir -p data/issue44-locks
+        exec 9>"data/issue44-locks/${cell}-${run}.lock"
+        if flock -n 9; then
+          finished "$dir" || {
+            $NICE blocklab sensitivity train --params "$PARAMS" --cell "$cell" --norm "$norm" --warmup "$warmup" \
+              --seed 1 --threads 1 --out-dir "$dir" >>"$dir/train.log" 2>&1
+            record_depth "${cell}/${run}"
+          }
+        fi
+        exec 9>&-
+      done
     done
   done
 }
@@ -104,5 +134,6 @@ case "${1:-}" in
   b) depth_stratum 0.003 400
      depth_stratum 0.001 0 ;;
   gn) gradnorm_seeds ;;
-  *) echo "usage: $0 a|b|rc|gn" >&2; exit 2 ;;
+  gap) gap_queue ;;
+  *) echo "usage: $0 a|b|rc|gn|gap" >&2; exit 2 ;;
 esac
