@@ -67,6 +67,7 @@ REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "partly", "not 
 NOT_CHECKABLE = "not checkable here"
 VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, NOT_CHECKABLE)
 ALPHA = 0.05  # every interval is a 95 % one, every test at 5 %
+Z_TWO_SIDED = float(stats.norm.ppf(1 - ALPHA / 2))  # 1.96: once, not in every simulated judgement
 MAX_SEEDS = 10_000  # seeds_to_decide searches no further (beyond it: "no practical number of seeds")
 
 
@@ -144,7 +145,7 @@ def value(written: str, samples=(), mean: float | None = None, se: float | None 
             raise ValueError("a value with the document's trials needs our number of trials (n)")
         se_doc = se * math.sqrt(n / trials) if trials is not None else 0.0
         both = math.sqrt(se ** 2 + se_doc ** 2)
-        half = stats.norm.ppf(1 - ALPHA / 2) * both
+        half = Z_TWO_SIDED * both
         centre, how = mean, (f"mean ± 1.96 × se {g(se)}" if trials is None else
                              f"mean ± 1.96 × √(se² + se_doc²) = {g(both)}: se {g(se)} over our {n} trials, "
                              f"se_doc {g(se_doc)} over the document's {trials}")
@@ -547,7 +548,7 @@ def trend(direction: str, ratios=(), band: tuple[str, str] | None = None, scale:
         return sign_trend(direction, ratios, per_seed, what or "difference last − first")
     if ratio is not None:
         centre = math.log(ratio) if scale == "ratio" else ratio
-        half = stats.norm.ppf(1 - ALPHA / 2) * (se / ratio if scale == "ratio" else se)
+        half = Z_TWO_SIDED * (se / ratio if scale == "ratio" else se)
         n, sd, how = None, None, f"± 1.96 × se {g(se)}"
     else:
         values = _finite(ratios)
