@@ -471,6 +471,10 @@ def _others(shares: dict[str, float], but: str) -> str:
     return ", ".join(f"{v} {p:.2f}" for v, p in rest) or "none"
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def why_stands(verdict: str, rates: Rates, seeds: int, risk: float | None = None, per_part: bool = False) -> str:
     """Why a decided verdict stands with a column below 0.8 (claims.csv's ``rates_why``): the error this verdict
     risks is at most 1 − POWER, and what the rule says instead where a column falls short."""
@@ -482,7 +486,7 @@ def why_stands(verdict: str, rates: Rates, seeds: int, risk: float | None = None
     if rates.p_off < POWER:
         short.append(f"off: not reproduced {rates.p_off:.2f}, {_others(rates.outcomes['off'], NOT_REPRODUCED)}")
     who = "each part says" if per_part and verdict != NOT_REPRODUCED else "it says"
-    return (f"{who} {error} {'at most ' if who != 'it says' else ''}{risk:.2f} of the time at {seeds} seeds (at most "
+    return (f"{who} {error} {'at most ' if who != 'it says' else ''}{risk:.2f} of the time at {_seeds(seeds)} (at most "
             f"{1 - POWER:.1f} allowed); the rates fall short of 0.8 on its other outcomes ({'; '.join(short)})")
 
 
@@ -494,7 +498,7 @@ def _risk(verdict: str, rates: Rates) -> float:
 
 def _said(rates: Rates, seeds: int, joint: bool = False) -> str:
     keys = tuple(rates.off.split(" + "))
-    return (f"error rates at {seeds} seeds{' (every part drawn in one world, the claim judged as a whole)' if joint else ''}"
+    return (f"error rates at {_seeds(seeds)}{' (every part drawn in one world, the claim judged as a whole)' if joint else ''}"
             f": reproduced if true {rates.p_true:.2f}, rejected if off {rates.p_off:.2f} (off: {off_text(keys)})")
 
 
