@@ -4,6 +4,11 @@
 #   scripts/issue44_seeds.sh a   # reverse copy seeds 3-7 (all variants, and 0-2 again: bit-identity with the gallery),
 #                                # activation norms at init seed 3, then depth x lr seed 1, stratum lr 3e-3 no warm-up
 #   scripts/issue44_seeds.sh b   # depth x lr seed 1, stratum lr 3e-3 warm-up 400, then lr 1e-3 no warm-up
+#   scripts/issue44_seeds.sh gap # d000-depth-gap's minimal list alone (docs/extra-seeds/cost.md): seed 1 of the three
+#                                # strata whose gap moved with depth at seed 0 (lr 3e-3 warm-up 400, lr 3e-3 and lr 1e-3
+#                                # without), 24 runs; run it twice, one per core: both lanes take runs from one queue
+#   scripts/issue44_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
+#                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
 # (the study's own `blocklab sensitivity train`). Each finished depth run is recorded in git at once (the study's own
 # `blocklab sensitivity snapshot`, into $SNAPSHOT; params.yaml's sensitivity.from_snapshots names it, and
@@ -47,6 +52,33 @@ depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths),
   done
 }
 
+gap_queue() {  # the depth claim's minimal run list: each lane takes the next run no lane holds (a run's lock is held
+  # while it trains and freed if its lane dies; a finished run is skipped, a started one resumes from its checkpoint);
+  # strata in order of cost (a stratum counts once its 8 runs are done), the deepest depth first within each
+  local lr warmup depth norm cell run dir
+  for stratum in "0.003 400" "0.003 0" "0.001 0"; do
+    read -r lr warmup <<<"$stratum"
+    for depth in 24 12 6 2; do
+      for norm in post pre; do
+        cell="learned-b32-L${depth}-lr${lr}-fp32" run="${norm}-w${warmup}-s1"
+        dir="data/sensitivity/runs/${cell}/${run}"
+        finished "$dir" && continue
+        mkdir -p "$dir"
+        mkdir -p data/issue44-locks
+        exec 9>"data/issue44-locks/${cell}-${run}.lock"
+        if flock -n 9; then
+          finished "$dir" || {
+            $NICE blocklab sensitivity train --params "$PARAMS" --cell "$cell" --norm "$norm" --warmup "$warmup" \
+              --seed 1 --threads 1 --out-dir "$dir" >>"$dir/train.log" 2>&1
+            record_depth "${cell}/${run}"
+          }
+        fi
+        exec 9>&-
+      done
+    done
+  done
+}
+
 reverse_copy() {
   for seed in 0 1 2 3 4 5 6 7; do
     for variant in classic rmsnorm swiglu rope modern; do
@@ -59,6 +91,41 @@ reverse_copy() {
   done
 }
 
+gradnorm_seeds() {  # 9 seeds, the count the claims table named for both d000-gradnorm-* claims (fixed beforehand)
+  local gp=data/issue44-gradnorm-params.yaml study=data/issue44-study
+  python - <<'PY'
+import yaml
+from blocklab.records import GALLERY
+params = yaml.safe_load(open(f"{GALLERY}/params.yaml"))  # the gallery's setup, its seeds 0-8
+params["gradnorm"]["seeds"] = list(range(9))
+yaml.safe_dump(params, open("data/issue44-gradnorm-params.yaml", "w"), sort_keys=False)
+PY
+  $NICE blocklab exp gradnorm --params "$gp" --out data/gradnorm/gradnorm.csv
+  $NICE blocklab sensitivity gradnorm --params "$gp" --out data/sensitivity/gradnorm.csv
+  python - <<'PY'  # seeds 0-2 computed again must be the gallery's rows, byte for byte
+import pandas as pd
+from blocklab.records import GALLERY
+for table in ("gradnorm/gradnorm.csv", "sensitivity/gradnorm.csv"):
+    old, new = pd.read_csv(f"{GALLERY}/{table}"), pd.read_csv(f"data/{table}")
+    again = new[new["seed"].isin(old["seed"].unique())].reset_index(drop=True)
+    pd.testing.assert_frame_equal(old, again, check_exact=True)
+    print(f"{table}: seeds {sorted(old['seed'].unique())} identical; seeds now {sorted(new['seed'].unique())}")
+PY
+  mkdir -p "$study/data/sensitivity"
+  cp data/sensitivity/gradnorm.csv "$study/data/sensitivity/gradnorm.csv"
+  # the study's tables again from its snapshots in git, with the 9-seed gradient table (the gallery README's recipe)
+  $NICE blocklab sensitivity aggregate --params "$gp" --root "$study" \
+    --from $(python -c "import yaml; print(' '.join(yaml.safe_load(open('$gp'))['sensitivity']['from_snapshots']))")
+  cmp "$study/data/sensitivity/summary.csv" records/gallery/sensitivity/summary.csv  # no run changed
+  $NICE python scripts/issue44_record_gallery.py data/gradnorm/gradnorm.csv:gradnorm/gradnorm.csv \
+    data/sensitivity/gradnorm.csv:sensitivity/gradnorm.csv \
+    "$study/data/sensitivity/claims_by_setting.csv:sensitivity/claims_by_setting.csv" \
+    --gradnorm-seeds 0,1,2,3,4,5,6,7,8 \
+    --note "seeds 3-8 added by issue 44 (scripts/issue44_seeds.sh gn; seeds 0-2 recomputed bit-identical)"
+  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/issue44-claims.csv
+  $NICE python scripts/issue44_record_gallery.py data/issue44-claims.csv:claims/claims.csv
+}
+
 case "${1:-}" in
   rc) reverse_copy ;;   # the reverse copy alone (seeds 6-7 were added after the 6-seed table asked 7 and 8 per arm)
   a) reverse_copy
@@ -66,5 +133,7 @@ case "${1:-}" in
      depth_stratum 0.003 0 ;;
   b) depth_stratum 0.003 400
      depth_stratum 0.001 0 ;;
-  *) echo "usage: $0 a|b|rc" >&2; exit 2 ;;
+  gn) gradnorm_seeds ;;
+  gap) gap_queue ;;
+  *) echo "usage: $0 a|b|rc|gn|gap" >&2; exit 2 ;;
 esac

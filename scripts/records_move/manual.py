@@ -62,30 +62,8 @@ s = re.sub(r"from \.\.records import ([^\n]+)", lambda m: "from ..records import
 if "blocklab.records" not in (R / "tests/test_layers.py").read_text(encoding="utf-8"):
     edit("tests/test_layers.py", [('''    "params": ["blocklab.config", "blocklab.params",''', '''    "params": ["blocklab.config", "blocklab.params", "blocklab.records",''')])
 
-t = (R / "tests/test_docs.py").read_text(encoding="utf-8")
-if "def test_docs_holds_pages_and_pictures" not in t:
-    t += '''
-
-def test_docs_holds_pages_and_pictures_and_the_records_have_one_home_in_the_code():
-    """Issue 48, point 5: the recorded runs and tables live in records/ (``blocklab.records``), docs/ holds pages and
-    pictures (and each picture's JSON sidecar); the package names those locations only through ``blocklab.records``."""
-    from blocklab import records
-
-    kept = {".md", ".png", ".sh"}
-    strays = [_rel(p) for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix not in kept
-              and not (p.suffix == ".json" and p.with_suffix(".png").is_file())]
-    assert not strays, strays
-    assert not list((ROOT / "docs").rglob("*.parquet")) and not list((ROOT / "docs").rglob("*.csv"))
-    for name in ("GALLERY", "SENSITIVITY", "DYNAMICS", "INFERENCE", "LAB_RUNS"):
-        assert (ROOT / getattr(records, name)).is_dir(), name
-    old = re.compile("[\\x22']docs/(gallery/data|sensitivity/|dynamics/|inference/|lab/runs|reviewer/)"
-                     "|\\x22docs\\x22 / \\x22(gallery\\x22 / \\x22data|sensitivity|dynamics|inference|reviewer)\\x22")
-    package = ROOT / "src" / "blocklab"
-    literal = [f"{_rel(p)}:{n}" for p in package.rglob("*.py") for n, line in
-               enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if old.search(line)]
-    assert not literal, literal
-'''
-    (R / "tests/test_docs.py").write_text(t, encoding="utf-8")
+# tests/test_docs.py::test_docs_holds_pages_and_pictures_and_the_records_have_one_home_in_the_code was added with
+# this move (commit history); it is not re-written here.
 
 # the gallery's params.yaml now names records/: its manifest re-recorded (the tables' records unchanged)
 sys.path.insert(0, str(R / "src"))
