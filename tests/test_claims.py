@@ -664,9 +664,6 @@ def test_the_gallerys_claims_carry_both_error_rates_and_every_decided_low_one_sa
     shipped = pd.read_csv(Path(__file__).resolve().parents[1] / f"{GALLERY}/claims/claims.csv")
     assert {"p_reproduced_if_true", "p_rejected_if_off"} <= set(shipped.columns)
     for row in shipped.itertuples():
-        if row.verdict in (claims.REPRODUCED, claims.NOT_REPRODUCED, claims.PARTLY) and pd.notna(row.p_rejected_if_off):
-            if min(row.p_reproduced_if_true, row.p_rejected_if_off) < 0.8:
-                assert "the verdict stands" in row.margin or "stands" in row.margin, row.id
         if pd.notna(row.p_rejected_if_off) and min(row.p_reproduced_if_true, row.p_rejected_if_off) < 0.8:
             # below 0.8, decided (†) or not: the seeds that would bring both to 0.8, or that none up to the cap does
             assert pd.notna(row.seeds_to_decide) or "no count up to 64 seeds" in row.margin, row.id
@@ -712,3 +709,81 @@ def test_a_decided_claim_below_0_8_names_its_seeds_to_decide_in_the_table():
     decided = judge(5, 5)
     assert decided.verdict == claims.REPRODUCED and min(decided.p_reproduced_if_true, decided.p_rejected_if_off) >= 0.8
     assert decided.seeds_to_decide is None and "seeds to decide" not in decided.margin
+
+
+def _unexplained(table) -> list[str]:
+    """Issue 44's check: the decided claims (reproduced, partly, not reproduced) that neither reach 0.8 on both error
+    rates nor say why not (``rates_why``)."""
+    import pandas as pd
+
+    out = []
+    for row in table.itertuples():
+        if row.verdict not in (claims.REPRODUCED, claims.NOT_REPRODUCED, claims.PARTLY):
+            continue
+        rates = (row.p_reproduced_if_true, row.p_rejected_if_off)
+        reached = all(pd.notna(r) for r in rates) and min(float(r) for r in rates) >= 0.8
+        said = isinstance(row.rates_why, str) and row.rates_why.strip() != ""
+        if not reached and not said:
+            out.append(row.id)
+    return out
+
+
+def test_every_decided_claim_reaches_0_8_on_both_rates_or_says_why_not():
+    """Issue 44: "every rule of a decided claim reaches 0.8 on both or says why not". The shipped table passes; the
+    same table with one decided low row's reason blanked fails (and one with no rates, e.g. a computed claim)."""
+    import pandas as pd
+
+    shipped = pd.read_csv(Path(__file__).resolve().parents[1] / f"{GALLERY}/claims/claims.csv")
+    assert "rates_why" in shipped.columns
+    assert _unexplained(shipped) == []
+    decided = shipped["verdict"].isin([claims.REPRODUCED, claims.NOT_REPRODUCED, claims.PARTLY])
+    low = decided & shipped["p_rejected_if_off"].notna() & (
+        shipped[["p_reproduced_if_true", "p_rejected_if_off"]].min(axis=1) < 0.8)
+    none = decided & shipped["p_rejected_if_off"].isna()
+    assert low.any() and none.any()  # the table has both cases, so the planted ones below are real
+    for which in (low, none):
+        planted = shipped.copy()
+        target = planted.index[which][0]
+        planted.loc[target, "rates_why"] = ""
+        assert _unexplained(planted) == [planted.loc[target, "id"]]
+    # a reason is never given where both rates reach 0.8
+    both = decided & (shipped[["p_reproduced_if_true", "p_rejected_if_off"]].min(axis=1) >= 0.8)
+    assert shipped.loc[both, "rates_why"].fillna("").eq("").all()
+
+
+def test_the_literatures_two_parts_are_simulated_as_one_claim_on_one_draw_of_the_runs():
+    """A fix's "every seed learns" (count, every seed) and "more often than post-norm's 0 of 3" (rates) read the same
+    runs: one draw feeds both, and the rates are the claim's combined verdict's. The rates part alone can never say
+    "not reproduced" against a reference that never learned (p_rejected_if_off 0 at any count); the claim can, by its
+    every-seed part. Closed forms, off world the runs learning at rate 0.5: at 1 run the claim is rejected when that
+    run fails, 0.5; at 4 runs whenever one of them fails, 1 - 0.5^4 (3 of 4 against 0 of 3 is not significant, so a
+    failing run never leaves the comparison "reproduced": never "partly"; reproduced only when all four learn); true
+    (every run learns): reproduced from 4 runs (4 of 4 against 0 of 3 passes Fisher's test), never at 1. So 4 seeds
+    decide."""
+    from blocklab.reporting import errors
+
+    assert verdicts.fisher_exact(4, 4, 0, 3) < verdicts.ALPHA <= verdicts.fisher_exact(3, 4, 0, 3)
+    words = [{"kind": "count", "count": 1, "of": 1, "scope": "every seed"}, {"kind": "rates", "side": "above"}]
+    measures = [{"k": 1, "n": 1}, {"k": 1, "n": 1, "k_ref": 0, "n_ref": 3, "arms": ("fix", "post")}]
+    keys, runs = ["lit|0", "lit|1"], ["fix", "fix"]
+    alone = errors.claim_rates(words[1:], measures[1:], keys[1:], n=4)
+    assert alone.p_off == 0.0  # the flaw: the comparison alone cannot reject
+    at1 = errors.claim_rates(words, measures, keys, runs=runs)
+    assert at1.p_true == 0.0 and at1.p_off == pytest.approx(0.5, abs=0.05)
+    at4 = errors.claim_rates(words, measures, keys, n=4, runs=runs)
+    assert at4.p_true == 1.0 and at4.p_off == pytest.approx(1 - 0.5 ** 4, abs=0.03)
+    # one draw: when all four runs learn (1 in 16 off) both parts say reproduced; drawn apart (each part's own off
+    # world) the comparison would never say so and the claim would never be reproduced
+    assert verdicts.PARTLY not in at4.outcomes["off"]
+    assert at4.false_accept == pytest.approx(0.5 ** 4, abs=0.02)
+    assert errors.claim_rates(words, measures, keys, n=4).false_accept == 0.0
+    assert errors.claim_seeds(words, measures, keys, runs=runs) == 4
+    assert errors.claim_rates(words, measures, keys, runs=runs) == at1  # seeded: the same numbers twice
+    # judged as the engine judges a literature claim: the fix failed its one run -> not reproduced, and it stands
+    claim = {"id": "lit-test", "check": "none", "parts": words}
+    failed = [{"measure_kind": "count", "label": "", "measure": {"k": 0, "n": 1}, "runs": "fix"},
+              {"measure_kind": "rates", "label": "", "runs": "fix",
+               "measure": {"k": 0, "n": 1, "k_ref": 0, "n_ref": 3, "arms": ("fix", "post")}}]
+    judged = claims.judge_claim(claim, failed)[1]
+    assert judged.verdict == claims.NOT_REPRODUCED and judged.seeds_to_decide == 4
+    assert judged.p_rejected_if_off > 0.3 and "not reproduced of a true statement 0.00" in judged.rates_why

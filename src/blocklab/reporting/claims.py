@@ -67,12 +67,14 @@ FEEDS = {"samples": ("value", "range", "inequality"),  # one number per seed (or
          "rates": ("rates",)}                           # k of n runs against a recorded reference's k of n
 
 
-def part(measure: str, label: str = "", **numbers) -> dict:
+def part(measure: str, label: str = "", *, runs: str | None = None, existence: bool = False, **numbers) -> dict:
     """One part's measurement: what was measured (a key of FEEDS), what the part is ("step 200") and the numbers the
-    rule takes."""
+    rule takes. ``runs``: a name for the runs it reads, where another part of the claim reads the same runs (the error
+    rates draw them once for both, ``errors._shared``); ``existence``: a fact shown by recorded runs ("some run
+    did"), not computed (its why for having no error rates)."""
     if measure not in FEEDS:
         raise ValueError(f"{measure!r} is not a measurement; allowed: {', '.join(FEEDS)}")
-    return {"measure_kind": measure, "label": label, "measure": numbers}
+    return {"measure_kind": measure, "label": label, "measure": numbers, "runs": runs, "existence": existence}
 
 
 class Data:
@@ -317,7 +319,7 @@ def scoped_answer(data: Data):
                 f"{len(wobbled)} of {len(post400)} did not end learned ({', '.join(wobbled['run'] + ': ' + wobbled['outcome']) or 'none'}); "
                 f"pre-norm without warm-up: {learned} of {len(pre0)} learned ({len(runs)} runs of the sweep)")
     return measured, [part("count", "post-norm cannot start without warm-up", k=stuck, n=len(post0), key="post-w0"),
-                      part("fact", "post-norm can wobble with warm-up", holds=len(wobbled) > 0,
+                      part("fact", "post-norm can wobble with warm-up", existence=True, holds=len(wobbled) > 0,
                            what=f"{len(wobbled)} of {len(post400)} post-norm runs with warm-up did not end learned"),
                       part("count", "pre-norm starts without warm-up", k=learned, n=len(pre0), key="pre-w0")]
 
@@ -347,7 +349,7 @@ def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: i
                 f"{', depth ' + str(depth) if depth is not None else ''}{', lr ' + format(lr, 'g') if lr is not None else ''})"
                 + (f"; {'those' if scope == 'some' else 'the others'}: {listed}" if listed else ""))
     if scope == "some":
-        return measured, [part("fact", holds=k > 0, what=f"{k} of {n} {want}")]
+        return measured, [part("fact", existence=True, holds=k > 0, what=f"{k} of {n} {want}")]
     return measured, [part("count", k=k, n=n, key=f"{norm}-norm runs")]
 
 
@@ -390,8 +392,9 @@ def literature_fix(data: Data, norm: str, warmup: int = 0):
                                                       else "") + f", final {r.final_loss:.3g}" for r in mine.itertuples())
     measured = (f"{norm} {case}: {k} of {n} recorded runs learned ({runs}; {records.RUNS}); post-norm {case} at the same "
                 f"setup: {k_ref} of {len(reference)} learned ({', '.join(reference)})")
-    return measured, [part("count", f"{norm} learns in every seed", k=k, n=n, key=f"recorded {norm} runs {case}"),
-                      part("rates", f"{norm} against post-norm", k=k, n=n, k_ref=k_ref, n_ref=len(reference),
+    # both parts read the same runs: the error rates draw them once (errors._shared)
+    return measured, [part("count", f"{norm} learns in every seed", runs=norm, k=k, n=n, key=f"recorded {norm} runs {case}"),
+                      part("rates", f"{norm} against post-norm", runs=norm, k=k, n=n, k_ref=k_ref, n_ref=len(reference),
                            arms=(norm, "post"), what="learned")]
 
 
@@ -836,7 +839,7 @@ def swap_effect(data: Data, variant: str, quantity: str):
 # so the sensitivity study re-judges them under every setting (claim x setting).
 SWEEP_CHECKS = ("final_losses_near_chance", "loss_at_step", "outcome_count", "failed_runs", "gradnorm_trend")
 COLUMNS = ["id", "document", "where", "claim", "document_value", "source", "fitted", "kind", "rule", "margin",
-           "measured", "verdict", "seeds_to_decide", "p_reproduced_if_true", "p_rejected_if_off"]
+           "measured", "verdict", "seeds_to_decide", "p_reproduced_if_true", "p_rejected_if_off", "rates_why"]
 
 
 def judge_claim(claim: dict, measures: list[dict], error_rates: bool = True) -> tuple[str, verdicts.Judged]:
@@ -850,23 +853,15 @@ def judge_claim(claim: dict, measures: list[dict], error_rates: bool = True) -> 
                          f"{[m['measure_kind'] for m in measures]}, the claim's parts are {[w['kind'] for w in words]}")
     from . import errors
 
-    def gate(i, part_words, measure, judged):
-        judged, rates, _ = errors.gate(part_words, measure, judged, f"{claim['id']}|{i}")
-        return judged, rates
-
-    kinds, judged = verdicts.judge_parts(words, [m["measure"] for m in measures], [m["label"] for m in measures],
-                                         gate=gate if error_rates else None)
-    rates = (judged.p_reproduced_if_true, judged.p_rejected_if_off)
-    if not error_rates or rates[0] is None or min(rates) >= errors.POWER:
-        return kinds, judged
-    # Both rates are not yet 0.8 (an inconclusive verdict, or a decided one marked †): the seeds per arm at which
-    # they would be, by the same simulation at the measured spread, for every kind alike (issue 44).
-    seeds = errors.claim_seeds(words, [m["measure"] for m in measures],
-                               [f"{claim['id']}|{i}" for i in range(len(words))])
-    said = (f"{seeds} seeds per arm would bring both error rates to 0.8" if seeds is not None else
-            f"no count up to {errors.SEARCH_CAP} seeds per arm brings both error rates to 0.8")
-    return kinds, dataclasses.replace(judged, margin=f"{judged.margin}; seeds to decide (simulated at the measured "
-                                      f"spread): {said}", seeds_to_decide=seeds)
+    values, labels = [m["measure"] for m in measures], [m["label"] for m in measures]
+    if not error_rates:
+        return verdicts.judge_parts(words, values, labels)
+    # every part's verdict kept or made inconclusive by its error rates, and the claim's rates, of its combined
+    # verdict with every part drawn in one world (errors.gate_claim)
+    kinds, judged, _ = errors.gate_claim(words, values, [f"{claim['id']}|{i}" for i in range(len(words))], labels,
+                                         runs=[m.get("runs") for m in measures],
+                                         facts=[errors.EXISTENCE if m.get("existence") else "" for m in measures])
+    return kinds, judged
 
 
 def evaluate(data_root: str | Path, params: dict) -> pd.DataFrame:
@@ -880,13 +875,13 @@ def evaluate_data(data: Data, only=None, error_rates: bool = True) -> pd.DataFra
         if only is not None and claim["check"] not in only:
             continue
         kind = " + ".join(dict.fromkeys(p["kind"] for p in rule_parts(claim)))
-        rule, margin, seeds, p_true, p_off = "", "", None, None, None
+        rule, margin, seeds, p_true, p_off, rates_why = "", "", None, None, None, ""
         try:
             data.declared = READS[claim["check"]]
             measured, measures = CHECKS[claim["check"]](data, **claim.get("args", {}))
             kind, judged = judge_claim(claim, measures, error_rates)
             verdict, rule, margin, seeds = judged.verdict, judged.rule, judged.margin, judged.seeds_to_decide
-            p_true, p_off = judged.p_reproduced_if_true, judged.p_rejected_if_off
+            p_true, p_off, rates_why = judged.p_reproduced_if_true, judged.p_rejected_if_off, judged.rates_why
         except NotCheckable as why:
             measured, verdict = f"— ({why})", NOT_CHECKABLE
         except FileNotFoundError as missing:
@@ -903,7 +898,7 @@ def evaluate_data(data: Data, only=None, error_rates: bool = True) -> pd.DataFra
                      "measured": measured, "verdict": verdict,
                      "seeds_to_decide": pd.NA if seeds is None else int(seeds),
                      "p_reproduced_if_true": pd.NA if p_true is None else round(p_true, 3),
-                     "p_rejected_if_off": pd.NA if p_off is None else round(p_off, 3)})
+                     "p_rejected_if_off": pd.NA if p_off is None else round(p_off, 3), "rates_why": rates_why})
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["seeds_to_decide"] = table["seeds_to_decide"].astype("Int64")
     return table

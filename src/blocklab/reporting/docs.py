@@ -165,7 +165,20 @@ def _claims_table(data: Path, document: int) -> str:
                   "of an off truth, or \"not reproduced\" of a true statement) is at most 0.2 at these seeds; the rule's "
                   "other outcomes there are \"inconclusive\" (the margin in `claims.csv` gives both numbers); the last column: the seeds per arm that would bring both "
                   "rates to 0.8."]
+    lines += _why_list(claims)
     return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/claims/claims.csv")
+
+
+def _why_list(claims: pd.DataFrame) -> list[str]:
+    """Every decided claim without both error rates at 0.8, and why its verdict stands (claims.csv's rates_why)."""
+    if "rates_why" not in claims.columns:
+        return []
+    why = claims[claims["verdict"].isin(("reproduced", "partly", "not reproduced"))
+                 & claims["rates_why"].fillna("").astype(str).str.len().gt(0)]
+    if why.empty:
+        return []
+    return ["", "Decided without both error rates at 0.8, and why the verdict stands (`rates_why`):", ""] + [
+        f"- `{r.id}` (**{r.verdict}**): {_cell(r.rates_why)}" for r in why.itertuples(index=False)]
 
 
 ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24",

@@ -95,12 +95,17 @@ def claims_block(data: Path, root: Path) -> str:
     """docs/lab.md: the literature's claims, each with what was measured, its verdict and the seeds that would
     decide (from the gallery's claims table, re-judged from the records by `blocklab docs`)."""
     rows = literature_claims(data)
-    lines = ["| claim | measured | verdict |", "| --- | --- | --- |"]
+    lines = ["| claim | measured | verdict | p(reproduced \\| true) | p(rejected \\| off) |",
+             "| --- | --- | --- | --- | --- |"]
+    rate = lambda x: "—" if pd.isna(x) or x == "" else f"{float(x):.2f}"  # noqa: E731
     for r in rows.itertuples():
         decide = (f" ({int(r.seeds_to_decide)} seeds would decide)" if r.verdict == "inconclusive"
                   and pd.notna(r.seeds_to_decide) else "")
+        why = getattr(r, "rates_why", "")
+        why = f"; stands: {why}" if isinstance(why, str) and why else ""
         measured = str(r.measured).replace("|", "\\|")
-        lines.append(f"| {r.claim} (`{r.id}`) | {measured} | **{r.verdict}**{decide} |")
+        lines.append(f"| {r.claim} (`{r.id}`) | {measured} | **{r.verdict}**{decide}{why} | "
+                     f"{rate(getattr(r, 'p_reproduced_if_true', None))} | {rate(getattr(r, 'p_rejected_if_off', None))} |")
     return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/claims/claims.csv", records.RUNS)
 
 

@@ -83,6 +83,7 @@ class Judged:
     seeds_to_decide: int | None = None
     p_reproduced_if_true: float | None = None  # the rule's error rates at this seed count (``errors``)
     p_rejected_if_off: float | None = None
+    rates_why: str = ""  # why a decided verdict stands without both error rates at 0.8 (``errors.gate_claim``)
 
 
 def g(value: float) -> str:
@@ -780,21 +781,13 @@ def describe(part: dict) -> tuple[str, str]:
     return "exact: computed without randomness; holds or not", "holds or not"
 
 
-def judge_parts(parts: list[dict], measures: list[dict], labels: list[str], gate=None) -> tuple[str, Judged]:
+def judge_parts(parts: list[dict], measures: list[dict], labels: list[str],
+                judged: list[Judged] | None = None) -> tuple[str, Judged]:
     """The kind (words), and the combined Judged of a claim's parts: each part's rule, margin and seeds to decide
-    joined with its label (what the part is: "step 200", "12 blocks"). ``gate(i, part, measure, judged)``: the part's
-    verdict kept or made inconclusive by its rule's error rates, with the rates (``errors.gate``); the claim's
-    p_reproduced_if_true is the product of its parts' (simulated independently: every part must say reproduced), its
-    p_rejected_if_off the weakest part's."""
-    judged, p_true, p_off = [], [], []
-    for i, (p, m) in enumerate(zip(parts, measures)):
-        j = judge_part(p, m)
-        if gate is not None:
-            j, rates = gate(i, p, m, j)
-            if rates.p_true is not None:
-                p_true.append(rates.p_true)
-                p_off.append(rates.p_off)
-        judged.append(j)
+    joined with its label (what the part is: "step 200", "12 blocks"). ``judged``: the parts' Judged when already
+    judged (``errors.gate_claim``: kept or made inconclusive by their error rates); the claim's error rates are those
+    of this combined verdict, its parts drawn in one world."""
+    judged = judged if judged is not None else [judge_part(p, m) for p, m in zip(parts, measures)]
     verdict = combine(j.verdict for j in judged)
     rules = list(dict.fromkeys(j.rule for j in judged))
     seeds = [j.seeds_to_decide for j in judged if j.verdict == INCONCLUSIVE]
@@ -814,8 +807,7 @@ def judge_parts(parts: list[dict], measures: list[dict], labels: list[str], gate
                          # seeds to decide: only for a claim left inconclusive (a part's count would mislead beside a
                          # decided verdict)
                          (None if any(s is None for s in seeds) else max(seeds)) if seeds and verdict == INCONCLUSIVE
-                         else None,
-                         float(np.prod(p_true)) if p_true else None, min(p_off) if p_off else None)
+                         else None)
 
 
 MAX_SHOWN = 6  # a claim of more parts shows its tally and its first and last part's margins
