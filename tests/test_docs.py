@@ -316,6 +316,26 @@ def test_the_gallerys_claims_table_is_what_its_own_data_gives():
         assert not differ, (column, differ[:3])
 
 
+
+def test_the_gallerys_claim_by_setting_table_is_what_the_studys_snapshots_give(tmp_path):
+    """records/gallery/sensitivity/claims_by_setting.csv (and the summary beside it) re-aggregated from the study's
+    snapshots in records/sensitivity with the gallery's gradient table, by the package's own command (the gallery
+    README's recipe): a change to a claim's rule that was not carried into this table fails here (it once lagged
+    issue 44's error-rate texts by 40 margins)."""
+    import subprocess
+
+    gallery = ROOT / GALLERY
+    params = yaml.safe_load((gallery / "params.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "data" / "sensitivity").mkdir(parents=True)
+    shutil.copy(gallery / "sensitivity" / "gradnorm.csv", tmp_path / "data" / "sensitivity" / "gradnorm.csv")
+    subprocess.run(["blocklab", "sensitivity", "aggregate", "--params", str(gallery / "params.yaml"),
+                    "--root", str(tmp_path), "--from", *[str(ROOT / s) for s in params["sensitivity"]["from_snapshots"]]],
+                   check=True, cwd=ROOT, capture_output=True)
+    for table in ("summary.csv", "claims_by_setting.csv"):
+        again = pd.read_csv(tmp_path / "data" / "sensitivity" / table)
+        shipped = pd.read_csv(gallery / "sensitivity" / table)
+        pd.testing.assert_frame_equal(again, shipped, check_exact=True, obj=table)
+
 # ---- no hand-written measured numbers (issue 44) ---------------------------------------------------------------------
 
 HAND_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
