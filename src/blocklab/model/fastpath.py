@@ -33,7 +33,8 @@ class FusedLayerNorm(LayerNorm):
 class CausalAttentionFunction(torch.autograd.Function):
     """softmax(q k^T * scale + mask) v on (batch*heads, time, head_dim) tensors, with the textbook backward.
     ``observe(scores, probs)``, when given, is shown the step's own scores and weights (the training diagnostics read
-    them instead of recomputing them); it only reads."""
+    them instead of recomputing them); it may use ``scores`` as scratch (nothing reads them after the softmax), and
+    only reads ``probs``."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, observe=None):
