@@ -47,6 +47,13 @@ def dry_run_priorities(project: Path) -> dict[str, int]:
     return found
 
 
+def _as_from_a_terminal():
+    """SIGINT back to its default in make's process, as a terminal's shell starts it: a test run started in the
+    background of a non-interactive shell (``cmd &``) inherits SIGINT ignored, and a shell cannot trap a signal ignored
+    at its entry, so make's recipe would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory):
     """`make run` on the tiny configuration (training made long: 3,000 steps a run, so that the Ctrl-C lands in
@@ -60,7 +67,7 @@ def interrupted(tmp_path_factory):
     # this environment as make's venv, its install step taken as done (-o install): nothing is installed
     proc = subprocess.Popen(["make", "-o", "install", "run", f"VENV={VENV}", "CORES=2"], cwd=project,
                             env=env_for(project), stdout=output.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 600
     try:
         while not training_logs(project):
