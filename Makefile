@@ -33,8 +33,10 @@ run: install
 smoke: install
 	$(BIN)/blocklab smoke --cores $(CORES)
 
+# The tests on one process per core (at most 4; pytest-xdist): the tests that share the tiny DAG or a module's fixture
+# stay on one process (tests/conftest.py). One test, in one process: `$(BIN)/python -m pytest tests/test_x.py -k name`.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
 bench: install
 	$(BIN)/blocklab bench

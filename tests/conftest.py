@@ -15,3 +15,33 @@ def _restore_torch_threads():
 
 # The tiny DAG, once per session, shared by test_pipeline.py and test_report.py (tests/tiny_dag.py).
 from tiny_dag import snake_project  # noqa: E402,F401
+
+
+
+# `make test` runs the suite on one process per core (pytest-xdist). A session- or module-scoped fixture is set up once
+# per process that runs a test needing it, so every test of one module runs on one process, and every module using the
+# tiny DAG (`snake_project`: the whole pipeline, minutes) on one process too. These are those modules (a test elsewhere
+# that asks for it stops the collection: add its module here).
+TINY_DAG_MODULES = {"test_diagnostics.py", "test_pipeline.py", "test_precision.py", "test_probe.py", "test_report.py",
+                    "test_sensitivity.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModuleTinyDagTogether(LoadScopeScheduling):
+        """xdist's per-module scheduling (`--dist loadscope`), with the tiny DAG's modules as one unit (the largest unit
+        first: loadscope orders units by their number of tests)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tiny-dag" if path.rsplit("/", 1)[-1] in TINY_DAG_MODULES else path
+
+    return ByModuleTinyDagTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    strays = sorted({item.path.name for item in items if "snake_project" in item.fixturenames} - TINY_DAG_MODULES)
+    if strays:
+        raise pytest.UsageError(f"tests/conftest.py: {', '.join(strays)} use the tiny DAG (snake_project): add them to "
+                                "TINY_DAG_MODULES, so that one process builds it")
