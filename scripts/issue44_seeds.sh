@@ -7,6 +7,8 @@
 #   scripts/issue44_seeds.sh gap # d000-depth-gap's minimal list alone (docs/extra-seeds/cost.md): seed 1 of the three
 #                                # strata whose gap moved with depth at seed 0 (lr 3e-3 warm-up 400, lr 3e-3 and lr 1e-3
 #                                # without), 24 runs; run it twice, one per core: both lanes take runs from one queue
+#   scripts/issue44_seeds.sh seed1 # the whole seed 1 of the depth grid (48 runs: docs/extra-seeds/cost.md, the decision
+#                                # of 2026-12-05 07:20 UTC), the same queue, the three moving strata first; twice, one per core
 #   scripts/issue44_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
 #                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
@@ -52,11 +54,14 @@ depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths),
   done
 }
 
-gap_queue() {  # the depth claim's minimal run list: each lane takes the next run no lane holds (a run's lock is held
-  # while it trains and freed if its lane dies; a finished run is skipped, a started one resumes from its checkpoint);
-  # strata in order of cost (a stratum counts once its 8 runs are done), the deepest depth first within each
-  local lr warmup depth norm cell run dir
-  for stratum in "0.003 400" "0.003 0" "0.001 0"; do
+gap_queue() {  # a list of strata ("lr warm-up" each; default: the depth claim's three moving strata) as one queue:
+  # each lane takes the next run no lane holds (a run's lock is held while it trains and freed if its lane dies; a
+  # finished run is skipped, a started one resumes from its checkpoint); strata in the order given (a stratum counts
+  # once its 8 runs are done), the deepest depth first within each
+  local lr warmup depth norm cell run dir stratum
+  local strata=("$@")
+  [ ${#strata[@]} -gt 0 ] || strata=("0.003 400" "0.003 0" "0.001 0")
+  for stratum in "${strata[@]}"; do
     read -r lr warmup <<<"$stratum"
     for depth in 24 12 6 2; do
       for norm in post pre; do
@@ -135,5 +140,6 @@ case "${1:-}" in
      depth_stratum 0.001 0 ;;
   gn) gradnorm_seeds ;;
   gap) gap_queue ;;
-  *) echo "usage: $0 a|b|rc|gn|gap" >&2; exit 2 ;;
+  seed1) gap_queue "0.003 400" "0.003 0" "0.001 0" "0.0003 0" "0.0003 400" "0.001 400" ;;  # the whole seed 1: 48 runs
+  *) echo "usage: $0 a|b|rc|gn|gap|seed1" >&2; exit 2 ;;
 esac
