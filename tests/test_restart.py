@@ -109,6 +109,20 @@ def test_ctrl_c_on_make_run_says_in_one_line_what_is_kept_and_how_to_resume(inte
     assert len(etas) == 1 and re.search(r"about \d+:\d\d:\d\d of training at \S+ s a step", etas[0]), etas
 
 
+def test_under_dvc_repro_the_line_names_dvc_repro_and_what_dvcs_own_error_line_means(interrupted, monkeypatch):
+    """`dvc repro` runs the pipeline as its stage's command, with DVC_STAGE set, and prints a line of its own after a
+    stage that did not finish: the one line names `dvc repro` as the resume command and says what DVC's line means."""
+    project = interrupted[0]
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    plain = kept_line(project)
+    monkeypatch.setenv("DVC_STAGE", "pipeline")
+    under_dvc = kept_line(project)
+    assert plain.endswith("resume with `make run` (or `snakemake --cores N`)"), plain
+    assert under_dvc.endswith("resume with `dvc repro` (DVC's ERROR line next says only that the stage did not finish: "
+                              "dvc.lock is unchanged)"), under_dvc
+    assert under_dvc.split("; resume with")[0] == plain.split("; resume with")[0]  # the same runs and checkpoints
+
+
 def test_restart_schedules_the_runs_with_a_checkpoint_first(interrupted):
     project = interrupted[0]
     resumed = {str(c.parent.relative_to(project)) for c in (project / "data").glob("**/runs/**/checkpoint.pt")}

@@ -5,6 +5,7 @@ The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.y
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -229,6 +230,9 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
 INTERRUPT_ENV = "BLOCKLAB_INTERRUPT_SAID_BY"
 INTERRUPTED_LINE = re.compile(r"interrupted; its checkpoint at step (\d+) of (\d+) is kept")
 RESUME = "`make run` (or `snakemake --cores N`)"
+# Under `dvc repro` (DVC sets DVC_STAGE in its stage's environment) the same command resumes it; DVC then adds a line of
+# its own ("ERROR: failed to reproduce 'pipeline'"): the stage did not finish, so DVC records nothing of it.
+RESUME_DVC = "`dvc repro` (DVC's ERROR line next says only that the stage did not finish: dvc.lock is unchanged)"
 
 
 def say_interrupt_in_one_line(root: str | Path = ".", stream=None) -> None:
@@ -236,7 +240,6 @@ def say_interrupt_in_one_line(root: str | Path = ".", stream=None) -> None:
     from Snakemake (make: 130, see the Makefile)."""
     import atexit
     import logging
-    import os
     import signal
     import sys
 
@@ -271,7 +274,7 @@ def kept_line(root: str | Path = ".") -> str:
         kept.append(f"{name} at step {found[-1][0]} of {found[-1][1]}" if found else name)
     checkpoints = f"{len(kept)} checkpoint{'s' * (len(kept) != 1)}" + (f" ({', '.join(kept)})" if kept else "")
     return (f"blocklab: interrupted; kept {finished} finished run{'s' * (finished != 1)} and {checkpoints}; "
-            f"resume with {RESUME}")
+            f"resume with {RESUME_DVC if os.environ.get('DVC_STAGE') else RESUME}")
 
 
 # ---- damaged finished runs: set aside, so that the same command trains them again --------------------------------------
