@@ -32,9 +32,13 @@ NICE="nice -n 15"
 LOCK=/tmp/issue44-git.lock
 
 finished() { [ -f "$1/meta.json" ] && grep -q '"status": "finished"' "$1/meta.json"; }
+# the 24-block lr 1e-3 cell's seed 1 is the batch-32 main sweep's, in git (`blocklab sensitivity snapshot --from-sweep`,
+# records/sensitivity/depth_lr-s1-main-sweep/README.md): recorded there, never trained here
+SWEEP_SNAPSHOT=records/sensitivity/depth_lr-s1-main-sweep
+in_sweep_snapshot() { [ -f "$SWEEP_SNAPSHOT/runs.csv" ] && grep -q "^$1,$2," "$SWEEP_SNAPSHOT/runs.csv"; }
 
 record_depth() {  # snapshot every finished seed-1 depth run, commit the snapshot (serialised by a lock)
-  $NICE blocklab sensitivity snapshot --params "$PARAMS" --family depth_lr --out "$SNAPSHOT" --root data >/dev/null
+  $NICE blocklab sensitivity snapshot --params "$PARAMS" --family depth_lr --out "$SNAPSHOT" --root . >/dev/null
   flock "$LOCK" git add "$SNAPSHOT"
   flock "$LOCK" git commit -q -m "issue 44 seeds: depth x lr seed 1, $1 finished (recorded by blocklab sensitivity snapshot)" -- "$SNAPSHOT" || true
 }
@@ -45,7 +49,7 @@ depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths),
     for norm in post pre; do
       local cell="learned-b32-L${depth}-lr${lr}-fp32" run="${norm}-w${warmup}-s1"
       local dir="data/sensitivity/runs/${cell}/${run}"
-      finished "$dir" && continue
+      { finished "$dir" || in_sweep_snapshot "$cell" "$run"; } && continue
       mkdir -p "$dir"
       $NICE blocklab sensitivity train --params "$PARAMS" --cell "$cell" --norm "$norm" --warmup "$warmup" --seed 1 \
         --threads 1 --out-dir "$dir" >>"$dir/train.log" 2>&1
@@ -67,7 +71,7 @@ gap_queue() {  # a list of strata ("lr warm-up" each; default: the depth claim's
       for norm in post pre; do
         cell="learned-b32-L${depth}-lr${lr}-fp32" run="${norm}-w${warmup}-s1"
         dir="data/sensitivity/runs/${cell}/${run}"
-        finished "$dir" && continue
+        { finished "$dir" || in_sweep_snapshot "$cell" "$run"; } && continue
         mkdir -p "$dir"
         mkdir -p data/issue44-locks
         exec 9>"data/issue44-locks/${cell}-${run}.lock"

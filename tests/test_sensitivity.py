@@ -421,6 +421,52 @@ def test_training_a_run_outside_the_plan_or_with_bad_params_fails_before_any_com
 # ---- the tiny family, end to end in Snakemake ---------------------------------------------------------------------
 
 
+def test_a_main_sweeps_tables_record_its_cell_as_its_run_folders_do(snake_project, tmp_path, capsys):
+    """`sensitivity snapshot --from-sweep DATA` (a cell that is a main sweep's own setup, read from that sweep's tables,
+    e.g. an old gallery taken from git, instead of training it again) gives the snapshot that the runs' own folders
+    give: the same losses and the same summary row for every run, bar the processor it is told. Refused, naming the
+    key, when the sweep's setup is not the cell's, and without --machine."""
+    import shutil
+
+    from blocklab.cli import main
+
+    cell = "learned-b8-L3-lr0.001-fp32"  # configs/tiny.yaml's main sweep, planned by its study at the document's size
+    data = tmp_path / "old-gallery"
+    (data / "sweep").mkdir(parents=True)
+    shutil.copy(ROOT / "configs/tiny.yaml", data / "params.yaml")
+    for table in ("summary.csv", "losses.csv"):
+        shutil.copy(snake_project / "data" / "sweep" / table, data / "sweep" / table)
+    snapshot = ["sensitivity", "snapshot", "--params", str(ROOT / "configs/tiny.yaml"), "--setting", cell]
+    assert main([*snapshot, "--root", str(snake_project), "--out", str(tmp_path / "from-dirs")]) == 0
+    assert main([*snapshot, "--from-sweep", str(data), "--machine", "the old processor",
+                 "--out", str(tmp_path / "from-sweep")]) == 0
+    dirs, sweep = (pd.read_csv(tmp_path / d / "summary.csv") for d in ("from-dirs", "from-sweep"))
+    planned = sens.plan(TINY)
+    planned = planned[planned["setting"] == cell].drop_duplicates("run_dir")
+    assert len(planned) >= 4 and sorted(dirs["run"]) == sorted(planned["run"])
+    assert (sweep["machine"] == "the old processor").all()
+    pd.testing.assert_frame_equal(dirs.drop(columns="machine"), sweep.drop(columns="machine"), check_exact=True)
+    key = ["run", "step"]
+    pd.testing.assert_frame_equal(*(pd.read_csv(tmp_path / d / "losses.csv").sort_values(key, ignore_index=True)
+                                    for d in ("from-dirs", "from-sweep")), check_exact=True)
+    # the seed filter: only the planned seed's runs (the sweep's other seeds are not the study's)
+    seed = int(planned["seed"].min())
+    assert main([*snapshot, "--from-sweep", str(data), "--machine", "m", "--seed", str(seed), "--out", str(tmp_path / "s")]) == 0
+    assert sorted(pd.read_csv(tmp_path / "s" / "runs.csv")["run"]) == sorted(planned.loc[planned["seed"] == seed, "run"])
+    capsys.readouterr()
+    # refused: no processor named; a sweep of another width (not the cell's runs); an unplanned seed
+    assert main([*snapshot, "--from-sweep", str(data), "--out", str(tmp_path / "no")]) == 2
+    assert "--from-sweep needs --machine" in capsys.readouterr().err
+    other = yaml.safe_load((data / "params.yaml").read_text(encoding="utf-8"))
+    other["copy_model"]["d_model"] *= 2
+    (data / "params.yaml").write_text(yaml.safe_dump(other), encoding="utf-8")
+    assert main([*snapshot, "--from-sweep", str(data), "--machine", "m", "--out", str(tmp_path / "no")]) == 2
+    assert "copy_model differs from the study's learned-b8-L3-lr0.001-fp32" in capsys.readouterr().err
+    assert main([*snapshot, "--seed", "7", "--root", str(snake_project), "--out", str(tmp_path / "no")]) == 2
+    assert f"--seed: 7 not planned; allowed: {', '.join(map(str, sorted(sens.plan(TINY)['seed'].unique())))}" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
 def test_the_tiny_study_builds_its_tables_and_figures_and_reuses_main_sweep_runs(snake_project):
     study = snake_project  # the tiny DAG (conftest.py) runs the study: configs/tiny.yaml has sensitivity.in_report: true
     summary = pd.read_csv(study / sens.TABLES["summary"])

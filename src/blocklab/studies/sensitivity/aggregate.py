@@ -15,7 +15,7 @@ import pandas as pd
 from ...config import ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot
 from ...io import read_table, write_table
-from .plan import RUN_KEY, plan, read_records, snapshots, unrecorded
+from .plan import RUN_KEY, early_stop_rule, plan, read_records, snapshots, unrecorded
 
 LOSS_AT = (100, 200, 300)
 # What a run's summary needs from its meta.json besides its losses: a snapshot (``record_runs``) keeps exactly these,
@@ -143,13 +143,70 @@ def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     return runs, losses, summary
 
 
+# What a main sweep's runs must share with a study cell to count as that cell's runs: every setting that reaches the
+# training (the sweep's seeds, warm-ups, norms and batching only choose which runs there are).
+SWEEP_TRAINING = ("steps", "lr", "precision", "compile", "fast_path")
+
+
+def sweep_records(params: dict, data: str | Path, planned: pd.DataFrame | None = None,
+                  machine: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``record_runs`` for the planned runs that a finished run's **main sweep** trained (``DATA/params.yaml``,
+    ``DATA/sweep/summary.csv`` and ``losses.csv``: a run's data folder or a gallery, also one taken from git at an old
+    commit), so that a study cell that is the main sweep's own setup is not trained twice. Refused unless the sweep's
+    model, task and training settings are the cell's (``cell_params``): the same runs, not look-alikes. The tables
+    carry neither the processor (``machine`` names it) nor the commit (left empty)."""
+    from ...params import read_params_file
+    from ..cells import Cell, cell_params, default_cell
+
+    data = Path(data)
+    made_by = read_params_file(data / "params.yaml")  # not validated: an old gallery's paths need not exist now
+    cell = default_cell(made_by)
+    planned = plan(params) if planned is None else planned
+    planned = planned[planned["setting"] == cell.name]
+    if planned.empty:
+        raise ConfigError(f"--from-sweep={data}: its main sweep's setup is the cell {cell.name}, which the study does "
+                          "not plan here (or the filters leave out)")
+    wanted = cell_params(params, Cell.parse(cell.name))
+    for section in ("copy_model", "copy_task"):
+        if made_by[section] != wanted[section]:
+            raise ConfigError(f"--from-sweep={data}: {section} differs from the study's {cell.name}: "
+                              f"{made_by[section]} vs {wanted[section]}; allowed: a sweep of the cell's own setup")
+    for key in SWEEP_TRAINING:
+        if made_by["sweep"].get(key) != wanted["sweep"].get(key):
+            raise ConfigError(f"--from-sweep={data}: sweep.{key} is {made_by['sweep'].get(key)!r}, the study's "
+                              f"{cell.name} trains with {wanted['sweep'].get(key)!r}; allowed: a sweep of the cell's setup")
+    if early_stop_rule(params, Cell.parse(cell.name))[0] is not None:
+        raise ConfigError(f"--from-sweep={data}: the study stops {cell.name}'s runs early and the main sweep does not; "
+                          "allowed: a cell at the document's size")
+    if not machine:
+        raise ConfigError("--from-sweep needs --machine: a main sweep's tables do not name the processor")
+    summary = read_table(data / "sweep" / "summary.csv").set_index("run")
+    chosen = planned[planned["run"].isin(summary.index)].drop_duplicates("run_dir")
+    if chosen.empty:
+        raise ConfigError(f"--from-sweep={data}: none of the planned runs of {cell.name} "
+                          f"({', '.join(planned['run'].unique())}) is in its sweep/summary.csv")
+    rows = [{"setting": row.setting, "run": row.run, "vocab_size": made_by["copy_task"]["vocab_size"],
+             "diverged_step": summary.loc[row.run, "diverged_step"], "stopped_step": None, "stop_reason": None,
+             "wall_time_s": summary.loc[row.run, "wall_time_s"], "machine": machine, "git_commit": None,
+             "run_dir": row.run_dir} for row in chosen.itertuples(index=False)]
+    runs = pd.DataFrame(rows, columns=[*RUN_KEY, *RECORD_FIELDS, "run_dir"])
+    runs["diverged_step"] = runs["diverged_step"].where(runs["diverged_step"].notna(), None)
+    losses = read_table(data / "sweep" / "losses.csv")
+    losses = losses[losses["run"].isin(chosen["run"])]
+    losses = losses.assign(setting=cell.name, precision=cell.precision)[["setting", "precision", "run", "step", "loss"]]
+    losses = losses.reset_index(drop=True)
+    _, table = runs_tables(params, planned=chosen, records=(runs, losses))
+    return runs, losses, table
+
+
 def write_snapshot(params: dict, out: Path, root: str | Path = ".", planned: pd.DataFrame | None = None,
-                   machine: str | None = None) -> pd.DataFrame:
+                   machine: str | None = None, from_sweep: str | Path | None = None) -> pd.DataFrame:
     """Record the finished runs among ``planned`` (default: the whole plan) in the snapshot directory ``out`` (kept in
-    git; ``record_runs``), whole: refused when it would drop a run ``out`` records that did not finish here. Returns
-    the runs recorded."""
+    git; ``record_runs``; with ``from_sweep``, the ones a main sweep trained: ``sweep_records``), whole: refused when
+    it would drop a run ``out`` records that did not finish here. Returns the runs recorded."""
     out = Path(out)
-    runs, losses, summary = record_runs(params, root, planned, machine=machine)
+    runs, losses, summary = (record_runs(params, root, planned, machine=machine) if from_sweep is None
+                             else sweep_records(params, from_sweep, planned, machine=machine))
     if (out / "runs.csv").is_file():  # a snapshot is rewritten whole: never drop a run it records
         lost = read_table(out / "runs.csv").merge(runs[["setting", "run"]], how="left", indicator=True)
         lost = lost[lost["_merge"] == "left_only"]

@@ -34,7 +34,11 @@ def register(subparsers) -> None:
                      _snapshot_main, root=True)
     p.add_argument("--family", choices=["choices", "depth_lr"], default=None, help="only this family's runs")
     p.add_argument("--setting", nargs="+", default=None, help="only these cells (e.g. learned-b32-L24-lr0.001-bf16)")
+    p.add_argument("--seed", type=int, action="append", default=None, help="only this seed's runs (repeatable)")
     p.add_argument("--machine", default=None, help="the processor, for runs whose meta.json does not name it")
+    p.add_argument("--from-sweep", type=Path, default=None, metavar="DATA",
+                   help="record the runs a finished main sweep trained (DATA/params.yaml, DATA/sweep/*.csv) where its "
+                        "setup is a planned cell's, instead of training them (needs --machine)")
     p.add_argument("--add-cell", action="append", default=[], metavar="CELL",
                    help="also a cell params.yaml does not list yet (repeatable): its finished runs are recorded")
     p = add_status(subparsers, "which runs of the study are finished, checkpointed or to do; hours", _status_main)
@@ -81,7 +85,13 @@ def _snapshot_main(args) -> None:
             raise ConfigError(f"--setting: {', '.join(unknown)} not planned{' in ' + args.family if args.family else ''}"
                               f"; allowed: {', '.join(planned['setting'].unique())}")
         planned = planned[planned["setting"].isin(args.setting)]
-    runs = write_snapshot(params, args.out, args.root, planned, machine=args.machine)
+    if args.seed:
+        unknown = sorted(set(args.seed) - set(planned["seed"]))
+        if unknown:
+            raise ConfigError(f"--seed: {', '.join(map(str, unknown))} not planned; allowed: "
+                              f"{', '.join(map(str, sorted(planned['seed'].unique())))}")
+        planned = planned[planned["seed"].isin(args.seed)]
+    runs = write_snapshot(params, args.out, args.root, planned, machine=args.machine, from_sweep=args.from_sweep)
     print(f"{len(runs)} finished of {planned['run_dir'].nunique()} planned runs recorded in {args.out}/ "
           "(runs.csv, losses.csv, summary.csv)")
 
