@@ -26,6 +26,7 @@ TINY_DAG_MODULES = {"test_diagnostics.py", "test_pipeline.py", "test_precision.p
                     "test_sensitivity.py"}
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run without it (`-p no:xdist`) ignores it
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
