@@ -1,5 +1,6 @@
 """The literature's norm positions (each against its paper's formula) and the stability lab (`blocklab lab`)."""
 import math
+import re
 import os
 import subprocess
 import sys
@@ -408,3 +409,36 @@ def test_the_gallerys_lab_figure_is_redrawn_when_a_run_is_recorded(tmp_path):
     curves = lab_docs.gallery_curves(data, root)
     assert set(curves["source"]) == {"lab", "reference"} and set(curves.loc[curves["source"] == "lab", "block"]) == \
         {"deepnorm", "admin"}
+
+
+def test_lab_job_record_copies_finished_runs_and_says_where_every_run_stands(tmp_path):
+    """`blocklab lab-job record`: a finished run's loss.csv and meta.json copied into --to/runs/, checked first; the
+    status page lists every run folder (finished: outcome, final loss, wall time; not started) and the run-hours spent,
+    the sum of the finished runs' own wall times."""
+    import json
+
+    from blocklab.cli import main
+    from blocklab.lab.spec import params_for, profile_setup
+    from blocklab.params import load_params
+    from blocklab.training.sweep import train_copy_run
+
+    params = load_params(ROOT / "params.yaml", studies=False)
+    setup = profile_setup(params, "tiny", seeds=[0], warmups=[0])
+    runs = tmp_path / "runs"
+    train_copy_run(params_for(params, setup), "deepnorm", 0, 0, runs / "deepnorm-w0-s0", "cpu")
+    (runs / "admin-w0-s1").mkdir()  # started, no checkpoint yet
+    status = tmp_path / "STATUS.md"
+    assert main(["lab-job", "record", "--runs", str(runs), "--to", str(tmp_path / "rec"), "--status", str(status)]) == 0
+    for name in ("loss.csv", "meta.json"):
+        assert (tmp_path / "rec/runs/deepnorm-w0-s0" / name).read_bytes() == (runs / "deepnorm-w0-s0" / name).read_bytes()
+    assert not (tmp_path / "rec/runs/admin-w0-s1").exists()
+    page = status.read_text(encoding="utf-8")
+    wall = json.loads((runs / "deepnorm-w0-s0/meta.json").read_text())["wall_time_s"]
+    steps = len(pd.read_csv(runs / "deepnorm-w0-s0/loss.csv"))
+    assert re.search(rf"^\| deepnorm-w0-s0 \| finished \| {steps} \| \w+ \| [\d.e+-]+ \| {wall / 3600:.2f} \| ", page, re.M)
+    assert "| admin-w0-s1 | not started | 0 |" in page
+    assert f"Spent so far: {wall / 3600:.1f} run-hours on the 1 finished runs" in page
+    # a damaged finished run is refused (exit 3), naming it, and nothing of it is copied
+    (runs / "deepnorm-w0-s0/loss.csv").write_text("step,loss\n1,0.5\n", encoding="utf-8")
+    assert main(["lab-job", "record", "--runs", str(runs), "--to", str(tmp_path / "rec2"), "--status", str(status)]) == 3
+    assert not (tmp_path / "rec2/runs/deepnorm-w0-s0").exists()
