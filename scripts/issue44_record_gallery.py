@@ -28,10 +28,33 @@ def gradnorm_seeds(text: str, seeds: list[int], note: str) -> str:
     return text[: section.start()] + body + text[section.end():]
 
 
+SEED1_SNAPSHOTS = ("records/sensitivity/depth_lr-s1-main-sweep", "records/sensitivity/depth_lr-s1")
+
+
+def depth_seed1(text: str) -> str:
+    """params.yaml's text with the depth grid's seed 1 planned (``sensitivity.depth_lr.seeds: [0, 1]``) and its two
+    snapshots read (``sensitivity.from_snapshots``), comments kept; refused unless each edit applies exactly once."""
+    section = re.search(r"^sensitivity:.*?(?=^\S)", text, flags=re.S | re.M)
+    if section is None:
+        raise SystemExit("params.yaml has no sensitivity section")
+    body = section.group(0)
+    body, n_from = re.subn(r"(  from_snapshots: \[[^\]]*?)\]", lambda m: m.group(1) + ",\n                   "
+                           + ", ".join(SEED1_SNAPSHOTS) + "]", body, count=1)
+    body, n_seeds = re.subn(r"(  depth_lr:.*?\n    seeds: )\[0\]", r"\g<1>[0, 1]  # seed 1: issue 44 (docs/extra-seeds/cost.md)",
+                            body, count=1, flags=re.S)
+    if (n_from, n_seeds) != (1, 1) or any(s in section.group(0) for s in SEED1_SNAPSHOTS):
+        raise SystemExit("params.yaml: the sensitivity section is not as expected (from_snapshots list, depth_lr seeds "
+                         "[0], seed-1 snapshots not yet listed)")
+    return text[: section.start()] + body + text[section.end():]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("pairs", nargs="*")
     p.add_argument("--gradnorm-seeds", default=None)
+    p.add_argument("--depth-seed1", action="store_true",
+                   help="plan the depth grid's seed 1 and read its snapshots, in the gallery's params.yaml and the "
+                        "project's (issue44_seeds.sh finish)")
     p.add_argument("--note", default="issue 44 (scripts/issue44_seeds.sh)")
     args = p.parse_args()
     gallery = Path(GALLERY)
@@ -48,6 +71,16 @@ def main() -> None:
         with snapshot_file(gallery, "params.yaml") as tmp:
             Path(tmp).write_text(gradnorm_seeds(text, seeds, args.note), encoding="utf-8")
         print(f"{gallery / 'params.yaml'}: gradnorm.seeds {seeds}")
+    if args.depth_seed1:
+        text = (gallery / "params.yaml").read_text(encoding="utf-8")
+        with snapshot_file(gallery, "params.yaml") as tmp:
+            Path(tmp).write_text(depth_seed1(text), encoding="utf-8")
+        project = Path("params.yaml")
+        new = depth_seed1(project.read_text(encoding="utf-8"))
+        project.with_name("params.yaml.new").write_text(new, encoding="utf-8")
+        project.with_name("params.yaml.new").replace(project)
+        print(f"{gallery / 'params.yaml'}, params.yaml: sensitivity.depth_lr.seeds [0, 1], from_snapshots + "
+              f"{', '.join(SEED1_SNAPSHOTS)}")
     record_snapshot(gallery)
 
 

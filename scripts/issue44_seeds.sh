@@ -135,6 +135,26 @@ PY
   $NICE python scripts/issue44_record_gallery.py data/issue44-claims.csv:claims/claims.csv
 }
 
+finish() {  # once every seed-1 run is in git (the snapshot above and the sweep's): params.yaml and the gallery's plan
+  # seed 1 and read both snapshots (refused, naming the missing runs, while any is missing); the gallery's study tables
+  # re-aggregated from every snapshot in git (the gallery README's recipe), its claims re-judged, the pages rewritten.
+  # Then by hand: params.yaml's comment on how many runs are in git, the sensitivity figures of docs/gallery, commit.
+  local study=data/issue44-finish
+  $NICE python scripts/issue44_record_gallery.py --depth-seed1 --note "issue 44: the depth grid's seed 1"
+  $NICE blocklab sensitivity plan --params records/gallery/params.yaml --out "$study-plan.csv"
+  rm -rf "$study" && mkdir -p "$study/data/sensitivity"
+  cp records/gallery/sensitivity/gradnorm.csv "$study/data/sensitivity/gradnorm.csv"
+  $NICE blocklab sensitivity aggregate --params records/gallery/params.yaml --root "$study" \
+    --from $(python -c "import yaml; print(' '.join(yaml.safe_load(open('records/gallery/params.yaml'))['sensitivity']['from_snapshots']))")
+  $NICE python scripts/issue44_record_gallery.py "$study-plan.csv:sensitivity/plan.csv" \
+    "$study/data/sensitivity/summary.csv:sensitivity/summary.csv" \
+    "$study/data/sensitivity/claims_by_setting.csv:sensitivity/claims_by_setting.csv"
+  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/issue44-claims.csv
+  $NICE python scripts/issue44_record_gallery.py data/issue44-claims.csv:claims/claims.csv
+  $NICE blocklab docs
+  $NICE blocklab docs --check
+}
+
 case "${1:-}" in
   rc) reverse_copy ;;   # the reverse copy alone (seeds 6-7 were added after the 6-seed table asked 7 and 8 per arm)
   a) reverse_copy
@@ -144,6 +164,7 @@ case "${1:-}" in
      depth_stratum 0.001 0 ;;
   gn) gradnorm_seeds ;;
   gap) gap_queue ;;
+  finish) finish ;;
   seed1) gap_queue "0.003 400" "0.003 0" "0.001 0" "0.0003 0" "0.0003 400" "0.001 400" ;;  # the whole seed 1: 48 runs
-  *) echo "usage: $0 a|b|rc|gn|gap|seed1" >&2; exit 2 ;;
+  *) echo "usage: $0 a|b|rc|gn|gap|seed1|finish" >&2; exit 2 ;;
 esac
