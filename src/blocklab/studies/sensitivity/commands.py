@@ -74,23 +74,25 @@ def _gradnorm_main(args) -> None:
                args.out.with_suffix(".json"))
 
 
+def _only(planned, column: str, values, where: str = ""):
+    """The planned rows whose ``column`` is one of ``values`` (an option's list); a value the plan lacks is refused,
+    naming the allowed ones."""
+    unknown = sorted(set(values) - set(planned[column]))
+    if unknown:
+        raise ConfigError(f"--{column}: {', '.join(map(str, unknown))} not planned{where}; allowed: "
+                          f"{', '.join(map(str, sorted(planned[column].unique())))}")
+    return planned[planned[column].isin(values)]
+
+
 def _snapshot_main(args) -> None:
     params = with_cells(load_params(args.params), args.add_cell)
     planned = plan(params)
     if args.family:
         planned = planned[planned["family"] == args.family]
     if args.setting:
-        unknown = sorted(set(args.setting) - set(planned["setting"]))
-        if unknown:
-            raise ConfigError(f"--setting: {', '.join(unknown)} not planned{' in ' + args.family if args.family else ''}"
-                              f"; allowed: {', '.join(planned['setting'].unique())}")
-        planned = planned[planned["setting"].isin(args.setting)]
+        planned = _only(planned, "setting", args.setting, f" in {args.family}" if args.family else "")
     if args.seed:
-        unknown = sorted(set(args.seed) - set(planned["seed"]))
-        if unknown:
-            raise ConfigError(f"--seed: {', '.join(map(str, unknown))} not planned; allowed: "
-                              f"{', '.join(map(str, sorted(planned['seed'].unique())))}")
-        planned = planned[planned["seed"].isin(args.seed)]
+        planned = _only(planned, "seed", args.seed)
     runs = write_snapshot(params, args.out, args.root, planned, machine=args.machine, from_sweep=args.from_sweep)
     print(f"{len(runs)} finished of {planned['run_dir'].nunique()} planned runs recorded in {args.out}/ "
           "(runs.csv, losses.csv, summary.csv)")
