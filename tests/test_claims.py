@@ -787,3 +787,19 @@ def test_the_literatures_two_parts_are_simulated_as_one_claim_on_one_draw_of_the
     judged = claims.judge_claim(claim, failed)[1]
     assert judged.verdict == claims.NOT_REPRODUCED and judged.seeds_to_decide == 4
     assert judged.p_rejected_if_off > 0.3 and "not reproduced of a true statement 0.00" in judged.rates_why
+
+
+def test_the_sensitivity_outcomes_name_each_runs_seed_once_per_setting(tmp_path, document_params):
+    """Two seeds of one cell are one entry naming both seeds (not the same cell written twice); a cell whose seeds
+    differ is listed once per outcome; the count is over runs, the settings over cells."""
+    rows = [("learned-b32-L24-lr0.003-fp32", 400, 0, "stuck"), ("learned-b32-L24-lr0.003-fp32", 400, 1, "stuck"),
+            ("learned-b64-L24-lr0.001-fp32", 400, 0, "collapsed"), ("learned-b64-L24-lr0.001-fp32", 400, 1, "learned")]
+    write(tmp_path, "sensitivity/summary.csv", pd.DataFrame(
+        [{"setting": s, "norm": "post", "warmup": w, "seed": k, "depth": 24, "lr": 1e-3, "outcome": o}
+         for s, w, k, o in rows]))
+    measured, measures = claims.sensitivity_outcomes(claims.Data(tmp_path, document_params), norm="post",
+                                                     want="failed", scope="some", warmup=400)
+    assert measured.startswith("3 of 4 post-norm runs failed (2 settings, warm-up 400")
+    assert measured.endswith("those: learned-b32-L24-lr0.003-fp32 w400 s0,1: stuck; "
+                             "learned-b64-L24-lr0.001-fp32 w400 s0: collapsed"), measured
+    assert measures[0]["measure"]["holds"] is True

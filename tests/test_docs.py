@@ -462,3 +462,18 @@ def test_docs_holds_pages_and_pictures_and_the_records_have_one_home_in_the_code
     literal = [f"{_rel(p)}:{n}" for p in package.rglob("*.py") for n, line in
                enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if old.search(line)]
     assert not literal, literal
+
+
+def test_the_depth_grid_block_shows_every_seed_of_a_cell(tmp_path):
+    """With two seeds a cell, the steps-to-learn table shows both, in seed order (a dict keyed by lr once kept only
+    the last seed's), and a missing seed is a dash, not another seed's value."""
+    rows = [(2, 1e-3, 0, 104.0), (2, 1e-3, 1, 103.0), (24, 1e-3, 0, None), (24, 1e-3, 1, 900.0), (2, 3e-3, 0, 50.0)]
+    frame = pd.DataFrame([{"family": "depth_lr", "norm": "post", "warmup": 0, "depth": d, "lr": lr, "seed": s,
+                           "steps_to_learn": k, "outcome": "learned" if k else "stuck", "run_dir": f"r{i}",
+                           "wall_time_s": 3600.0, "machine": "m"} for i, (d, lr, s, k) in enumerate(rows)])
+    (tmp_path / "sensitivity").mkdir()
+    frame.to_csv(tmp_path / "sensitivity" / "summary.csv", index=False)
+    block = docs.sensitivity_depth_lr(tmp_path, tmp_path)
+    assert "seeds 0, 1 in that order" in block
+    assert "| 2 | 104, 103 | 50, — |" in block and "| 24 | never, 900 | —, — |" in block, block
+    assert "5 runs, 5.00 h of run time (m)." in block

@@ -343,7 +343,9 @@ def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: i
     k, n = int(ok.sum()), len(runs)
     cells = runs["setting"].nunique()
     shown = runs[ok if scope == "some" else ~ok]
-    listed = "; ".join(f"{r.setting} w{int(r.warmup)}: {r.outcome}" for r in shown.itertuples())
+    listed = "; ".join(  # one entry per setting, warm-up and outcome, naming its seeds
+        f"{setting} w{int(warmup_)} s{','.join(str(int(s)) for s in sorted(group['seed']))}: {outcome}"
+        for (setting, warmup_, outcome), group in shown.groupby(["setting", "warmup", "outcome"], sort=False))
     measured = (f"{k} of {n} {norm}-norm runs {want} ({cells} settings"
                 f"{', warm-up ' + str(warmup) if warmup is not None else ', with and without warm-up'}"
                 f"{', depth ' + str(depth) if depth is not None else ''}{', lr ' + format(lr, 'g') if lr is not None else ''})"

@@ -280,11 +280,14 @@ def sensitivity_depth_lr(data: Path, root: Path) -> str:
     grid = study[study["family"] == "depth_lr"]
     post = grid[(grid["norm"] == "post") & (grid["warmup"] == 0)]
     lrs = sorted(post["lr"].unique())
-    lines = ["Post-norm without warm-up, steps to learn (never: stayed at ln 64):", "",
+    seeds = sorted(post["seed"].unique())
+    lines = ["Post-norm without warm-up, steps to learn (never: stayed at ln 64), "
+             + (f"seeds {', '.join(map(str, seeds))} in that order:" if len(seeds) > 1 else f"seed {seeds[0]}:"), "",
              "| blocks | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "| --- |" + " --- |" * len(lrs)]
     for depth, group in post.groupby("depth"):
-        by_lr = dict(zip(group["lr"], group["steps_to_learn"]))
-        lines.append(f"| {depth} | " + " | ".join(_steps(by_lr.get(lr)) for lr in lrs) + " |")
+        by_cell = {(r.lr, r.seed): r.steps_to_learn for r in group.itertuples(index=False)}
+        lines.append(f"| {depth} | " + " | ".join(", ".join(_steps(by_cell[(lr, s)]) if (lr, s) in by_cell else "—"
+                                                          for s in seeds) for lr in lrs) + " |")
     lines += ["", "Share of runs that learned (both warm-ups, every lr):", "", "| blocks | pre | post |",
               "| --- | --- | --- |"]
     for depth, group in grid.groupby("depth"):
