@@ -52,7 +52,11 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     assert len(main) == 2 * 2 and set(main["family"]) == {"choices"}
     same = copy.deepcopy(FULL)
     same["sensitivity"]["batch_size"] = same["copy_task"]["batch_size"]  # held at the default: both families share it
-    assert sens.plan(same)["main_sweep"].sum() == 2 * 2 * 2
+    # each family's default-cell runs whose seed the main sweep trained: choices (seed 0) and the depth grid (seeds
+    # 0-1 since issue 44), post/pre x w0/w400 each
+    sweep_seeds = set(FULL["sweep"]["seeds"])
+    shared = sum(len(sweep_seeds & set(FULL["sensitivity"][family]["seeds"])) for family in ("choices", "depth_lr"))
+    assert shared == 3 and sens.plan(same)["main_sweep"].sum() == 2 * 2 * shared
     assert set(plan.loc[plan["family"] == "depth_lr", "batch_size"]) == {32}
     assert not plan.loc[~plan["main_sweep"], "run_dir"].str.startswith("data/sweep/").any()
     # every other run has a directory of its own, and none is planned twice
