@@ -167,8 +167,8 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
     lines += [f"- {item(r)}." for r in got["fixes"].itertuples()]
     said = []
     if len(got["reproduced"]):
-        said.append("these fixes keep the norm after the residual (or drop it) and still start without warm-up here, "
-                    "more often than post-norm: " + ", ".join(got["reproduced"]["fix"]))
+        said.append("these fixes started without warm-up in every recorded seed here, more often than post-norm: "
+                    + ", ".join(got["reproduced"]["fix"]))
     if len(got["failed"]):
         said.append("these did not start in every recorded seed here, a finding about this setup (not a refutation of "
                     "the paper's own): " + ", ".join(got["failed"]["fix"]))
