@@ -438,6 +438,15 @@ def test_lab_job_record_copies_finished_runs_and_says_where_every_run_stands(tmp
     assert re.search(rf"^\| deepnorm-w0-s0 \| finished \| {steps} \| \w+ \| [\d.e+-]+ \| {wall / 3600:.2f} \| ", page, re.M)
     assert "| admin-w0-s1 | not started | 0 |" in page
     assert f"Spent so far: {wall / 3600:.1f} run-hours on the 1 finished runs" in page
+    # a runs folder without that run (a new machine, a cleared folder) keeps it on the page, from the record
+    other = tmp_path / "runs-elsewhere"
+    (other / "admin-w0-s2").mkdir(parents=True)
+    assert main(["lab-job", "record", "--runs", str(other), "--to", str(tmp_path / "rec"), "--status", str(status)]) == 0
+    page = status.read_text(encoding="utf-8")
+    assert re.search(rf"^\| deepnorm-w0-s0 \| finished, recorded \| {steps} \| \w+ \| [\d.e+-]+ \| {wall / 3600:.2f} \| ",
+                     page, re.M)
+    assert "| admin-w0-s2 | not started | 0 |" in page and "admin-w0-s1" not in page
+    assert f"Spent so far: {wall / 3600:.1f} run-hours on the 1 finished runs" in page
     # a damaged finished run is refused (exit 3), naming it, and nothing of it is copied
     (runs / "deepnorm-w0-s0/loss.csv").write_text("step,loss\n1,0.5\n", encoding="utf-8")
     assert main(["lab-job", "record", "--runs", str(runs), "--to", str(tmp_path / "rec2"), "--status", str(status)]) == 3
