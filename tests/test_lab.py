@@ -372,11 +372,13 @@ def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_p
     data = tmp_path / "data"
     shutil.copytree(ROOT / GALLERY, data)
     root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0",
-                                                        "deepnorm-w0-s1": "deepnorm-w0-s0"})
+                                                        "deepnorm-w0-s1": "deepnorm-w0-s0",
+                                                        "b2t-w400-s0": "b2t-w400-s0"})
     table = lab_docs.runs_block(data, root)
-    assert "| deepnorm | 0 | 2 (seeds 0, 0) |" in table  # the seed is the run's own (meta.json), not its folder's name
-    assert "Not recorded yet: admin, b2t, rezero, sandwich." in table
-    assert "| post | 0 | 3 (seeds 0, 1, 2) | never, never, never |" in table
+    assert "| b2t | 400 | 1 (seed 0) | 1 of 1 (0.21–1.00) | learned |" in table
+    assert "| deepnorm | 0 | 2 (seeds 0, 0) | 2 of 2 (0.34–1.00) |" in table  # the seed is the run's own, not its folder's
+    assert "| post | 0 | 3 (seeds 0, 1, 2) | 0 of 3 (0.00–0.56) | never, never, never |" in table  # Wilson, scipy's
+    assert "Not recorded yet: admin, rezero, sandwich." in table
     claims = pd.read_csv(data / "claims" / "claims.csv", dtype=str, keep_default_na=False)
     lit = claims["source"] == "literature"
     claims.loc[lit, "verdict"] = "not reproduced"

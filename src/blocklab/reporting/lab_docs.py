@@ -18,6 +18,7 @@ from ..io import read_table
 from ..lab import records
 from ..lab.outcomes import outcome
 from ..records import GALLERY
+from .verdicts import wilson
 
 GALLERY_SWEEP = (f"{GALLERY}/params.yaml", f"{GALLERY}/sweep/summary.csv",
                  f"{GALLERY}/sweep/losses.csv")
@@ -71,11 +72,15 @@ def _steps(values) -> str:
 def runs_block(data: Path, root: Path) -> str:
     """docs/lab.md: per variant and warm-up, the outcome, step learned and final loss of every recorded seed."""
     table = runs_table(data, root)
-    lines = ["| block | warm-up | runs | outcome per seed | step learned per seed | final loss per seed | from |",
-             "| --- | ---: | ---: | --- | --- | --- | --- |"]
+    lines = ["| block | warm-up | runs | learned (95 % Wilson interval) | outcome per seed | step learned per seed "
+             "| final loss per seed | from |",
+             "| --- | ---: | ---: | --- | --- | --- | --- | --- |"]
     for (warmup, block), g in table.groupby(["warmup", "block"], sort=False):
         g = g.sort_values("seed")
-        lines.append(f"| {block} | {warmup} | {len(g)} (seeds {', '.join(str(int(s)) for s in g['seed'])}) | "
+        seeds = f"seed{'s' if len(g) > 1 else ''} {', '.join(str(int(s)) for s in g['seed'])}"
+        k, n = int((g["outcome"] == "learned").sum()), len(g)
+        low, high = wilson(k, n)
+        lines.append(f"| {block} | {warmup} | {n} ({seeds}) | {k} of {n} ({low:.2f}–{high:.2f}) | "
                      f"{', '.join(g['outcome'])} | {_steps(g['step_learned'])} | "
                      f"{', '.join('—' if not math.isfinite(v) else f'{v:.3g}' for v in g['final_loss'])} | "
                      f"{'lab, recorded' if g['source'].iloc[0] == 'lab' else 'the gallery sweep'} |")
