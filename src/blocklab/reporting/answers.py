@@ -453,8 +453,13 @@ def _instead_text(data: Data, t: dict, lang: str) -> str:
     failed = [r.id.removeprefix("lit-").removesuffix("-nowarm") for r in judged.itertuples()
               if r.verdict in (NOT_REPRODUCED, "partly")]
     conclusion = (t["instead_yes"][lang].format(names=", ".join(decided)) if decided else t["instead_open"][lang])
-    if failed:
-        conclusion += t["instead_no"][lang].format(names=", ".join(failed))
+    if failed:  # with the runs of each one's warm-up arm, measured and judged by no claim (too few seeds)
+        warm = records.recorded()
+        warm = warm[warm["warmup"] > 0]
+        names = [fix + "".join(t["instead_warm"][lang].format(w=int(w), k=int((g["outcome"] == "learned").sum()),
+                                                               n=len(g))
+                               for w, g in warm[warm["block"] == fix].groupby("warmup")) for fix in failed]
+        conclusion += t["instead_no"][lang].format(names=", ".join(names))
     return t["instead"][lang].format(items="; ".join(items), conclusion=conclusion)
 
 

@@ -116,7 +116,8 @@ def claims_block(data: Path, root: Path) -> str:
 
 def fix_summary(data: Path, root: Path) -> pd.DataFrame:
     """Per literature fix: its claim's verdict and seeds to decide, its recorded runs without warm-up (k learned of
-    n, the median step learned) and pre-norm's recorded median step learned at the same setup."""
+    n, the median step learned) and, in ``with_warmup``, its recorded runs per warm-up (warm-up, k, n, median step);
+    no claim judges those (too few seeds in the cost plan), they are shown as measured."""
     claims = literature_claims(data).set_index("id")
     table = runs_table(data, root)
     nowarm = table[table["warmup"] == 0]
@@ -126,9 +127,12 @@ def fix_summary(data: Path, root: Path) -> pd.DataFrame:
         mine = nowarm[(nowarm["block"] == fix) & (nowarm["source"] == "lab")]
         verdict = claims.loc[cid, "verdict"] if cid in claims.index else "not checkable here"
         seeds = claims.loc[cid, "seeds_to_decide"] if cid in claims.index else float("nan")
+        warm = table[(table["warmup"] > 0) & (table["block"] == fix) & (table["source"] == "lab")]
         rows.append({"fix": fix, "claim": cid, "verdict": verdict, "seeds_to_decide": seeds, "runs": len(mine),
                      "learned": int((mine["outcome"] == "learned").sum()),
-                     "median_step": mine["step_learned"].dropna().median() if len(mine) else float("nan")})
+                     "median_step": mine["step_learned"].dropna().median() if len(mine) else float("nan"),
+                     "with_warmup": [(int(w), int((g["outcome"] == "learned").sum()), len(g),
+                                      g["step_learned"].dropna().median()) for w, g in warm.groupby("warmup")]})
     return pd.DataFrame(rows)
 
 
@@ -140,13 +144,17 @@ def instead(data: Path, root: Path) -> dict:
     ref = reference_runs(data)
     ref0 = ref[ref["warmup"] == 0]
     pre, post = ref0[ref0["block"] == "pre"], ref0[ref0["block"] == "post"]
+    warmed = {w for row in fixes["with_warmup"] for w, *_ in row}
     return {"fixes": fixes,
             "reproduced": fixes[fixes["verdict"] == "reproduced"],
             "failed": fixes[fixes["verdict"].isin(["not reproduced", "partly"])],
             "undecided": fixes[fixes["verdict"] == "inconclusive"],
             "unrecorded": fixes[fixes["verdict"] == "not checkable here"],
             "pre": (int((pre["outcome"] == "learned").sum()), len(pre), pre["step_learned"].dropna().median()),
-            "post": (int((post["outcome"] == "learned").sum()), len(post))}
+            "post": (int((post["outcome"] == "learned").sum()), len(post)),
+            "reference_warm": [(int(w), *[(int((g.loc[g["block"] == b, "outcome"] == "learned").sum()),
+                                           int((g["block"] == b).sum())) for b in ("pre", "post")])
+                               for w, g in ref[ref["warmup"].isin(warmed)].groupby("warmup")]}
 
 
 def _median(value) -> str:
@@ -162,21 +170,28 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
 
     def item(r) -> str:
         runs = (f"{r.learned} of {r.runs} recorded runs learned without warm-up (median step {_median(r.median_step)})"
-                if r.runs else "no run recorded yet")
+                if r.runs else "no run without warm-up recorded yet")
         decide = (f"; {int(r.seeds_to_decide)} seeds would decide" if r.verdict == "inconclusive"
                   and pd.notna(r.seeds_to_decide) else "")
-        return f"`{r.fix}`: {runs}: **{r.verdict}**{decide} ([`{r.claim}`]({link}))"
+        warm = "".join(f"; with warm-up {w}: {k} of {n} learned (median step {_median(step)}; 95 % interval "
+                       f"{wilson(k, n)[0]:.2f}–{wilson(k, n)[1]:.2f}, no claim judged on it)"
+                       for w, k, n, step in r.with_warmup)
+        return f"`{r.fix}`: {runs}: **{r.verdict}**{decide} ([`{r.claim}`]({link})){warm}"
 
+    warm = "".join(f"; with warm-up {w}: pre-norm {kp} of {np_} learned, post-norm {kq} of {nq}"
+                   for w, (kp, np_), (kq, nq) in got["reference_warm"])
     lines = [f"- The reference, the gallery's runs without warm-up at the same setup: pre-norm {k_pre} of {n_pre} learned "
-             f"(median step {_median(step_pre)}), post-norm {k_post} of {n_post}."]
+             f"(median step {_median(step_pre)}), post-norm {k_post} of {n_post}{warm}."]
     lines += [f"- {item(r)}." for r in got["fixes"].itertuples()]
     said = []
     if len(got["reproduced"]):
         said.append("these fixes started without warm-up in every recorded seed here, more often than post-norm: "
                     + ", ".join(got["reproduced"]["fix"]))
     if len(got["failed"]):
-        said.append("these did not start in every recorded seed here, a finding about this setup (not a refutation of "
-                    "the paper's own): " + ", ".join(got["failed"]["fix"]))
+        said.append("these did not start without warm-up in every recorded seed here, a finding about this setup (not a "
+                    "refutation of the paper's own): " + ", ".join(
+                        r.fix + "".join(f" (with warm-up {w}: {k} of {n} recorded runs learned)"
+                                        for w, k, n, _ in r.with_warmup) for r in got["failed"].itertuples()))
     if len(got["undecided"]):
         said.append("these started in the seeds recorded so far, too few to decide against post-norm's recorded runs: "
                     + ", ".join(got["undecided"]["fix"]))
