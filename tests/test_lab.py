@@ -324,8 +324,9 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
     (tmp_path / "b32.yaml").write_text(yaml.safe_dump(other), encoding="utf-8")
     again = make_spec(tmp_path / "b32.yaml", "document", builtin="deepnorm", seeds=[0], warmups=[0])
     assert records.adopt(again, other, tmp_path / "b32") == []  # another setup: retrained
-    assert records.adopt(make_spec(ROOT / "params.yaml", "document", builtin="admin", seeds=[0], warmups=[400]),
-                         params, tmp_path / "w400") == []
+    warm = records.adopt(make_spec(ROOT / "params.yaml", "document", builtin="admin", seeds=[0], warmups=[400, 100]),
+                         params, tmp_path / "w400")  # admin-w400-s0 is recorded; no run with warm-up 100 ever is
+    assert [a["run"] for a in warm] == ["w400-s0"] and warm[0]["from"] == f"{records.RUNS}/admin-w400-s0"
 
 
 def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_verdicts():
