@@ -388,6 +388,8 @@ def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_p
     claims.to_csv(data / "claims" / "claims.csv", index=False)
     answer = lab_docs.instead_block(data, root)
     assert "did not start without warm-up in every recorded seed here" in answer
+    # the gallery's post-norm with warm-up 400: seed 0 learned, then collapsed (records/gallery/sweep)
+    assert "with warm-up 400: pre-norm 3 of 3 learned, post-norm 2 of 3 (1 collapsed after learning)." in answer
     assert "deepnorm, admin, b2t (with warm-up 400: 1 of 1 recorded runs learned), rezero, sandwich" in answer
     assert "`b2t`: no run without warm-up recorded yet: **not reproduced** ([`lit-b2t-nowarm`](lab.md)); with warm-up 400: 1 of 1 " \
         "learned (median step 217; 95 % interval 0.21–1.00, no claim judged on it)" in answer

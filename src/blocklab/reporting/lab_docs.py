@@ -153,7 +153,9 @@ def instead(data: Path, root: Path) -> dict:
             "pre": (int((pre["outcome"] == "learned").sum()), len(pre), pre["step_learned"].dropna().median()),
             "post": (int((post["outcome"] == "learned").sum()), len(post)),
             "reference_warm": [(int(w), *[(int((g.loc[g["block"] == b, "outcome"] == "learned").sum()),
-                                           int((g["block"] == b).sum())) for b in ("pre", "post")])
+                                           int((g["block"] == b).sum()),
+                                           int((g.loc[g["block"] == b, "outcome"] == "collapsed").sum()))
+                                          for b in ("pre", "post")])
                                for w, g in ref[ref["warmup"].isin(warmed)].groupby("warmup")]}
 
 
@@ -178,8 +180,9 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
                        for w, k, n, step in r.with_warmup)
         return f"`{r.fix}`: {runs}: **{r.verdict}**{decide} ([`{r.claim}`]({link})){warm}"
 
-    warm = "".join(f"; with warm-up {w}: pre-norm {kp} of {np_} learned, post-norm {kq} of {nq}"
-                   for w, (kp, np_), (kq, nq) in got["reference_warm"])
+    fell = lambda c: f" ({c} collapsed after learning)" if c else ""  # noqa: E731
+    warm = "".join(f"; with warm-up {w}: pre-norm {kp} of {np_} learned{fell(cp)}, post-norm {kq} of {nq}{fell(cq)}"
+                   for w, (kp, np_, cp), (kq, nq, cq) in got["reference_warm"])
     lines = [f"- The reference, the gallery's runs without warm-up at the same setup: pre-norm {k_pre} of {n_pre} learned "
              f"(median step {_median(step_pre)}), post-norm {k_post} of {n_post}{warm}."]
     lines += [f"- {item(r)}." for r in got["fixes"].itertuples()]
