@@ -65,6 +65,16 @@ def runs_table(data: Path, root: Path) -> pd.DataFrame:
                              ignore_index=True)
 
 
+def _count(runs: pd.DataFrame, outcome_: str = "learned") -> int:
+    """How many of ``runs`` (rows of ``runs_table``) ended in ``outcome_``."""
+    return int((runs["outcome"] == outcome_).sum())
+
+
+def _interval(k: int, n: int) -> str:
+    low, high = wilson(k, n)
+    return f"{low:.2f}–{high:.2f}"
+
+
 def _steps(values) -> str:
     return ", ".join("—" if pd.isna(v) else f"{int(v)}" for v in values)
 
@@ -78,9 +88,8 @@ def runs_block(data: Path, root: Path) -> str:
     for (warmup, block), g in table.groupby(["warmup", "block"], sort=False):
         g = g.sort_values("seed")
         seeds = f"seed{'s' if len(g) > 1 else ''} {', '.join(str(int(s)) for s in g['seed'])}"
-        k, n = int((g["outcome"] == "learned").sum()), len(g)
-        low, high = wilson(k, n)
-        lines.append(f"| {block} | {warmup} | {n} ({seeds}) | {k} of {n} ({low:.2f}–{high:.2f}) | "
+        k, n = _count(g), len(g)
+        lines.append(f"| {block} | {warmup} | {n} ({seeds}) | {k} of {n} ({_interval(k, n)}) | "
                      f"{', '.join(g['outcome'])} | {_steps(g['step_learned'])} | "
                      f"{', '.join('—' if not math.isfinite(v) else f'{v:.3g}' for v in g['final_loss'])} | "
                      f"{'lab, recorded' if g['source'].iloc[0] == 'lab' else 'the gallery sweep'} |")
@@ -129,9 +138,9 @@ def fix_summary(data: Path, root: Path) -> pd.DataFrame:
         seeds = claims.loc[cid, "seeds_to_decide"] if cid in claims.index else float("nan")
         warm = table[(table["warmup"] > 0) & (table["block"] == fix) & (table["source"] == "lab")]
         rows.append({"fix": fix, "claim": cid, "verdict": verdict, "seeds_to_decide": seeds, "runs": len(mine),
-                     "learned": int((mine["outcome"] == "learned").sum()),
+                     "learned": _count(mine),
                      "median_step": mine["step_learned"].dropna().median() if len(mine) else float("nan"),
-                     "with_warmup": [(int(w), int((g["outcome"] == "learned").sum()), len(g),
+                     "with_warmup": [(int(w), _count(g), len(g),
                                       g["step_learned"].dropna().median()) for w, g in warm.groupby("warmup")]})
     return pd.DataFrame(rows)
 
@@ -150,12 +159,10 @@ def instead(data: Path, root: Path) -> dict:
             "failed": fixes[fixes["verdict"].isin(["not reproduced", "partly"])],
             "undecided": fixes[fixes["verdict"] == "inconclusive"],
             "unrecorded": fixes[fixes["verdict"] == "not checkable here"],
-            "pre": (int((pre["outcome"] == "learned").sum()), len(pre), pre["step_learned"].dropna().median()),
-            "post": (int((post["outcome"] == "learned").sum()), len(post)),
-            "reference_warm": [(int(w), *[(int((g.loc[g["block"] == b, "outcome"] == "learned").sum()),
-                                           int((g["block"] == b).sum()),
-                                           int((g.loc[g["block"] == b, "outcome"] == "collapsed").sum()))
-                                          for b in ("pre", "post")])
+            "pre": (_count(pre), len(pre), pre["step_learned"].dropna().median()),
+            "post": (_count(post), len(post)),
+            "reference_warm": [(int(w), *[(_count(mine), len(mine), _count(mine, "collapsed"))
+                                          for mine in (g[g["block"] == "pre"], g[g["block"] == "post"])])
                                for w, g in ref[ref["warmup"].isin(warmed)].groupby("warmup")]}
 
 
@@ -176,7 +183,7 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
         decide = (f"; {int(r.seeds_to_decide)} seeds would decide" if r.verdict == "inconclusive"
                   and pd.notna(r.seeds_to_decide) else "")
         warm = "".join(f"; with warm-up {w}: {k} of {n} learned (median step {_median(step)}; 95 % interval "
-                       f"{wilson(k, n)[0]:.2f}–{wilson(k, n)[1]:.2f}, no claim judged on it)"
+                       f"{_interval(k, n)}, no claim judged on it)"
                        for w, k, n, step in r.with_warmup)
         return f"`{r.fix}`: {runs}: **{r.verdict}**{decide} ([`{r.claim}`]({link})){warm}"
 
