@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 15): on a CUDA machine, in at most ~9.5 minutes, write one results file with
+# GPU check: on a CUDA machine, in at most ~9.5 minutes, write one results file with
 #   1. the machine (nvidia-smi, torch, bf16 support),
 #   2. the 12-run sweep of params.yaml through the package's own training command (`blocklab sweep train-group`, the
 #      GPU layout that sweep.batched: auto picks on CUDA; both norm positions side by side, as `snakemake --cores 2`

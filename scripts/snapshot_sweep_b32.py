@@ -1,5 +1,5 @@
-"""Record the batch-32 main sweep's post-norm + warm-up seeds 0-2 (stop 31's default run, kept in records/gallery
-until the gallery is redrawn at batch 64) as a dynamics snapshot, records/dynamics/sweep-b32 (issue 33).
+"""Record the batch-32 main sweep's post-norm + warm-up seeds 0-2 (the batch-32 default run, kept in records/gallery
+until the gallery is redrawn at batch 64) as a dynamics snapshot, records/dynamics/sweep-b32.
 
 At batch 32 those seeds were the main sweep's own runs, read from data/sweep/runs by the pipeline; once the default
 is batch 64 the batch-32 collapse setting is read from snapshots only. Seeds 1 and 2 go to records/dynamics/sweep-b32
@@ -9,8 +9,8 @@ records/dynamics/sweep-b32-s0, outside ``from_snapshots`` (a run is read from on
 the docs, which count a run per processor (as records/dynamics/sweep-b64 holds the Zen 3 runs). The tables are copied,
 not recomputed: losses and diagnostics as the gallery's run recorded them (code c73338269d), at every recorded step
 (as `blocklab dynamics snapshot --every-step`: Adam's ratio at every step is what the detectors' false alarms are
-counted on), stored as the snapshot writer stores them (float16 values). First run (stop 32): seeds 1 and 2, thinned;
-rerun at stop 41 (2026-12-04) for seeds 0-2 unthinned, before the gallery moved to batch 64. Run from the repository
+counted on), stored as the snapshot writer stores them (float16 values). First run: seeds 1 and 2, thinned;
+rerun on 2026-12-04 for seeds 0-2 unthinned, before the gallery moved to batch 64. Run from the repository
 root while records/gallery is the batch-32 run: ``python scripts/snapshot_sweep_b32.py``.
 """
 from pathlib import Path

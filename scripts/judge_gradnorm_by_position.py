@@ -1,4 +1,6 @@
-"""First look (issue 13): the gradient-norm claims judged under each position signal, by the claims' own checks."""
+"""The sensitivity study's first look: the gradient-norm claims judged under each position signal, by the claims'
+own checks. Run from the repository root: ``python scripts/judge_gradnorm_by_position.py`` (it reads and writes
+records/sensitivity/first-look)."""
 import pandas as pd
 from blocklab.params import load_params
 from blocklab.reporting import claims

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 33's training lanes at the new default (learned positions, batch 64, diagnostics every step), run from a clone
-# pinned at one commit; each run resumes from its checkpoint, a finished run (meta.json) is skipped.
-# Usage: lanes2.sh A|B [PID to wait for first]. Order: the post-norm + warm-up pair (s0, s1) first, then the held-out
+# Two training lanes of the default cell (learned positions, batch 64, diagnostics every step), run from a clone
+# pinned at one commit (/work/run33); each run resumes from its checkpoint, a finished run (meta.json) is skipped.
+# Usage: scripts/train_default_lanes.sh A|B [PID to wait for first]. Order: the post-norm + warm-up pair (s0, s1) first, then the held-out
 # pre-norm runs (seeds 3-5, 300 steps, both lanes), then the rest of the sweep.
 cd /work/run33
 export PYTHONPATH=/work/run33/src PATH=/work/main/.venv/bin:$PATH MPLBACKEND=Agg

@@ -1,9 +1,9 @@
 """Record tables into the gallery's snapshot (records/gallery), the way the gallery writes itself: the snapshot is
 checked against its MANIFEST.json first, marked as being written, each file copied in through ``snapshot_file`` and
-the manifest recorded last (a kill leaves a snapshot every reader refuses). Issue 44's extra seeds
-(scripts/issue44_seeds.sh).
+the manifest recorded last (a kill leaves a snapshot every reader refuses). Used for the extra
+seeds (scripts/extra_seeds.sh).
 
-    python scripts/issue44_record_gallery.py SRC:DEST [SRC:DEST ...]   # DEST relative to records/gallery
+    python scripts/record_into_gallery.py SRC:DEST [SRC:DEST ...]   # DEST relative to records/gallery
 
 ``--gradnorm-seeds 0,1,...`` also sets the ``gradnorm.seeds`` line of the gallery's params.yaml (its comments kept).
 """
@@ -40,7 +40,7 @@ def depth_seed1(text: str) -> str:
     body = section.group(0)
     body, n_from = re.subn(r"(  from_snapshots: \[[^\]]*?)\]", lambda m: m.group(1) + ",\n                   "
                            + ", ".join(SEED1_SNAPSHOTS) + "]", body, count=1)
-    body, n_seeds = re.subn(r"(  depth_lr:.*?\n    seeds: )\[0\]", r"\g<1>[0, 1]  # seed 1: issue 44 (docs/extra-seeds/cost.md)",
+    body, n_seeds = re.subn(r"(  depth_lr:.*?\n    seeds: )\[0\]", r"\g<1>[0, 1]  # seed 1: docs/extra-seeds/cost.md",
                             body, count=1, flags=re.S)
     if (n_from, n_seeds) != (1, 1) or any(s in section.group(0) for s in SEED1_SNAPSHOTS):
         raise SystemExit("params.yaml: the sensitivity section is not as expected (from_snapshots list, depth_lr seeds "
@@ -54,8 +54,8 @@ def main() -> None:
     p.add_argument("--gradnorm-seeds", default=None)
     p.add_argument("--depth-seed1", action="store_true",
                    help="plan the depth grid's seed 1 and read its snapshots, in the gallery's params.yaml and the "
-                        "project's (issue44_seeds.sh finish)")
-    p.add_argument("--note", default="issue 44 (scripts/issue44_seeds.sh)")
+                        "project's (extra_seeds.sh finish)")
+    p.add_argument("--note", default="scripts/extra_seeds.sh")
     args = p.parse_args()
     gallery = Path(GALLERY)
     verify_snapshot(gallery)

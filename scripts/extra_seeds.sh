@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Issue 44, point 5: the extra seeds the claims table says would decide a claim, where a seed is cheap
+# The extra seeds the claims table says would decide a claim, where a seed is cheap
 # (docs/extra-seeds/cost.md: the plan, written before these runs). Two lanes at nice 15 beside the lab's runs:
-#   scripts/issue44_seeds.sh a   # reverse copy seeds 3-7 (all variants, and 0-2 again: bit-identity with the gallery),
+#   scripts/extra_seeds.sh a   # reverse copy seeds 3-7 (all variants, and 0-2 again: bit-identity with the gallery),
 #                                # activation norms at init seed 3, then depth x lr seed 1, stratum lr 3e-3 no warm-up
-#   scripts/issue44_seeds.sh b   # depth x lr seed 1, stratum lr 3e-3 warm-up 400, then lr 1e-3 no warm-up
-#   scripts/issue44_seeds.sh gap # d000-depth-gap's minimal list alone (docs/extra-seeds/cost.md): seed 1 of the three
+#   scripts/extra_seeds.sh b   # depth x lr seed 1, stratum lr 3e-3 warm-up 400, then lr 1e-3 no warm-up
+#   scripts/extra_seeds.sh gap # d000-depth-gap's minimal list alone (docs/extra-seeds/cost.md): seed 1 of the three
 #                                # strata whose gap moved with depth at seed 0 (lr 3e-3 warm-up 400, lr 3e-3 and lr 1e-3
 #                                # without), 24 runs; run it twice, one per core: both lanes take runs from one queue
-#   scripts/issue44_seeds.sh seed1 # the whole seed 1 of the depth grid (48 runs: docs/extra-seeds/cost.md, the decision
+#   scripts/extra_seeds.sh seed1 # the whole seed 1 of the depth grid (48 runs: docs/extra-seeds/cost.md, the decision
 #                                # of 2026-12-05 07:20 UTC), the same queue, the three moving strata first; twice, one per core
-#   scripts/issue44_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
+#   scripts/extra_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
 #                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
 # (the study's own `blocklab sensitivity train`). Each finished depth run is recorded in git at once (the study's own
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SNAPSHOT=records/sensitivity/depth_lr-s1   # the one place this path is written in the script
-PARAMS=data/issue44-params.yaml  # params.yaml with the depth grid's seed 1 planned and the study trained, not read
+PARAMS=data/extra-seeds-params.yaml  # params.yaml with the depth grid's seed 1 planned and the study trained, not read
 # from snapshots (params.yaml refuses a snapshot that lacks planned runs: seed 1 enters it once every run is recorded)
 mkdir -p data
 python - <<'PY'
@@ -26,10 +26,10 @@ import yaml
 params = yaml.safe_load(open("params.yaml"))
 params["sensitivity"]["from_snapshots"] = []
 params["sensitivity"]["depth_lr"]["seeds"] = [0, 1]
-yaml.safe_dump(params, open("data/issue44-params.yaml", "w"), sort_keys=False)
+yaml.safe_dump(params, open("data/extra-seeds-params.yaml", "w"), sort_keys=False)
 PY
 NICE="nice -n 15"
-LOCK=/tmp/issue44-git.lock
+LOCK=/tmp/blocklab-extra-seeds-git.lock
 
 finished() { [ -f "$1/meta.json" ] && grep -q '"status": "finished"' "$1/meta.json"; }
 # the 24-block lr 1e-3 cell's seed 1 is the batch-32 main sweep's, in git (`blocklab sensitivity snapshot --from-sweep`,
@@ -40,7 +40,7 @@ in_sweep_snapshot() { [ -f "$SWEEP_SNAPSHOT/runs.csv" ] && grep -q "^$1,$2," "$S
 record_depth() {  # snapshot every finished seed-1 depth run, commit the snapshot (serialised by a lock)
   $NICE blocklab sensitivity snapshot --params "$PARAMS" --family depth_lr --out "$SNAPSHOT" --root . >/dev/null
   flock "$LOCK" git add "$SNAPSHOT"
-  flock "$LOCK" git commit -q -m "issue 44 seeds: depth x lr seed 1, $1 finished (recorded by blocklab sensitivity snapshot)" -- "$SNAPSHOT" || true
+  flock "$LOCK" git commit -q -m "extra seeds: depth x lr seed 1, $1 finished (recorded by blocklab sensitivity snapshot)" -- "$SNAPSHOT" || true
 }
 
 depth_stratum() {  # lr warm-up: the 8 runs of one stratum (2 norms x 4 depths), the deepest first
@@ -73,8 +73,8 @@ gap_queue() {  # a list of strata ("lr warm-up" each; default: the depth claim's
         dir="data/sensitivity/runs/${cell}/${run}"
         { finished "$dir" || in_sweep_snapshot "$cell" "$run"; } && continue
         mkdir -p "$dir"
-        mkdir -p data/issue44-locks
-        exec 9>"data/issue44-locks/${cell}-${run}.lock"
+        mkdir -p data/extra-seeds-locks
+        exec 9>"data/extra-seeds-locks/${cell}-${run}.lock"
         if flock -n 9; then
           finished "$dir" || {
             $NICE blocklab sensitivity train --params "$PARAMS" --cell "$cell" --norm "$norm" --warmup "$warmup" \
@@ -101,13 +101,13 @@ reverse_copy() {
 }
 
 gradnorm_seeds() {  # 9 seeds, the count the claims table named for both d000-gradnorm-* claims (fixed beforehand)
-  local gp=data/issue44-gradnorm-params.yaml study=data/issue44-study
+  local gp=data/extra-seeds-gradnorm-params.yaml study=data/extra-seeds-study
   python - <<'PY'
 import yaml
 from blocklab.records import GALLERY
 params = yaml.safe_load(open(f"{GALLERY}/params.yaml"))  # the gallery's setup, its seeds 0-8
 params["gradnorm"]["seeds"] = list(range(9))
-yaml.safe_dump(params, open("data/issue44-gradnorm-params.yaml", "w"), sort_keys=False)
+yaml.safe_dump(params, open("data/extra-seeds-gradnorm-params.yaml", "w"), sort_keys=False)
 PY
   $NICE blocklab exp gradnorm --params "$gp" --out data/gradnorm/gradnorm.csv
   $NICE blocklab sensitivity gradnorm --params "$gp" --out data/sensitivity/gradnorm.csv
@@ -126,31 +126,31 @@ PY
   $NICE blocklab sensitivity aggregate --params "$gp" --root "$study" \
     --from $(python -c "import yaml; print(' '.join(yaml.safe_load(open('$gp'))['sensitivity']['from_snapshots']))")
   cmp "$study/data/sensitivity/summary.csv" records/gallery/sensitivity/summary.csv  # no run changed
-  $NICE python scripts/issue44_record_gallery.py data/gradnorm/gradnorm.csv:gradnorm/gradnorm.csv \
+  $NICE python scripts/record_into_gallery.py data/gradnorm/gradnorm.csv:gradnorm/gradnorm.csv \
     data/sensitivity/gradnorm.csv:sensitivity/gradnorm.csv \
     "$study/data/sensitivity/claims_by_setting.csv:sensitivity/claims_by_setting.csv" \
     --gradnorm-seeds 0,1,2,3,4,5,6,7,8 \
-    --note "seeds 3-8 added by issue 44 (scripts/issue44_seeds.sh gn; seeds 0-2 recomputed bit-identical)"
-  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/issue44-claims.csv
-  $NICE python scripts/issue44_record_gallery.py data/issue44-claims.csv:claims/claims.csv
+    --note "seeds 3-8 added by scripts/extra_seeds.sh gn; seeds 0-2 recomputed bit-identical)"
+  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/extra-seeds-claims.csv
+  $NICE python scripts/record_into_gallery.py data/extra-seeds-claims.csv:claims/claims.csv
 }
 
 finish() {  # once every seed-1 run is in git (the snapshot above and the sweep's): params.yaml and the gallery's plan
   # seed 1 and read both snapshots (refused, naming the missing runs, while any is missing); the gallery's study tables
   # re-aggregated from every snapshot in git (the gallery README's recipe), its claims re-judged, the pages rewritten.
   # Then by hand: params.yaml's comment on how many runs are in git, the sensitivity figures of docs/gallery, commit.
-  local study=data/issue44-finish
-  $NICE python scripts/issue44_record_gallery.py --depth-seed1 --note "issue 44: the depth grid's seed 1"
+  local study=data/extra-seeds-finish
+  $NICE python scripts/record_into_gallery.py --depth-seed1 --note "the depth grid's seed 1 (scripts/extra_seeds.sh)"
   $NICE blocklab sensitivity plan --params records/gallery/params.yaml --out "$study-plan.csv"
   rm -rf "$study" && mkdir -p "$study/data/sensitivity"
   cp records/gallery/sensitivity/gradnorm.csv "$study/data/sensitivity/gradnorm.csv"
   $NICE blocklab sensitivity aggregate --params records/gallery/params.yaml --root "$study" \
     --from $(python -c "import yaml; print(' '.join(yaml.safe_load(open('records/gallery/params.yaml'))['sensitivity']['from_snapshots']))")
-  $NICE python scripts/issue44_record_gallery.py "$study-plan.csv:sensitivity/plan.csv" \
+  $NICE python scripts/record_into_gallery.py "$study-plan.csv:sensitivity/plan.csv" \
     "$study/data/sensitivity/summary.csv:sensitivity/summary.csv" \
     "$study/data/sensitivity/claims_by_setting.csv:sensitivity/claims_by_setting.csv"
-  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/issue44-claims.csv
-  $NICE python scripts/issue44_record_gallery.py data/issue44-claims.csv:claims/claims.csv
+  $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/extra-seeds-claims.csv
+  $NICE python scripts/record_into_gallery.py data/extra-seeds-claims.csv:claims/claims.csv
   $NICE blocklab docs
   $NICE blocklab docs --check
 }
