@@ -1,7 +1,7 @@
 """Load params.yaml and refuse bad values before any compute, with one message naming the key and what is allowed.
 
 Here: the schema and the cross-field checks of the sections every command reads, and ``load_params``, the one loader of
-a parameter file (issue 48): every command, the pipeline and the tests read parameters through it. Each study's own
+a parameter file: every command, the pipeline and the tests read parameters through it. Each study's own
 checks are in its plan (``studies.<study>.plan.check_problems``), collected in ``studies.checks.CHECKS`` for the
 registered studies (``studies.protocol.STUDIES``); validation runs them all. The plans sit at this level and never
 import this module, so reading them here makes no circle (tests/test_layers.py)."""

@@ -1,4 +1,4 @@
-"""Where the recorded runs and tables live (issue 48, point 5): ``records/``, in git beside the code, so a fresh clone
+"""Where the recorded runs and tables live: ``records/``, in git beside the code, so a fresh clone
 has them without a network; the pipeline, the studies, the reporting, the docs generator and the tests read them from
 here. ``docs/`` holds pages and pictures only. Each location is named once, here; code refers to these constants
 (paths relative to the project root, POSIX, as params.yaml writes them).

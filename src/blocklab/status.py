@@ -17,7 +17,7 @@ from pathlib import Path
 from . import records
 
 # What the training loop logs (blocklab.training.train): "<run>: step 150/1200 loss 4.1432 lr 3.75e-04 2.512 s/step
-# ETA 0:43:57" (the seconds a step and the ETA since issue 47; at least every 10 s)
+# ETA 0:43:57" (the seconds a step and the ETA are missing from older logs; at least every 10 s)
 LOG_LINE = re.compile(r": step (\d+)/(\d+) loss (\S+)(?: lr \S+ (\S+) s/step ETA (\S+))?")
 RUNNING_S = 300  # a log written to in the last five minutes: the run is taken to be training now
 STUDIES = ("sensitivity", "dynamics", "inference")

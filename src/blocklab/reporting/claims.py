@@ -296,7 +296,7 @@ def depth_gap(data: Data):
                            what="gap (pre learned − post learned)")]
 
 
-# ---- problem 11 (다): what post-norm's failure is a property of (issue 44) ----------------------------------------
+# ---- problem 11 (다): what post-norm's failure is a property of ----------------------------------------
 
 
 ARG_VALUES["want"] = ("learned", "failed")
@@ -355,7 +355,7 @@ def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: i
     return measured, [part("count", k=k, n=n, key=f"{norm}-norm runs")]
 
 
-# ---- the literature's fixes for post-norm, at the document's setup (issue 45) ----------------------------------------
+# ---- the literature's fixes for post-norm, at the document's setup ----------------------------------------
 
 
 @check("sweep/summary.csv", "sweep/losses.csv")
@@ -426,7 +426,7 @@ def gradnorm_trend(data: Data, norm: str):
     return measured, [part("ratios", "toward the output", ratios=ratios, what="output end / input end"), part("samples", "last block", samples=last)]
 
 
-# ---- training dynamics (issue 23) ------------------------------------------------------------------------------------
+# ---- training dynamics ------------------------------------------------------------------------------------
 
 
 def _dynamics(data: Data) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -465,7 +465,7 @@ def collapse_rate(data: Data):
 
 @check("dynamics/summary.csv", "dynamics/rates.csv", "dynamics/losses.csv")
 def collapse_shape(data: Data, tail: int):
-    """The shape of a collapse at the default setting, part by part (issue 44), on its collapsed runs followed to the
+    """The shape of a collapse at the default setting, part by part, on its collapsed runs followed to the
     last step: the loss AT step 300 (the document: 0.0104), the peak (4.32), the rise from below 0.72 to the peak (the
     document's 0.72 at 440 and 4.32 at 460: within 20 steps; its sampling is not known, so at most 20), the steps
     from the end of warm-up to the event's start (the first step at or above 0.72: the document's 440 and 460 are
@@ -518,7 +518,7 @@ def collapse_shape(data: Data, tail: int):
 def gradnorm_trend_training(data: Data, norm: str, warmup: int):
     """Xiong et al.'s Fig. 3 shape (output end / input end of the per-block gradient of the second MLP weight) at each
     figure step, over EVERY recorded run of ``norm`` with ``warmup`` at the default setting (the compare seed and the
-    collapse family's: issue 44), each read only before its event: a run that collapsed or spiked at or before a step
+    collapse family's), each read only before its event: a run that collapsed or spiked at or before a step
     (within the step's reading window) is left out of that step, and the measured column says which. One ratio per
     seed and step; one part per step."""
     from ..studies.dynamics.aggregate import WINDOW, at_step, figure_steps  # the figure's own reading of a step

@@ -339,7 +339,7 @@ def bench_latest(data: Path, root: Path) -> str:
                   f"({record['matmul_peak_gflops']:.0f} GFLOPS). Code: commit `{record['code']['git_commit'][:10]}`."]
     if record.get("diagnostics_overhead"):
         lines += ["", "Every diagnostic at every step (the diagnostics lane) vs the fast lane: "
-                  + _overhead(record["diagnostics_overhead"]) + " (issue 49's budget: +5 % steady)."]
+                  + _overhead(record["diagnostics_overhead"]) + " (the diagnostics' budget: +5 % steady)."]
     return "\n".join(lines) + "\n\n" + _note(latest.relative_to(root).as_posix())
 
 
@@ -355,7 +355,7 @@ AB_RATIO = re.compile(r"^before / now: ([\d.]+)x \(quartiles ([\d.]+) / ([\d.]+)
 
 
 def diagnostics_cost(data: Path, root: Path) -> str:
-    """Issue 49's measured cost of recording every diagnostic at every step: each recorded `blocklab bench` run with
+    """The measured cost of recording every diagnostic at every step: each recorded `blocklab bench` run with
     a diagnostics lane (its overhead over the fast lane), and each same-process A/B of `bench/ab_diagnostics.py`
     (the thread's CPU time: median of the rounds' ratios, quartiles)."""
     measured = root / "bench" / "measured"
@@ -607,7 +607,7 @@ def dynamics_detectors(data: Path, root: Path) -> str:
 
 
 # The ranking's recorded fitting runs: the sensitivity study's (seed 0 of every cell), the fitting runs, and the batch-32
-# main sweep's (the default cell until issue 33; a later snapshot wins: seed 0 at batch 32 is that sweep's). Not the
+# main sweep's (the default cell until the setup was inferred; a later snapshot wins: seed 0 at batch 32 is that sweep's). Not the
 # gallery's sweep: the ranking was fixed on these runs and does not move when the gallery is redrawn at the default.
 RANKING_SNAPSHOTS = (f"{SENSITIVITY}/choices", f"{INFERENCE}/fit", f"{INFERENCE}/sweep-b32")
 
@@ -794,7 +794,7 @@ GENERATORS = {
 }
 
 
-# ---- hand-written numbers (issue 44) -------------------------------------------------------------------------------
+# ---- hand-written numbers -------------------------------------------------------------------------------
 
 HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->", re.S),  # written by the code
              re.compile(r"```.*?```", re.S),             # commands and their output

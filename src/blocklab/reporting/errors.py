@@ -1,4 +1,4 @@
-"""How often each verdict rule is right (issue 44): two error rates per claim, by simulation at the claim's own seed
+"""How often each verdict rule is right: two error rates per claim, by simulation at the claim's own seed
 count and measured spread, and the gate they put on a verdict.
 
 For each part of a claim, the rule of its kind (``verdicts.judge_part``, the very function that judged the data) is
@@ -567,7 +567,7 @@ def gate_claim(words_list, measures, keys, labels=None, runs=None, facts=None,
     to_decide = judged.seeds_to_decide
     if low and search:
         # Both rates are not yet 0.8 (an inconclusive verdict, or a decided one marked †): the seeds per arm at which
-        # they would be, by the same simulation at the measured spread, for every kind alike (issue 44).
+        # they would be, by the same simulation at the measured spread, for every kind alike.
         to_decide = claim_seeds(words_list, measures, keys, runs=runs)
         margin += ("; seeds to decide (simulated at the measured spread): " +
                    (f"{to_decide} seeds per arm would bring both error rates to 0.8" if to_decide is not None else

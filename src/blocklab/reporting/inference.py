@@ -1,4 +1,4 @@
-"""The inference study's ranking by the document's numbers (issue 48: claim judging out of the studies' aggregation):
+"""The inference study's ranking by the document's numbers (claim judging out of the studies' aggregation):
 the five fitted numbers are claims (claims.yaml marks them ``fitted: true``), read here and handed to the study's
 ``score`` (``studies.inference.aggregate``), which measures distances and knows nothing of the claims. The two verbs
 that rank: ``blocklab inference aggregate`` (the fitting runs' losses, ``aggregate``, and their ranking: the

@@ -319,7 +319,7 @@ class Report:
         return "".join(parts)
 
     def dynamics(self) -> str:
-        """The training dynamics (issue 23): both figures, the collapse rate with its interval, the precursors of every
+        """The training dynamics: both figures, the collapse rate with its interval, the precursors of every
         spike or collapse, and the compare runs' first steps."""
         from ..studies.dynamics.aggregate import early_updates, event_precursors
         from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES
@@ -374,7 +374,7 @@ class Report:
         return f'<div class="dynamics" data-dynamics="present">{"".join(parts)}</div>'
 
     def inference(self) -> str:
-        """The document's unstated setup, inferred (issue 23): the fitting runs' ranking by the pre-registered score."""
+        """The document's unstated setup, inferred: the fitting runs' ranking by the pre-registered score."""
         from .inference import FIT_CLAIMS
 
         head = f'<h4 id="sec-inference">{html.escape(self.t("inference_title"))}</h4>'
@@ -513,7 +513,7 @@ def export_html(notebook_path) -> str:
 def kernel_config(sockets: str | Path):
     """The notebook kernel's settings: its channels over local (IPC) sockets in the private directory ``sockets``, not
     TCP on localhost. A TCP kernel prints a four-line "running over TCP without encryption" warning into every
-    pipeline's output (issue 48); IPC is what that warning recommends, and a directory of its own per notebook keeps
+    pipeline's output; IPC is what that warning recommends, and a directory of its own per notebook keeps
     two notebooks run at once (the report in two languages) from choosing the same socket names."""
     from traitlets.config import Config
 

@@ -1,4 +1,4 @@
-"""The sensitivity study's claims (issue 48: claim judging out of the studies' aggregation): every sweep claim judged
+"""The sensitivity study's claims (claim judging out of the studies' aggregation): every sweep claim judged
 under every open-choice setting (claim x setting), by the claims' own checks and rules, and how robust each verdict is
 across the settings. The study's tables themselves are ``studies.sensitivity.aggregate``'s; the two verbs here add the
 claims to them: ``blocklab sensitivity aggregate`` (the study's tables and claim x setting, the pipeline's rule) and

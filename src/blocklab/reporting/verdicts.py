@@ -1,4 +1,4 @@
-"""One verdict rule per kind of claim, written once (issue 33).
+"""One verdict rule per kind of claim, written once.
 
 Every rule is a pure function of the measured numbers and the claim's own words (its target, as claims.yaml writes the
 document's numbers: strings, so that their written precision is kept). It returns a ``Judged``: the verdict, the rule
@@ -19,7 +19,7 @@ The kinds and their rules:
   else not reproduced.
 - **range** ("0.16 – 0.71"): the document's range is what its few seeds spanned, a sample, and so are ours: the 95 %
   t-interval of our seeds' mean must meet [lo - r_lo, hi + r_hi] (each end's own rounding): reproduced; entirely
-  outside it: not reproduced; one seed: inconclusive (issue 44; "every seed inside" said reproduced about a fifth of
+  outside it: not reproduced; one seed: inconclusive ("every seed inside" said reproduced about a fifth of
   the time when the seeds came from exactly the document's distribution).
 - **inequality** ("below 0.007"): ``scope: every seed``: each seed against the bound widened only by its rounding r;
   the words are about every run, so one seed on the other side refutes them (all: reproduced, else not reproduced).
@@ -189,7 +189,7 @@ def range_(low: str, high: str, samples) -> Judged:
     """A range the document's seeds spanned ("0.16 – 0.71") is a sample of its distribution, and so are our seeds: the
     95 % t-interval of our seeds' mean must meet [low - r_low, high + r_high] (our centre consistent with a centre
     inside the range): reproduced; entirely outside it: not reproduced. One seed has no interval: inconclusive. A seed
-    without a value (diverged, never there) makes a meeting partly. (Until issue 44 each seed had to lie inside: with
+    without a value (diverged, never there) makes a meeting partly. (An earlier rule had each seed lie inside: with
     three seeds drawn from exactly the document's distribution that said "reproduced" about a fifth of the time.)"""
     lo, hi = float(low) - rounding(low), float(high) + rounding(high)
     values = np.asarray(samples, dtype=float)
@@ -220,7 +220,7 @@ def _share(parts: list[bool]) -> str:
 
 def _every(parts: list[bool]) -> str:
     """Words about every run ("in all three seeds", "every seed below"): one run that does not is a counter-example,
-    so anything short of all is not reproduced (issue 44: "partly" there could never reject the words)."""
+    so anything short of all is not reproduced ("partly" there could never reject the words)."""
     return REPRODUCED if parts and all(parts) else NOT_REPRODUCED
 
 

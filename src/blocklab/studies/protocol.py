@@ -1,4 +1,4 @@
-"""The one study protocol (issue 48, point 4): what every study implements, with the same names and signatures, so that
+"""The one study protocol: what every study implements, with the same names and signatures, so that
 a reader who knows one study knows the others and a new study is checked against this rather than against a copied
 directory. ``STUDIES`` registers them, once: the parameters' validation (``studies.checks``, which ``params`` runs),
 the command line (``cli.TABLE``'s study groups), the rules (``workflow/rules/<study>.smk``) and the layer test read it,

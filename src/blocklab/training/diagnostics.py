@@ -11,7 +11,7 @@ the step's own attention scores and weights where the fast path's attention show
 The gradient and Adam metrics are taken every step; the forward ones every ``every`` steps (and at step 1), and at every
 step of an optional ``dense`` window (first, last step), e.g. the steps before an event when a run is re-run to see it.
 
-Cost (issue 49): each quantity is computed once a step from what the step has: the gradient norms from one
+Cost: each quantity is computed once a step from what the step has: the gradient norms from one
 ``_foreach_norm`` over every gradient, Adam's ratio and the update block by block (cache-resident) from Adam's state
 and copies kept between steps, the stream norm as each block receives it, the attention metrics from the step's own
 scores and weights; a moment's values reach the host in one ``tolist()``. ``bench/profile_diagnostics.py`` says
@@ -314,7 +314,7 @@ def _stream(store: dict, key):
 def _observe(store: dict, key):
     """What the fast (causal) attention shows each forward, its scores (-inf where masked) and its weights, reduced
     at once to the two attention metrics; bf16 scores are left to the recomputation (fp32 from the bf16 projections,
-    as before issue 49)."""
+    as the first diagnostics did)."""
     def observe(scores, probs):
         if scores.dtype == torch.float32 and probs.dtype == torch.float32:
             store[key] = _causal_stats(scores, probs, scratch=True)  # the forward reads no score after its softmax

@@ -1,4 +1,4 @@
-"""Mechanisms tested like detectors (issue 33, point 4): for each candidate precursor of a spike or collapse, over every
+"""Mechanisms tested like detectors: for each candidate precursor of a spike or collapse, over every
 recorded post-norm + warm-up run, the hit rate over events and the false-alarm rate over event-free windows of the
 same length, with 95 % Wilson intervals, and the lead time before the loss starts to rise.
 
@@ -15,10 +15,10 @@ The procedure was fixed before the numbers were looked at (docs/dynamics.md, "Pr
   firing there. Late: no firing there, but one from the onset to the event step;
 - false alarm: over non-overlapping WINDOW-step windows of each run, from max(learned_step + learned_for, warm-up + 1)
   to EXCLUDE_BEFORE + 1 steps before its event (or its last step), and only within the phase of training where the
-  events happen (issue 44: from the earliest onset's hit window to the latest event step of the table; a quiet window
+  events happen (from the earliest onset's hit window to the latest event step of the table; a quiet window
   at step 150 says nothing about step 550): the fraction of windows in which it fires.
 
-Intervals (issue 44): windows of one run are not independent, so the false-alarm rate's 95 % interval is a bootstrap
+Intervals: windows of one run are not independent, so the false-alarm rate's 95 % interval is a bootstrap
 that resamples runs (``BOOTSTRAP`` resamples, seeded), widened where needed to the Wilson interval with the runs as
 its sample size (a run's windows as one observation; a rate of 0 keeps an upper bound), not a Wilson interval over
 windows; the hit rate counts one
@@ -164,7 +164,7 @@ def fold(diagnostics: pd.DataFrame, metric: str, how: str) -> pd.Series:
 def load_sources(paths, vocab_size: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(runs, losses, diagnostics) of the post-norm + warm-up runs recorded in ``paths``: snapshot directories
     (``blocklab dynamics snapshot``: runs.csv) or aggregated tables (``data/dynamics``: summary.csv). A run is its
-    setting and name: the same seed on another processor is the same run, counted once (issue 44), read from the
+    setting and name: the same seed on another processor is the same run, counted once, read from the
     processor that recorded most of the setting's seeds; recorded there in several places, the record with the most
     diagnostic steps is kept (a per-step re-run replaces a thinned snapshot); its machine is the one named."""
     records = []
@@ -258,7 +258,7 @@ def evaluate(judged: pd.DataFrame, diagnostics: pd.DataFrame,
     learned = judged[judged["outcome"] != "never learned"]
     per_event, per_window = [], []
     with_event = learned[learned["event_step"].notna()]
-    # the phase of training where the events happen: false alarms are counted there only (issue 44)
+    # the phase of training where the events happen: false alarms are counted there only
     phase = ((int(with_event["onset"].min()) - WINDOW, int(with_event["event_step"].max())) if len(with_event)
              else (-math.inf, math.inf))
     by_key = dict(tuple(diagnostics.groupby("key", sort=False))) if len(diagnostics) else {}

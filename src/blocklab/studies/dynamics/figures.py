@@ -1,4 +1,4 @@
-"""Figures of the training dynamics (issue 23): Xiong et al.'s Fig. 3 through training, and the anatomy of a collapse.
+"""Figures of the training dynamics: Xiong et al.'s Fig. 3 through training, and the anatomy of a collapse.
 
 Each function takes tidy frames (``data/dynamics/``) and ``lang``; ``save_figures`` draws them all with sidecars.
 """

@@ -5,7 +5,7 @@ runs them before any compute; the diagnostics themselves, their names and how ea
 ``training.diagnostics.METRICS``). The runs are in ``run``;
 the tables, rates and precursors in ``aggregate``; the figures in ``figures``; the command line in ``commands``.
 
-Why post-norm fails, measured while it trains (issue 23): the training-time diagnostics of the copy-task runs, and
+Why post-norm fails, measured while it trains: the training-time diagnostics of the copy-task runs, and
 how often post-norm with warm-up collapses after its warm-up, over enough seeds to give the rate an interval.
 
 Two groups of runs, each an ordinary sweep run (``sweep.train_copy_run``) with its diagnostics:

@@ -1,4 +1,4 @@
-"""The inference study's tables: the document's unstated setup, inferred rather than tuned (issue 23, docs/dynamics.md),
+"""The inference study's tables: the document's unstated setup, inferred rather than tuned (docs/dynamics.md),
 by the fitting score of the procedure stated there before any fitting run.
 
 For each candidate setting and each of the document's five early losses (the ``loss_at_step`` claims named in
@@ -132,7 +132,7 @@ def holdout_table(params: dict, root: str | Path = ".") -> pd.DataFrame:
 def sweep_fitting_runs(data: str | Path, fit_steps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, losses up to ``fit_steps``) of the fitting cases (``CASES``) among a finished run's main sweep, read from
     its tables (``DATA/sweep/losses.csv``, ``summary.csv``) and named by the cell of the parameters that made it
-    (``DATA/params.yaml``). For a main sweep that stops being the default's (issue 33: the default batch went from 32
+    (``DATA/params.yaml``). For a main sweep that stops being the default's (the default batch went from 32
     to 64), so that the fitting runs it gave the ranking stay recorded. The runs' wall time is left empty: it is that
     of the full-length run, not of its first ``fit_steps`` steps."""
     from ...params import load_params

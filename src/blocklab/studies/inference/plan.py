@@ -1,5 +1,5 @@
 """The inference study's plan, from the parameters alone (the params level): the document's unstated setup, inferred
-(issue 23; the procedure in docs/dynamics.md, stated before any of these runs). Each candidate setting
+(the procedure in docs/dynamics.md, stated before any of these runs). Each candidate setting
 (``inference.positions`` x ``inference.batch_sizes`` at the document's depth, learning rate and precision) trains
 post-norm with warm-up and pre-norm without it, at ``inference.seeds``, for ``inference.fit_steps`` steps only (the
 document's five early losses are at steps 100-300). A run is an ordinary sweep run (``sweep.train_copy_run``) with
@@ -58,7 +58,7 @@ def plan(params: dict) -> pd.DataFrame:
 
 
 def holdout_plan(params: dict) -> pd.DataFrame:
-    """The held-out fitting runs (issue 33): the default cell's two fitted cases at ``inference.holdout_seeds``, seeds
+    """The held-out fitting runs: the default cell's two fitted cases at ``inference.holdout_seeds``, seeds
     no fitting run used, for ``fit_steps`` steps, so that the five fitted numbers are judged on runs the fit never saw.
     Never part of the ranking. Columns as ``plan`` (``main_sweep`` always False: a held-out seed is not a sweep seed)."""
     warmup, base = max(Sweep.from_params(params).warmups), default_cell(params)
