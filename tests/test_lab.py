@@ -92,6 +92,16 @@ def test_the_fixes_initialise_as_their_papers_say_and_draw_no_random_numbers():
         assert torch.equal(b.attn.sublayer.q.weight, a.attn.sublayer.q.weight)
         torch.testing.assert_close(b.attn.sublayer.v.weight, beta * a.attn.sublayer.v.weight, rtol=0, atol=0)
         torch.testing.assert_close(b.ffn.sublayer.down.weight, beta * a.ffn.sublayer.down.weight, rtol=0, atol=0)
+        assert torch.equal(b.attn.sublayer.v.bias, a.attn.sublayer.v.bias)  # the paper's formula: weights only
+    torch.manual_seed(0)
+    b2t = DecoderLM(_cfg("b2t"))
+    # the authors' rescaling_init: every sub-layer parameter named "weight" outside a layer norm, times N^-1/2
+    scale = TINY["n_layers"] ** -0.5
+    for a, b in zip(post.blocks, b2t.blocks):
+        for name, p in a.named_parameters():
+            mine = b.get_parameter(name)
+            rescaled = "sublayer." in name and name.endswith("weight")
+            torch.testing.assert_close(mine, scale * p if rescaled else p, rtol=0, atol=0, msg=name)
     admin = DecoderLM(_cfg("admin"))
     m = 2 * TINY["n_layers"]
     assert torch.allclose(admin.blocks[0].attn.omega, torch.tensor(math.sqrt((m + 1) / math.log(m + 1) - 1)))

@@ -40,7 +40,7 @@ def _register_front(subparsers) -> None:
     p.add_argument("--kwargs", help="JSON of extra constructor arguments for --module")
     p.add_argument("--hf-config", help="a transformers model type (llama, qwen2, gpt2, ...): its causal LM at the copy "
                    "task's size")
-    p.add_argument("--profile", default="document", choices=["document", "quick", "tiny"],
+    p.add_argument("--profile", default="document", choices=["document", "quick", "lr-sweep", "tiny"],
                    help="document (default: params.yaml's setup, hours), quick (minutes: batch 16, 400 steps, no "
                    "warm-up arm), tiny (tests)")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the profile's)")
@@ -144,6 +144,16 @@ def register_jobs(subparsers) -> None:
     one.add_argument("--out-dir", required=True, type=Path)
     one.add_argument("--params", default="params.yaml", type=Path)
     one.set_defaults(func=_job_run_builtin)
+    lr = subparsers.add_parser("lr-run", help="train one built-in block at one learning rate of the LR-sensitivity "
+                               "grid (the recorded runs of records/lab/lr-sweep; `blocklab lab BLOCK --lr-sweep` "
+                               "trains the same run)")
+    lr.add_argument("--norm", required=True, choices=list(NORM_POSITIONS))
+    lr.add_argument("--lr", required=True, type=float)
+    lr.add_argument("--seed", required=True, type=int)
+    lr.add_argument("--profile", default="lr-sweep", choices=["document", "quick", "lr-sweep", "tiny"])
+    lr.add_argument("--out-dir", required=True, type=Path)
+    lr.add_argument("--params", default="params.yaml", type=Path)
+    lr.set_defaults(func=_job_lr_run)
     STATUS_PAGE = "docs/lab/STATUS.md"  # a page: docs/ holds pages, records/ the data
     rec = subparsers.add_parser("record", help="record finished runs in git (loss.csv, meta.json) and write STATUS.md")
     rec.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<norm>-w<warmup>-s<seed>)")
@@ -167,6 +177,14 @@ def _job_run_builtin(args) -> int:
     setup = profile_setup(params, "document", seeds=[args.seed], warmups=[args.warmup])
     set_threads(1)
     train_copy_run(params_for(params, setup), args.norm, args.warmup, args.seed, args.out_dir, "cpu")
+    return 0
+
+
+def _job_lr_run(args) -> int:
+    from ..params import load_params
+    from .lrsweep import train_builtin
+
+    train_builtin(load_params(args.params, studies=False), args.norm, args.lr, args.seed, args.out_dir, args.profile)
     return 0
 
 

@@ -19,7 +19,7 @@ from ..params import load_params
 from ..settings import CopyModel, CopyTask, Sweep
 from ..records import SENSITIVITY
 
-PROFILES = ("document", "quick", "tiny")
+PROFILES = ("document", "quick", "lr-sweep", "tiny")
 PROFILE_TRADES = {
     "document": "nothing: document 000's setup as params.yaml holds it (24 blocks, d 128, 4 heads, lr 1e-3, the default"
                 " batch, 1,200 steps, warm-ups and seeds of the sweep)",
@@ -28,6 +28,10 @@ PROFILE_TRADES = {
              "pre-norm fell below a tenth of chance at step 166 and post-norm stayed at chance for 1,200 steps: "
              f"{SENSITIVITY}/choices), in minutes; it cannot see a collapse after warm-up, nor compare with the "
              "recorded default runs",
+    "lr-sweep": "batch 16 instead of the default and 300 steps instead of 1,200, no warm-up arm, seeds 0-2: the "
+                "document's depth, width and heads, short enough that a block's learning-rate sensitivity (five "
+                "learning rates x three seeds, `--lr-sweep`) fits an afternoon; it cannot see a collapse after "
+                "warm-up, and its final loss after 300 steps is not the document's after 1,200",
     "tiny": "2 blocks of width 16, 12 steps: the code path only (tests); it measures nothing about stability",
 }
 
@@ -62,6 +66,8 @@ def profile_setup(params: dict, profile: str, seeds=None, warmups=None) -> Setup
                 checkpoint_every=sweep.checkpoint_every, position=model.position)
     if profile == "quick":
         base.update(batch_size=16, steps=400, warmups=(0,), seeds=(0, 1), checkpoint_every=100)
+    elif profile == "lr-sweep":
+        base.update(batch_size=16, steps=300, warmups=(0,), seeds=(0, 1, 2), checkpoint_every=50)
     elif profile == "tiny":
         base.update(n_layers=2, d_model=16, n_heads=2, seq_len=8, batch_size=4, steps=12, warmups=(0, 4), seeds=(0,),
                     checkpoint_every=5)

@@ -47,7 +47,12 @@ class DeepNormResidual(nn.Module):
 
         h <- LN(α·h + F(h)),  α = (2N)^(1/4);
         at init the value and output projections and both FFN matrices are multiplied by β = (8N)^(-1/4)
-        (as torchscale does, on top of the model's own initialization).
+        (on top of the model's own initialization).
+
+    The weights only, as the paper's formula states it (Wang et al. 2022, Algorithm 1: ``xavier_normal_(w, gain=β)``
+    for the FFN, v_proj and out_proj weights). torchscale's code also multiplies those layers' biases by β; at this
+    project's default init a bias is at most 1/sqrt(fan_in) (1/sqrt(128) = 0.088 at width 128), so the two differ at
+    step 0 by at most that much in a coordinate of a sub-layer's output; the paper's formula is what is built.
     """
 
     def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
@@ -90,15 +95,26 @@ class AdminResidual(nn.Module):
 
 class B2TResidual(nn.Module):
     """B2T connection (Takase et al. 2022): post-norm whose last sub-layer also adds the block's input, which so skips
-    every norm of the block but the last:  x' = LN(x + A(x));  x'' = LN(x' + F(x') + x)."""
+    every norm of the block but the last:  x' = LN(x + A(x));  x'' = LN(x' + F(x') + x).
+
+    At init every weight matrix of the block's sub-layers (not the biases, not the norms) is multiplied by N^(-1/2)
+    for N blocks: the authors' code does so whenever B2T is on (``rescaling_init`` in takase/b2t_connection,
+    fairseq/modules/transformer_layer.py: every parameter named ``weight`` outside a layer norm, times
+    ``layer_num ** -0.5``), on top of the model's own initialization."""
 
     def __init__(self, cfg: ModelConfig, sublayer: nn.Module):
         super().__init__()
         self.norm, self.sublayer = make_norm(cfg), sublayer
+        self.scale = cfg.n_layers ** -0.5
 
     def forward(self, h, *args, block_input=None, **kwargs):
         out = h + self.sublayer(h, *args, **kwargs)
         return self.norm(out if block_input is None else out + block_input)
+
+    @torch.no_grad()
+    def init_(self):
+        for linear in (m for m in self.sublayer.modules() if isinstance(m, nn.Linear)):
+            linear.weight.mul_(self.scale)
 
 
 class ReZeroResidual(nn.Module):
@@ -134,7 +150,8 @@ assert set(RESIDUAL) == set(POSITIONS), "every norm position of config.POSITIONS
 
 
 def init_residuals(model: nn.Module) -> nn.Module:
-    """Each residual wrapper's own initialization (DeepNorm's β, Admin's ω, ReZero's α), after the model's."""
+    """Each residual wrapper's own initialization (DeepNorm's β, Admin's ω, B2T's N^(-1/2), ReZero's α), after the
+    model's."""
     for module in model.modules():
         if hasattr(module, "init_") and type(module) in RESIDUAL.values():
             module.init_()
