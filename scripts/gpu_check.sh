@@ -57,7 +57,7 @@ print(f"SWEEP {precision}: {len(summary)} runs in {ended - began:.1f} s wall (2 
 EOF2
 fi
 
-RESULTS_DIR=${OUT:-bench/results/gpu-check}
+RESULTS_DIR=${OUT:-performance/results/gpu-check}
 mkdir -p "$RESULTS_DIR"
 RESULT="$RESULTS_DIR/gpu_check.txt"
 : > "$RESULT"

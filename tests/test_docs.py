@@ -30,13 +30,13 @@ def _rel(path: Path) -> str:
 
 def test_the_pages_are_the_ones_a_newcomer_reads():
     names = {_rel(p) for p in PAGES}
-    assert {"README.md", "bench/README.md", "docs/doc000.md", "docs/doc004.md", "docs/open-questions.md",
+    assert {"README.md", "performance/README.md", "docs/doc000.md", "docs/doc004.md", "docs/open-questions.md",
             "docs/reproducibility.md", "docs/cost.md", "docs/scale-out.md", "docs/slurm.md"} <= names
     assert len((ROOT / "README.md").read_text(encoding="utf-8").split()) <= 1500  # the issue's limit (wc -w)
 
 
 def test_every_generated_block_is_what_the_data_gives():
-    """`blocklab docs --check`: regenerate every block from records/gallery and bench/measured; nothing may differ."""
+    """`blocklab docs --check`: regenerate every block from records/gallery and performance/measured; nothing may differ."""
     stale = docs.update(ROOT, DATA, check=True)
     assert not stale, f"run `blocklab docs` and commit: {[_rel(p) for p in stale]}"
     names = [name for page in PAGES for name in docs.blocks(page.read_text(encoding="utf-8"))]
@@ -52,7 +52,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
     for page in PAGES:
         (root / _rel(page)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(page, root / _rel(page))
-    shutil.copytree(ROOT / "bench" / "measured", root / "bench" / "measured")
+    shutil.copytree(ROOT / "performance" / "measured", root / "performance" / "measured")
     shutil.copytree(DATA, root / GALLERY, dirs_exist_ok=True)
     for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)

@@ -1,6 +1,6 @@
 """The work of one copy-task training step: its FLOPs, its matrix products replayed alone, and the machine's matmul peak.
 
-FLOPs of one training step (stated again in the output and in bench/README.md), with T = 2 * seq_len - 1 tokens:
+FLOPs of one training step (stated again in the output and in performance/README.md), with T = 2 * seq_len - 1 tokens:
     forward  = 2 * B*T * [L * (d*(H+2*KV)*hd + H*hd*d + n_ffn*d*hidden) + d*V]      every Linear: q,k,v,o,ffn,head
              + L * 2 * 2 * B*H*hd * T*(T+1)/2                                        QK^T and AV, causal: lower half
     backward = 2 * forward;  step = 3 * forward.   Norms, softmax, GELU, embeddings and Adam are not counted.

@@ -206,7 +206,7 @@ def format_report(result: dict) -> str:
         d = result["diagnostics_overhead"]
         lines.append(f"diagnostics overhead vs fast (same layout, params' diagnostics): {d['window']:+.1%} window, "
                      f"{d['projected']:+.1%} projected, {d['steady']:+.1%} steady (budget: +5% steady; "
-                     f"its same-process A/B: bench/ab_diagnostics.py)")
+                     f"its same-process A/B: performance/ab_diagnostics.py)")
     floor = result.get("gemm_floor")
     if floor:
         lines.append(

@@ -4,7 +4,7 @@ The plain modules in layers.py are written to be read; this module puts in their
 arithmetic in fewer kernels. Each fast module is built from the plain one it replaces and holds that module's very own
 parameters and sub-modules under the same names, so the model's Parameter objects and state-dict keys do not change:
 checkpoints, optimizer state and safetensors files are the same for both paths, and a run may resume on either. Each
-replacement is exact up to float rounding (tests/test_fast_path.py); measured gains are in bench/README.md.
+replacement is exact up to float rounding (tests/test_fast_path.py); measured gains are in performance/README.md.
 """
 from __future__ import annotations
 

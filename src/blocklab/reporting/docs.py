@@ -7,7 +7,7 @@ A page marks each block it does not write by hand:
     <!-- /generated -->
 
 ``blocklab docs`` rewrites every such block of README.md and docs/**/*.md from ``records/gallery`` (the tables of the
-full default run behind the gallery), ``bench/measured`` (the benchmark's recorded runs) and ``records/reviewer`` (the
+full default run behind the gallery), ``performance/measured`` (the benchmark's recorded runs) and ``records/reviewer`` (the
 reviewer's recorded tables, ``blocklab review --table ... --json``); ``blocklab docs --check``
 writes nothing and fails, naming the blocks, when a committed block differs from what the data gives (the test suite
 runs it). A block name no generator knows is an error, so a typo cannot leave a stale block behind.
@@ -313,9 +313,9 @@ def reverse_copy(data: Path, root: Path) -> str:
 
 def bench_latest(data: Path, root: Path) -> str:
     """The latest recorded `blocklab bench` run: each lane's step time and its ratio to the fastest baseline."""
-    runs = sorted((root / "bench" / "measured").glob("*.json"))
+    runs = sorted((root / "performance" / "measured").glob("*.json"))
     if not runs:
-        return "No benchmark run is recorded in `bench/measured/`.\n"
+        return "No benchmark run is recorded in `performance/measured/`.\n"
     latest = runs[-1]
     record = json.loads(latest.read_text(encoding="utf-8"))
     machine = record["machine"]
@@ -347,7 +347,7 @@ def _overhead(shares: dict) -> str:
     return ", ".join(f"{shares[k]:+.1%} {k}" for k in ("window", "projected", "steady")).replace("%", " %")
 
 
-# bench/ab_diagnostics.py's summary lines: its settings, and under "-- CPU time" each overhead and the ratio
+# performance/ab_diagnostics.py's summary lines: its settings, and under "-- CPU time" each overhead and the ratio
 AB_SETTINGS = re.compile(r"^batch (\d+), one thread, (\d+) rounds; before = (\w+); load average ([\d.]+)", re.M)
 AB_OVERHEAD = re.compile(r"^\s*(before|now) overhead over fast: ([+-][\d.]+%) \(quartiles ([+-][\d.]+%) / "
                          r"([+-][\d.]+%)", re.M)
@@ -356,9 +356,9 @@ AB_RATIO = re.compile(r"^before / now: ([\d.]+)x \(quartiles ([\d.]+) / ([\d.]+)
 
 def diagnostics_cost(data: Path, root: Path) -> str:
     """The measured cost of recording every diagnostic at every step: each recorded `blocklab bench` run with
-    a diagnostics lane (its overhead over the fast lane), and each same-process A/B of `bench/ab_diagnostics.py`
+    a diagnostics lane (its overhead over the fast lane), and each same-process A/B of `performance/ab_diagnostics.py`
     (the thread's CPU time: median of the rounds' ratios, quartiles)."""
-    measured = root / "bench" / "measured"
+    measured = root / "performance" / "measured"
     lines, sources = [], []
     runs = [p for p in sorted(measured.glob("*.json"))
             if json.loads(p.read_text(encoding="utf-8")).get("diagnostics_overhead")]
@@ -389,13 +389,13 @@ def diagnostics_cost(data: Path, root: Path) -> str:
             sources.append(path.relative_to(root).as_posix())
         lines.append("")
     if not lines:
-        return "No measurement of the diagnostics' cost is recorded in `bench/measured/`.\n"
+        return "No measurement of the diagnostics' cost is recorded in `performance/measured/`.\n"
     return "\n".join(lines) + "\n" + _note(*sources)
 
 
 def suite_timing(data: Path, root: Path) -> str:
-    """The test suite's measured wall times, from the recorded CI runs (bench/measured/ci_suite.csv)."""
-    source = "bench/measured/ci_suite.csv"
+    """The test suite's measured wall times, from the recorded CI runs (performance/measured/ci_suite.csv)."""
+    source = "performance/measured/ci_suite.csv"
     runs = pd.read_csv(root / source, dtype={"commit": str}, keep_default_na=False)
     lines = ["| date | commit | what ran | tests | wall time | machine | load | source |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -830,8 +830,8 @@ def document_numbers(claims_yaml: dict | list) -> set[str]:
 
 
 def pages(root: Path) -> list[Path]:
-    """README.md, bench/README.md, every page under docs/ and the records' own pages (records/**/README.md)."""
-    return [p for p in [root / "README.md", root / "bench" / "README.md", *sorted((root / "docs").rglob("*.md")),
+    """README.md, performance/README.md, every page under docs/ and the records' own pages (records/**/README.md)."""
+    return [p for p in [root / "README.md", root / "performance" / "README.md", *sorted((root / "docs").rglob("*.md")),
                         *sorted((root / RECORDS).rglob("*.md"))]
             if p.is_file()]
 

@@ -14,8 +14,8 @@ step of an optional ``dense`` window (first, last step), e.g. the steps before a
 Cost: each quantity is computed once a step from what the step has: the gradient norms from one
 ``_foreach_norm`` over every gradient, Adam's ratio and the update block by block (cache-resident) from Adam's state
 and copies kept between steps, the stream norm as each block receives it, the attention metrics from the step's own
-scores and weights; a moment's values reach the host in one ``tolist()``. ``bench/profile_diagnostics.py`` says
-where the time goes, ``bench/ab_diagnostics.py`` what it costs (bench/measured/HISTORY.md).
+scores and weights; a moment's values reach the host in one ``tolist()``. ``performance/profile_diagnostics.py`` says
+where the time goes, ``performance/ab_diagnostics.py`` what it costs (performance/measured/HISTORY.md).
 """
 from __future__ import annotations
 
@@ -357,7 +357,7 @@ def _causal_stats(scores: torch.Tensor, probs: torch.Tensor, scratch: bool = Fal
     entr (T 2-64, entropies 0.002-3.2 nats), as entr itself; the tests allow 1e-6.
     ``scratch``: m - s is written over ``scores`` (the same values as into a fresh tensor) instead of a new tensor: the
     fast attention's scores are dead after its softmax, and still in the cache (1.00 vs 1.17 ms a batch-64 layer inside
-    a real forward, bench/measured/HISTORY.md)."""
+    a real forward, performance/measured/HISTORY.md)."""
     top_score = _row_max(scores)
     top_weight = _row_max(probs)
     spread = torch.sub(top_score.view(scores.shape[:-1] + (1,)), scores, out=scores if scratch else None).mul_(probs)

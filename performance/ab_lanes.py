@@ -2,7 +2,7 @@
 
 Every round trains one step of each model (plain, peer, fast, bf16, peer-bf16) in a rotated order, so that load that
 drifts from minute to minute hits all of them alike; the result is the median step time of each over the rounds.
-`python bench/ab_lanes.py [rounds]` (default 10, after 2 warm-up rounds). Not part of `blocklab bench`: a check of its
+`python performance/ab_lanes.py [rounds]` (default 10, after 2 warm-up rounds). Not part of `blocklab bench`: a check of its
 ratios where the process-level lanes cannot be trusted (a machine loaded by other jobs).
 """
 import statistics

@@ -4,7 +4,7 @@ The sweep's copy-task model of params.yaml (fast path, fused Adam, batch of para
 diagnostics and STEPS steps recording every diagnostic at every step (params' ``diagnostics``, ``every`` forced to 1),
 alternating, under the profiler. Each metric's read is wrapped in a ``record_function`` named after it, as are the
 Recorder's own moments (``before_update``, ``after_update``, the forward read), so the table gives, per metric, its CPU
-time per step and its share of a plain step. `python bench/profile_diagnostics.py [steps] [rev]`, from the repository
+time per step and its share of a plain step. `python performance/profile_diagnostics.py [steps] [rev]`, from the repository
 root; with REV, the diagnostics module of that git revision is profiled instead of the working tree's.
 """
 import statistics

@@ -1,6 +1,6 @@
 """Same-process vs separate-process A/B of the training diagnostics' cost (issue 49): why the bench measures more.
 
-`bench/ab_diagnostics.py` alternates a fast step and a diagnostics step inside one process; `blocklab bench` trains
+`performance/ab_diagnostics.py` alternates a fast step and a diagnostics step inside one process; `blocklab bench` trains
 each lane in its own processes. This script does both at once, steps alternating (rotated order every round), one
 thread everywhere: worker ``shared`` holds a fast model and a diagnostics model (the A/B's layout), worker ``fast``
 only a fast model, worker ``diag`` only a diagnostics model (the bench's layout). Every step reports the thread's
@@ -8,7 +8,7 @@ CPU time (``time.thread_time``: robust to load, not to memory contention), wall 
 faults and context switches (``getrusage(RUSAGE_THREAD)``) and the time spent in Python's garbage collector.
 Each model: the sweep's copy-task model of params.yaml (fast path, fused Adam, its batch; post-norm, seed 0) trained
 through ``train._make_step``; every diagnostic at every step (``every`` 1); all four see the same batches and must give
-bit-identical losses. `python bench/ab_diagnostics_procs.py [rounds]`, from the repository root.
+bit-identical losses. `python performance/ab_diagnostics_procs.py [rounds]`, from the repository root.
 
 `... ROUNDS --profile`: the two separate processes only, each under torch.profiler; prints the diagnostics' own
 labels and every op's self CPU time in both (largest differences first): which ops a diagnostics process spends more

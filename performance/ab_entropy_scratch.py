@@ -5,7 +5,7 @@ The sweep's copy-task model of params.yaml (fast path, fused Adam, its batch; po
 every diagnostic at every step; each call the fast attention makes to ``_causal_stats`` (24 a step) runs one of the
 two, alternating call by call (the parity flips every step), timed by the thread's CPU time; the first step's calls
 are dropped. Prints each one's median per layer with quartiles and checks that both give the same values.
-`python bench/ab_entropy_scratch.py [N]` (default 8), from the repository root.
+`python performance/ab_entropy_scratch.py [N]` (default 8), from the repository root.
 """
 import statistics
 import sys

@@ -8,7 +8,7 @@ same batch, in an order that rotates, so that load drifting from minute to minut
 timed twice: wall time, and the thread's CPU time (``time.thread_time``: on a machine loaded by other jobs, the time this
 one thread computed, without the time it waited for a core; memory and cache contention remain in it). Prints the median
 step of each, and each one's overhead over ``fast`` as the median of the rounds' ratios with its quartiles; checks that
-the three give bit-identical losses. `python bench/ab_diagnostics.py [rounds] [rev]` (defaults 12 and 90d4296, the
+the three give bit-identical losses. `python performance/ab_diagnostics.py [rounds] [rev]` (defaults 12 and 90d4296, the
 last commit before issue 49), from the repository root.
 """
 import importlib.util

@@ -4,7 +4,7 @@
 Both models are the sweep's copy-task model from the same seed, with the fast path and fused Adam, on one thread; every
 round trains one step of each on the same batch, in an order that alternates, so that load drifting from minute to
 minute hits both alike. Prints each round's step times, then the median old/new ratio with its quartiles, and checks
-that the two give bit-identical losses at every step. `python bench/ab_fastpath.py [rounds] [rev]` (defaults 30 and
+that the two give bit-identical losses at every step. `python performance/ab_fastpath.py [rounds] [rev]` (defaults 30 and
 5e7c1ba, the last commit with the class swap), from the repository root.
 """
 import importlib.util
