@@ -43,6 +43,9 @@ ROTARY_TOL = 1e-10  # an unrotated offset meets only zero keys: its logits are e
 # width 8) turns by ~6e-7 rad a position, which moves the weights by ~1e-5, float32 softmax or not
 SUM_TOL = 1e-5  # a softmax's rows sum to one to float32 round-off (~1e-7) in many eager kernels
 GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value everywhere: sigmoid, SiLU > 0 there
+FIT_BATCH = 4  # independent inputs for a linear fit: 4 x 6 tokens per feature for a handful of coefficients
+FIT_TOL = 1e-8  # relative: an exact linear combination fits to round-off (~1e-14); a near miss does not
+COEF_TOL, COEF_DIGITS = 1e-6, 6  # a coefficient below COEF_TOL is no term of the sum
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
 
@@ -241,6 +244,30 @@ class Tracer:
         return {c.key: c for c in calls}, y
 
 
+def _combination(goal: torch.Tensor, terms: dict) -> dict | None:
+    """goal = sum_k c_k terms[k] to round-off: one coefficient per term if that fits, else one per feature (the
+    last dimension); None if neither fits. Coefficients are rounded to COEF_DIGITS."""
+    if not terms:
+        return None
+    names = list(terms)
+    X = torch.stack([terms[k].reshape(-1, goal.shape[-1]) for k in names], -1)  # (tokens, features, terms)
+    t = goal.reshape(-1, goal.shape[-1])
+    scale = t.abs().max().clamp_min(1e-30)
+    c = torch.linalg.lstsq(X.reshape(-1, len(names)), t.reshape(-1, 1)).solution[:, 0]
+    if ((X @ c - t).abs().max() / scale).item() < FIT_TOL:
+        return {"per_feature": False, "coefficients": {k: round(v, COEF_DIGITS) for k, v in zip(names, c.tolist())}}
+    if X.shape[0] <= len(names):
+        return None
+    per = torch.linalg.lstsq(X.transpose(0, 1), t.transpose(0, 1)[..., None]).solution[..., 0]  # (features, terms)
+    if ((torch.einsum("nfk,fk->nf", X, per) - t).abs().max() / scale).item() >= FIT_TOL:
+        return None
+    per = per.T  # (terms, features)
+    return {"per_feature": True,
+            "coefficients": {k: round(v.mean().item(), COEF_DIGITS) for k, v in zip(names, per)},
+            "range": {k: [round(v.min().item(), COEF_DIGITS), round(v.max().item(), COEF_DIGITS)]
+                      for k, v in zip(names, per)}}
+
+
 def _distributions(patterns: torch.Tensor) -> bool:
     """(heads, T, S) read-off weights: some visible, none negative, every row with weight summing to the same value."""
     visible = patterns.abs() > VISIBLE
@@ -264,7 +291,7 @@ class LayerAnalysis:
         self._mixing()
 
     def _start(self, driver, seed: int, cap: int | None) -> None:
-        self.driver, self.width, self.seq = driver, driver.width, driver.seq
+        self.driver, self.width, self.seq, self.seed = driver, driver.width, driver.seq, seed
         self.generator = torch.Generator().manual_seed(seed)
         self.tracer = Tracer(driver, cap)
         self.x = self.randn(1, self.seq, self.width)
@@ -612,17 +639,77 @@ class LayerAnalysis:
         return y
 
     def _sum_norms(self, g: SubLayer) -> list[Call]:
-        """Norms (outside the sub-layer) of the sub-layer's input plus its output: norm(h + F(h))."""
-        stream_in = self.stream_input(g)
+        """Norms (outside the sub-layers) of an affine combination of the stream and the sub-layer's output:
+        norm(h + F(h)), DeepNorm's norm(alpha h + F(h)), Admin's norm(omega * h + F(h)), B2T's norm(h + F(h) + x)."""
         return [n for n in self.norm_calls if n.index > g.out.index and n.inp.shape == g.out.out.shape
-                and _same(n.inp, stream_in.inp + g.out.out)]
+                and not self._inside(n) and self.stream_sum(n.key, g) is not None]
+
+    def _inside(self, c: Call) -> bool:
+        return any(self.stream_input(o).index < c.index < o.out.index for o in self.sublayers)
+
+    def _fit_run(self) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """One run on FIT_BATCH independent inputs (not copies of x, with a generator of its own, so the other
+        probes draw what they drew before): enough tokens to fit one coefficient per feature."""
+        if getattr(self, "_fit", None) is None:
+            x = torch.randn(FIT_BATCH, self.seq, self.width, dtype=torch.float64,
+                            generator=torch.Generator().manual_seed(self.seed + 1))
+            traced, y = self.tracer.inputs_of(x)
+            self._fit = (traced, x, y)
+        return self._fit
+
+    def stream_sum(self, target, g: SubLayer) -> dict | None:
+        memo = self.__dict__.setdefault("_sums", {})
+        if (target, g.out.key) not in memo:
+            memo[(target, g.out.key)] = self._stream_sum(target, g)
+        return memo[(target, g.out.key)]
+
+    def _stream_sum(self, target, g: SubLayer) -> dict | None:
+        """``target`` (a call's key: its input; or 'output': the layer's output) as an exact linear combination of
+        what the stream can carry up to sub-layer g: the layer's input x, the outputs of the sub-layers' writers up
+        to g's, and the outputs of the norms outside the sub-layers before g's writer. A sum of g's writer and at
+        least one other term, or None. Coefficients by least squares on FIT_BATCH independent inputs: one number
+        per term, else one per feature (Admin's omega); a fit that is not exact to round-off is no sum."""
+        try:
+            traced, x, y = self._fit_run()
+            terms = {"x": x}
+            for c in self.calls:
+                if c.index > g.out.index:
+                    break
+                if any(c is o.out for o in self.sublayers) or (c in self.norm_calls and not self._inside(c)):
+                    terms[c.name if c.key[1] == 0 else f"{c.name}#{c.key[1]}"] = traced[c.key].out
+            goal = y if target == "output" else traced[target].inp
+        except (KeyError, RuntimeError):  # a call the independent inputs do not repeat (routing by content)
+            return None
+        branch = g.out.name if g.out.key[1] == 0 else f"{g.out.name}#{g.out.key[1]}"
+        terms = {k: t for k, t in terms.items() if t.shape == goal.shape}
+        kept = {}
+        for k, t in terms.items():  # the same tensor under two names (a post-norm's stream is x): once
+            if not any(_same(t, u) for u in kept.values()):
+                kept[k] = t
+        fit = _combination(goal, kept)
+        if fit is None or abs(fit["coefficients"].get(branch, 0.0)) < COEF_TOL:
+            return None
+        others = {k: v for k, v in fit["coefficients"].items() if k != branch and abs(v) >= COEF_TOL}
+        if not others:
+            return None
+        # the stream h the sub-layer reads: its input, or the input of the pre-norm that feeds it
+        stream = self.stream_input(g)
+        prenorm = next((n for n in self.norm_calls if n.index < stream.index and _same(n.out, stream.inp)), None)
+        raw = [traced[c.key].inp for c in (stream, prenorm) if c is not None and c.key in traced]
+        stream_name = next((k for r in raw for k, t in kept.items() if k in fit["coefficients"] and _same(t, r)
+                            and abs(fit["coefficients"][k]) >= COEF_TOL), None)
+        return {**fit, "branch": branch, "stream": stream_name,
+                "coefficients": {k: v for k, v in fit["coefficients"].items() if abs(v) >= COEF_TOL}}
 
     def stream_input(self, g: SubLayer) -> Call:
-        return next((c for c in g.ins if c.inp.shape[-2] == self.seq), g.ins[0])
+        """The in-projection reading the stream that the writer depends on (not a router beside the sub-layer, as a
+        mixture-of-depths block's, that decides which tokens it processes)."""
+        reading = [c for c in g.ins if c.inp.shape[-2] == self.seq]
+        return next((c for c in reading if self.depends.get((c.key, g.out.key))), reading[0] if reading else g.ins[0])
 
     def norm_placement(self, g: SubLayer) -> dict:
         stream_in = self.stream_input(g)
-        inner = [n for n in self.norm_calls if g.ins[0].index < n.index < g.out.index]
+        inner = [n for n in self.norm_calls if stream_in.index < n.index < g.out.index]
         stream = [n for n in self.norm_calls if n not in inner]
         before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)]
         # a norm of the writer's output is an output norm, unless it is the next sub-layer's input norm: a block
@@ -630,7 +717,8 @@ class LayerAnalysis:
         later_inputs = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
         after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)
                  and not any(_same(n.out, i) for i in later_inputs)]
-        post = [n.name for n in self._sum_norms(g)]
+        sums = self._sum_norms(g)
+        post = [n.name for n in sums]
         if g is not self.sublayers[-1] and not self._sum_norms(self.sublayers[-1]):
             # the stack ends without a norm on its residual sum: a norm of an earlier sum that feeds the next
             # sub-layer is that sub-layer's input norm (the stream goes on un-normalized), not a post-norm
@@ -639,8 +727,11 @@ class LayerAnalysis:
         # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
         placement = ("post" if post and not after else "sandwich" if before and after else "pre" if before
                      else "output" if after else "none")
-        return {"placement": placement, "input_norm": before, "output_norm": after, "post_norm": post,
-                "norms": before + after + post}
+        out = {"placement": placement, "input_norm": before, "output_norm": after, "post_norm": post,
+               "norms": before + after + post}
+        if placement == "post":  # the sum the norm reads: its coefficients (DeepNorm's alpha, Admin's omega, B2T's x)
+            out["post_sum"] = self.stream_sum(next(n.key for n in sums if n.name == post[0]), g)
+        return out
 
     def qk_norm(self, g: SubLayer) -> list[str]:
         keys = [c.key for c in g.ins]

@@ -78,14 +78,21 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         structure = {"reviewable": False, "reason": f"driving the block with hooks failed: {type(err).__name__}: "
                                                     f"{err}"}
     if structure.get("reviewable") and structure["mixer"] != "attention":
-        # a block is reviewed for its attention: a block whose token mixing is no softmax attention is not passed
+        # a block is reviewed for its attention: a block whose token mixing is no softmax attention is not passed,
+        # but the rest of it (norms, residuals, causality, FFN) is read and judged all the same
         mixer = structure["mixer"]
-        structure = {"reviewable": False, "mixer": mixer, "reason": f"no softmax attention recognised in the data "
-                     f"flow: its token mixing reads as {mixer} (evidence.mixer)", "evidence": structure["evidence"]}
+        structure = {**structure, "reviewable": False, "rest_read": True,
+                     "reason": f"no softmax attention recognised in the data flow: its token mixing reads as {mixer} "
+                               "(evidence.mixer); the rest of the block is reviewed below"}
     structure["expected_causal"] = role != "encoder"
     structure["layers"] = [layer_entry(structure, [0])]  # one block: one layer, one pattern
     review.facts["structure"] = structure
     judge_structure(review, structure, depth=depth, warmup_steps=warmup_steps)
+    measured = review.facts["causal"].get("with_caller_mask") or review.facts["causal"]["without_caller_mask"]
+    if role != "encoder" and measured["leaks"] and not structure.get("reviewable") and "causal" not in structure:
+        # the structure could not be read, but the leak was measured on the whole block: it rejects all the same
+        review.add("causal mask", "reject", f"future tokens leak into earlier positions (relative change "
+                   f"{measured['max_leak']:.1e}, measured on the whole block) in a decoder", False)
     if structure.get("reviewable"):
         _judge_heads(review, structure, builder.declared_heads)
     if role == "cross":

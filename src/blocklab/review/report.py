@@ -4,9 +4,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 EXIT_PASS, EXIT_FLAG, EXIT_REJECT, EXIT_USAGE, EXIT_CANNOT = 0, 1, 2, 3, 4
-SEVERITY_RANK = {"pass": 0, "info": 0, "warn": 1, "flag": 1, "reject": 2, "cannot": 3}
-VERDICTS = ("pass", "flag", "reject", "cannot review")
-EXIT_OF = dict(zip(VERDICTS, (EXIT_PASS, EXIT_FLAG, EXIT_REJECT, EXIT_CANNOT)))
+# a defect measured (reject) outranks a part that could not be read (cannot review): a block whose future leaks
+# is rejected even where its token mixing reads as no known kind
+SEVERITY_RANK = {"pass": 0, "info": 0, "warn": 1, "flag": 1, "cannot": 2, "reject": 3}
+VERDICTS = ("pass", "flag", "cannot review", "reject")
+EXIT_OF = dict(zip(VERDICTS, (EXIT_PASS, EXIT_FLAG, EXIT_CANNOT, EXIT_REJECT)))
 
 @dataclass
 class Finding:

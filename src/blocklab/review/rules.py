@@ -33,7 +33,8 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
             add("output projection", "flag", "the attention has no output projection (W_O): its heads' output is "
                 "added to the stream as it is", None)
         add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
-        return
+        if not s.get("rest_read"):  # nothing else was read
+            return
     _placement(add, s, depth, warmup_steps)
     _defaults(add, s)
     _residuals(add, s)
@@ -130,6 +131,9 @@ def _placement(add, s, depth, warmup_steps) -> None:
         add("norm position", "flag", f"no normalization found on {which} inputs, outputs or residual sums", "none")
         if where == "none":
             return
+    if where == "post":
+        messages["post"] = f"post-norm: {post_norm_text(s['evidence']['norm_placement'])}; 2026 default: pre-norm " \
+                           f"({WHY['norm_placement']})"
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
         if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
@@ -138,6 +142,51 @@ def _placement(add, s, depth, warmup_steps) -> None:
         else:
             add("post-norm depth", "pass", f"post-norm stack of {depth} blocks"
                 + (f" with {warmup_steps} warm-up steps" if warmup_steps else f" (<= {MAX_POST_NORM_DEPTH})"), depth)
+
+
+def sum_text(fit: dict) -> str:
+    """The sum a post-norm reads, as a formula: 'h + F(h)', '2.63*h + F(h)', 'w*h + F(h) (w per feature, ...)',
+    'x + h + F(h)' (B2T: the block's input x joins the last sum)."""
+    def term(k, v):
+        label = "F(h)" if k == fit["branch"] else "h" if k == fit.get("stream") else "x" if k == "x" else f"{k}(.)"
+        if fit["per_feature"]:
+            lo, hi = fit["range"][k]
+            if hi - lo > 1e-6:
+                return f"w*{label} (w per feature, {lo:.3g} to {hi:.3g})"
+        return label if abs(v - 1) < 1e-6 else f"{v:.3g}*{label}"
+    return " + ".join(term(k, v) for k, v in fit["coefficients"].items())
+
+
+def post_norm_text(placements: dict) -> str:
+    """norm(sum) for each sub-layer read as post-norm, with what sets its sum apart from h + F(h)."""
+    parts = []
+    sum_norms = {n for p in placements.values() for n in p.get("post_norm", [])}
+    for which, p in placements.items():
+        fit = p.get("post_sum")
+        # a post-norm block's FFN reads the attention's sum norm: not an input norm of its own
+        p = {**p, "input_norm": [n for n in p.get("input_norm", []) if n not in sum_norms]}
+        if p.get("placement") != "post" or not fit:
+            if p.get("placement") == "post" and p.get("residual_carries"):
+                parts.append(f"the {which}'s residual carries {p['residual_carries']}(h), norm(h) + F(norm(h))")
+            continue
+        inner = "F(norm(h))" if p.get("input_norm") else "F(h)"
+        text = sum_text(fit).replace("F(h)", inner)
+        notes = []
+        stream = fit["coefficients"].get(fit.get("stream"))
+        if fit["per_feature"] and any(hi - lo > 1e-6 for lo, hi in fit["range"].values()) or \
+                fit["per_feature"] and stream is not None and abs(stream - 1) > 1e-6:
+            notes.append("a weight per feature on the skip, as Admin's omega")
+        elif stream is not None and abs(stream - 1) > 1e-6:
+            notes.append(f"the skip scaled by {stream:.3g}, as DeepNorm's alpha")
+        if "x" in fit["coefficients"] and fit.get("stream") != "x":
+            notes.append("the block's input joins the sum, B2T's form")
+        if abs(fit["coefficients"][fit["branch"]] - 1) > 1e-6 and not fit["per_feature"]:
+            notes.append(f"the branch scaled by {fit['coefficients'][fit['branch']]:.3g}")
+        if p.get("input_norm"):
+            notes.append(f"with input norms too ({', '.join(p['input_norm'])}): the stream is re-normed after every "
+                         "sum")
+        parts.append(f"{which} norm({text})" + (f" ({'; '.join(notes)})" if notes else ""))
+    return ", ".join(parts) if parts else "norm(h + F(h))"
 
 
 def _defaults(add, s) -> None:
