@@ -1,4 +1,4 @@
-"""Same-process A/B of the training diagnostics' cost (issue 49): a fast step without them, with REV's diagnostics
+"""Same-process A/B of the training diagnostics' cost: a fast step without them, with REV's diagnostics
 (loaded from git) and with the working tree's, one thread, steps alternating.
 
 Three copies of the sweep's copy-task model of params.yaml (fast path, fused Adam, its batch; post-norm, seed 0), each
@@ -9,7 +9,7 @@ timed twice: wall time, and the thread's CPU time (``time.thread_time``: on a ma
 one thread computed, without the time it waited for a core; memory and cache contention remain in it). Prints the median
 step of each, and each one's overhead over ``fast`` as the median of the rounds' ratios with its quartiles; checks that
 the three give bit-identical losses. `python performance/ab_diagnostics.py [rounds] [rev]` (defaults 12 and 90d4296, the
-last commit before issue 49), from the repository root.
+last commit before the diagnostics were made cheap), from the repository root.
 """
 import importlib.util
 import os

@@ -1,4 +1,4 @@
-"""Same-process vs separate-process A/B of the training diagnostics' cost (issue 49): why the bench measures more.
+"""Same-process vs separate-process A/B of the training diagnostics' cost: why the bench measures more.
 
 `performance/ab_diagnostics.py` alternates a fast step and a diagnostics step inside one process; `blocklab bench` trains
 each lane in its own processes. This script does both at once, steps alternating (rotated order every round), one

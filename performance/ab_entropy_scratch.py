@@ -1,4 +1,4 @@
-"""In-forward A/B of the attention entropy (issue 49): ``_causal_stats`` writing m - s into a fresh tensor ("now",
+"""In-forward A/B of the attention entropy: ``_causal_stats`` writing m - s into a fresh tensor ("now",
 before this change) against writing it over the attention's scores, dead after the softmax ("inplace": the change).
 
 The sweep's copy-task model of params.yaml (fast path, fused Adam, its batch; post-norm, seed 0) trains N steps with

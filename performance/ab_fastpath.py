@@ -1,5 +1,5 @@
 """Same-process A/B of two ways of putting the fast path in place: the run-time class swap of REV (the old
-``model/fastpath.py``, loaded from git) against the module replacement of the working tree (issue 35).
+``model/fastpath.py``, loaded from git) against the module replacement of the working tree.
 
 Both models are the sweep's copy-task model from the same seed, with the fast path and fused Adam, on one thread; every
 round trains one step of each on the same batch, in an order that alternates, so that load drifting from minute to

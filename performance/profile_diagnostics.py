@@ -1,4 +1,4 @@
-"""Where a diagnostics step's extra time goes, metric by metric (issue 49): torch.profiler, one thread.
+"""Where a diagnostics step's extra time goes, metric by metric: torch.profiler, one thread.
 
 The sweep's copy-task model of params.yaml (fast path, fused Adam, batch of params.yaml) trains STEPS steps without
 diagnostics and STEPS steps recording every diagnostic at every step (params' ``diagnostics``, ``every`` forced to 1),
