@@ -1,4 +1,4 @@
-"""The training diagnostics as they were before issue 49 (src/blocklab/training/diagnostics.py at 90d4296), frozen:
+"""The training diagnostics as they were before they were made cheap (src/blocklab/training/diagnostics.py at 90d4296), frozen:
 the reference that tests/test_diagnostics_record.py holds the batched implementation to (every metric recomputed per
 block, the attention from the sub-layer's input). Not used by the package; do not edit except to fix imports."""
 from __future__ import annotations

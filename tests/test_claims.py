@@ -104,7 +104,7 @@ def test_gradnorm_trend_is_judged_on_the_seeds_ratios(tmp_path, document_params,
     kind, judged = claims.judge_claim(claim, measures)
     trend_verdict = verdicts.judge_part(claim["parts"][0], measures[0]["measure"]).verdict
     assert kind == "trend + value" and trend_verdict == verdict, judged.margin
-    # seeds to decide wherever the rates are below 0.8 (issue 44: a † verdict too), never where both are 0.8
+    # seeds to decide wherever the rates are below 0.8 (a † verdict too), never where both are 0.8
     low = judged.p_reproduced_if_true is not None and min(judged.p_reproduced_if_true, judged.p_rejected_if_off) < 0.8
     assert (judged.seeds_to_decide is not None or "no count up to" in judged.margin) == low
 
@@ -179,7 +179,7 @@ def test_a_count_that_the_test_cannot_decide_says_how_many_seeds_would():
 
 @pytest.mark.parametrize("k, verdict", [(3, claims.REPRODUCED), (2, claims.NOT_REPRODUCED), (0, claims.NOT_REPRODUCED)])
 def test_a_claim_about_every_seed_is_judged_run_by_run_not_as_a_rate(k, verdict):
-    """"Stays near chance in all three seeds": 2 of 3 is not reproduced (one run refutes "every"; issue 44), as is 0 of 3. As a rate (Fisher vs 3 of 3)
+    """"Stays near chance in all three seeds": 2 of 3 is not reproduced (one run refutes "every"), as is 0 of 3. As a rate (Fisher vs 3 of 3)
     both would be inconclusive, and 2 of 3 stays so whatever the seeds (no number of seeds decides it)."""
     assert verdicts.count(3, 3, k, 3, scope="every seed").verdict == verdict
     assert verdicts.count(3, 3, 2, 3).verdict == claims.INCONCLUSIVE  # the rate rule, which these words are not
@@ -260,7 +260,7 @@ def test_value_rule_uses_the_written_precision_and_the_seeds_spread():
 
 def test_range_and_inequality_rules():
     assert verdicts.range_("0.16", "0.71", [0.2, 0.5, 0.7]).verdict == claims.REPRODUCED
-    # the seeds are a sample: their mean's 95 % interval must meet the range (issue 44), not every seed lie in it
+    # the seeds are a sample: their mean's 95 % interval must meet the range, not every seed lie in it
     assert verdicts.range_("0.16", "0.71", [3.8, 4.0, 4.1]).verdict == claims.NOT_REPRODUCED
     assert verdicts.range_("0.16", "0.71", [0.2, 3.8, 4.1]).verdict == claims.REPRODUCED  # too spread to exclude it
     assert verdicts.range_("0.16", "0.71", [0.7, 0.8, 0.9]).verdict == claims.REPRODUCED  # mean 0.8, interval meets
@@ -349,7 +349,7 @@ GOOD = """- id: good
     ("parts:\n  - {kind: value, value: \"1\"}\n  - {kind: count}\n", "good.parts\\[1\\]: kind count needs count, of"),
     ("kind: value\nvalue: \"4.0\"\nparts: []\n", "good: give kind \\(one part\\) or parts"),
     ("", "good: give kind \\(one part\\) or parts \\(a list\\), not neither"),
-    # margins and sizes that cannot be met, or that the rule does not take (issue 33, point 8)
+    # margins and sizes that cannot be met, or that the rule does not take
     ("kind: trend\ndirection: flat\nband: [\"1.01\", \"0.99\"]\n", "good.band: \\['1.01', '0.99'\\] cannot be met"),
     ("kind: trend\ndirection: flat\nband: [\"0\", \"1.01\"]\n", "good.band: .* cannot be met; allowed: 0 < low <= high"),
     ("kind: contrast\nside: above\nmargin: \"0.1\"\n", "good.margin: a margin is for non-inferiority; allowed with side: not above"),
@@ -387,7 +387,7 @@ def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
     assert {c["id"] for c in loaded if c["source"] == "project"} == {
         "d000-post-warm-collapse-rate", "d000-xiong-output-gradient-training", "p11c-pre-norm-learns-everywhere",
         "p11c-post-norm-nowarm-fails-at-24", "p11c-post-norm-warm-fails", "p11c-post-norm-nowarm-learns-shallow-or-slow"}
-    # the collapse's shape part by part (issue 44: at step 300, peak, rise, delay after warm-up, plateau), its rate
+    # the collapse's shape part by part (at step 300, peak, rise, delay after warm-up, plateau), its rate
     # counted in another row
     kinds = {c["id"]: [p["kind"] for p in claims.rule_parts(c)] for c in loaded}
     assert kinds["d000-post-warm-collapse"] == ["value", "value", "inequality", "range", "value"]
@@ -530,7 +530,7 @@ def test_a_trend_over_learned_or_not_is_judged_by_the_exact_sign_test_in_seeds()
     tied = verdicts.trend("grows", [1, -1, 0, 0], scale="sign")
     assert tied.verdict == claims.INCONCLUSIVE and tied.seeds_to_decide is None  # no direction to extrapolate
     shipped = {c["id"]: c for c in claims.load_claims()}
-    assert shipped["d000-depth-gap"]["scale"] == "levels"  # every depth recorded, not the two ends (issue 44)
+    assert shipped["d000-depth-gap"]["scale"] == "levels"  # every depth recorded, not the two ends
 
 
 def test_a_trend_over_every_level_is_the_exact_stratified_permutation_test():
@@ -597,7 +597,7 @@ def test_stability_is_the_largest_rise_above_the_running_minimum_and_bad_check_a
 
 def test_a_one_seed_reverse_copy_is_described_without_a_numpy_warning():
     """The tiny DAG trains one seed per variant: its spread is NaN, written "nan", and numpy's "Degrees of freedom <= 0"
-    RuntimeWarning is not raised (issue 48: the smoke output carried it)."""
+    RuntimeWarning is not raised (the smoke output carried it)."""
     summary = pd.DataFrame([{"run": f"{v}-s0", "variant": v, "seed": 0, "match_params": False, "steps": 4,
                              "final_loss": x} for v, x in (("classic", 1.0), ("rmsnorm", 0.5))])
     losses = pd.DataFrame([{"run": f"{v}-s0", "step": t + 1, "loss": 2.0 - t} for v in ("classic", "rmsnorm")
@@ -610,7 +610,7 @@ def test_a_one_seed_reverse_copy_is_described_without_a_numpy_warning():
     assert claims.sample_sd(np.array([1.0, 3.0])) == pytest.approx(np.std([1.0, 3.0], ddof=1))
 
 
-# ---- error rates of every rule (issue 44) ------------------------------------------------------------------------------
+# ---- error rates of every rule ------------------------------------------------------------------------------
 
 
 def test_error_rates_match_closed_forms_and_are_seeded():
@@ -673,7 +673,7 @@ def test_the_gallerys_claims_carry_both_error_rates_and_every_decided_low_one_sa
 
 
 def test_seeds_to_decide_is_the_closed_form_power_count_and_none_where_no_count_reaches_it():
-    """seeds_to_decide (issue 44): the least seed count at which both simulated rates reach 0.8. "Every run" measured
+    """seeds_to_decide: the least seed count at which both simulated rates reach 0.8. "Every run" measured
     on 2 runs: true, every run does it (reproduced always); off, half do: rejected with probability 1 - 0.5^n, which
     first reaches 0.8 at n = ceil(ln 0.2 / ln 0.5) = 3. A rate against the document's 1 of 3: off, the rate is 0.83;
     however many runs we add, Fisher's test against the document's own three runs tends to P(at most 1 of 3 | 0.83)
@@ -712,7 +712,7 @@ def test_a_decided_claim_below_0_8_names_its_seeds_to_decide_in_the_table():
 
 
 def _unexplained(table) -> list[str]:
-    """Issue 44's check: the decided claims (reproduced, partly, not reproduced) that neither reach 0.8 on both error
+    """The decided claims (reproduced, partly, not reproduced) that neither reach 0.8 on both error
     rates nor say why not (``rates_why``)."""
     import pandas as pd
 
@@ -729,7 +729,7 @@ def _unexplained(table) -> list[str]:
 
 
 def test_every_decided_claim_reaches_0_8_on_both_rates_or_says_why_not():
-    """Issue 44: "every rule of a decided claim reaches 0.8 on both or says why not". The shipped table passes; the
+    """"Every rule of a decided claim reaches 0.8 on both or says why not". The shipped table passes; the
     same table with one decided low row's reason blanked fails (and one with no rates, e.g. a computed claim)."""
     import pandas as pd
 

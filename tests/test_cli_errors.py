@@ -90,7 +90,7 @@ def test_command_table_names_every_registered_subcommand():
 
 
 def test_the_top_level_lists_the_commands_for_people_first(tmp_path):
-    """Issue 48: `blocklab --help` lists people's commands, then the pipeline's jobs, then maintenance; every command
+    """`blocklab --help` lists people's commands, then the pipeline's jobs, then maintenance; every command
     is in one section, and the groups' verbs appear in the group's own help."""
     from blocklab.cli import SECTIONS, TABLE
 

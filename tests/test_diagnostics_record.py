@@ -1,5 +1,5 @@
-"""The diagnostics record what they recorded before issue 49 made them cheap: on the tiny configuration against the
-pre-issue-49 Recorder (``diagnostics_before.py``, frozen), and against a recorded run's stored values.
+"""The diagnostics record what they recorded before they were made cheap: on the tiny configuration against the
+earlier Recorder (``diagnostics_before.py``, frozen), and against a recorded run's stored values.
 
 What may differ, and why: every metric but the two attention ones is computed with the same float32 operations as before
 (per tensor, then per block, in the same order), so it is equal to the last bit. The attention entropy and largest logit
@@ -78,7 +78,7 @@ def _compare(old: pd.DataFrame, new: pd.DataFrame, attention_exact: bool) -> Non
 
 
 @pytest.mark.parametrize("fast_path, norm, warmup", [(True, "post", 20), (True, "pre", 0), (False, "post", 20)])
-def test_every_metric_equals_the_pre_issue_49_recorder_on_the_tiny_configuration(fast_path, norm, warmup):
+def test_every_metric_equals_the_frozen_earlier_recorder_on_the_tiny_configuration(fast_path, norm, warmup):
     params = copy.deepcopy(load_params(ROOT / "configs/tiny.yaml"))
     params["sweep"]["fast_path"] = fast_path
     steps = 12

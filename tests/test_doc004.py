@@ -376,7 +376,7 @@ def test_figures_render(params, reverse_frames, lang):
 
 def test_reverse_copy_figure_is_the_same_picture_each_time(reverse_frames):
     """Same data, same figure, byte for byte: the per-seed dots used seaborn's stripplot jitter, drawn from NumPy's global
-    random state, so `figs/reverse_copy.png` changed on every redraw (issue 33's review). Each seed's dot sits at a
+    random state, so `figs/reverse_copy.png` changed on every redraw (found in a review). Each seed's dot sits at a
     fixed offset and its value (the spread's ends are the min and max seeds)."""
     import io
 

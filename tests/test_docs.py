@@ -1,4 +1,4 @@
-"""Docs that cannot drift (issue 25): the README's and docs/' generated blocks are what the recorded data gives, every
+"""Docs that cannot drift: the README's and docs/' generated blocks are what the recorded data gives, every
 relative link resolves (to a file, and to a heading where it names one), and every `blocklab` command, option and
 `make` target the pages show exists."""
 import re
@@ -17,8 +17,6 @@ from blocklab.records import DYNAMICS, GALLERY, INFERENCE, LAB_RUNS, REVIEWER, S
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / GALLERY
 PAGES = docs.pages(ROOT)
-# Pages other branches write (linked already; checked like any other once they exist).
-PENDING = {"docs/reviewer.md": "issue 24, the block reviewer", "docs/dynamics.md": "issue 23, training dynamics"}
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 SPAN = re.compile(r"`(blocklab [^`]+)`")
@@ -140,8 +138,6 @@ def test_every_relative_link_resolves():
                 continue
             path, _, anchor = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
-            if _rel(dest) in PENDING and not dest.exists():
-                continue
             checked += 1
             if not dest.exists():
                 broken.append(f"{_rel(page)}: {target} (no such file)")
@@ -266,7 +262,7 @@ def test_the_default_collapse_rate_counts_the_gallery_main_sweep_seeds_only_when
 
 def test_the_fitting_ranking_reads_recorded_runs_only_not_the_gallery(tmp_path):
     """The inferred-setup ranking was fixed on recorded runs (records/inference/sweep-b32 holds the batch-32 main sweep's,
-    the default until issue 33): redrawing the gallery at another batch must not move it."""
+    the default until batch 64 was): redrawing the gallery at another batch must not move it."""
     from blocklab.reporting.docs import RANKING_SNAPSHOTS, _ranking
 
     root = tmp_path / "project"
@@ -321,7 +317,7 @@ def test_the_gallerys_claim_by_setting_table_is_what_the_studys_snapshots_give(t
     """records/gallery/sensitivity/claims_by_setting.csv (and the summary beside it) re-aggregated from the study's
     snapshots in records/sensitivity with the gallery's gradient table, by the package's own command (the gallery
     README's recipe): a change to a claim's rule that was not carried into this table fails here (it once lagged
-    issue 44's error-rate texts by 40 margins)."""
+    the error-rate texts by 40 margins)."""
     import subprocess
 
     gallery = ROOT / GALLERY
@@ -336,7 +332,7 @@ def test_the_gallerys_claim_by_setting_table_is_what_the_studys_snapshots_give(t
         shipped = pd.read_csv(gallery / "sensitivity" / table)
         pd.testing.assert_frame_equal(again, shipped, check_exact=True, obj=table)
 
-# ---- no hand-written measured numbers (issue 44) ---------------------------------------------------------------------
+# ---- no hand-written measured numbers ---------------------------------------------------------------------
 
 HAND_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RULE_CONVENTIONS = {"95%", "99%", "5%", "0.975", "1.96", "0.8", "0.2", "0.05"}  # the rules' levels; the learned threshold
@@ -381,7 +377,7 @@ def test_a_number_planted_by_hand_fails_and_one_in_a_generated_block_does_not(tm
 
 def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tmp_path):
     """README's and open-questions' answer to problem 11 (다) is made from the claims table only: each sentence names
-    its row and verdict, and the conclusion changes when the verdicts do (issue 44: the hand-written answer had said
+    its row and verdict, and the conclusion changes when the verdicts do (the hand-written answer had said
     the failure was not post-norm's, against the data)."""
     (tmp_path / "claims").mkdir()
     claims = pd.read_csv(DATA / "claims" / "claims.csv")
@@ -397,7 +393,7 @@ def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tm
 
 
 def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_quotes_the_same():
-    """Issue 44: the report's detector rates come from the gallery's data alone (``answers.detector_table``: the
+    """The report's detector rates come from the gallery's data alone (``answers.detector_table``: the
     pipeline's detectors.csv, or the gallery's aggregated dynamics tables), and docs/dynamics.md's generated block,
     which also reads the snapshots in records/dynamics/, states the same hits, windows, false alarms and intervals."""
     from blocklab.reporting import answers, claims
@@ -417,7 +413,7 @@ def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_qu
 
 
 def test_the_gallery_names_its_data_in_the_pipeline_layout_not_the_drawing_machines_paths(tmp_path):
-    """Issue 48: the gallery's figure pages and sidecars named /work/... of the machine that drew them. They name the
+    """The gallery's figure pages and sidecars once named /work/... of the machine that drew them. They name the
     data/ layout (``io.data_layout``), which ``blocklab gallery`` writes (``style.relative_sidecar``) and whose tables
     the gallery keeps; a figure drawn from recorded files names them by their path in the repository."""
     import json
@@ -445,7 +441,7 @@ def test_the_gallery_names_its_data_in_the_pipeline_layout_not_the_drawing_machi
 
 
 def test_docs_holds_pages_and_pictures_and_the_records_have_one_home_in_the_code():
-    """Issue 48, point 5: the recorded runs and tables live in records/ (``blocklab.records``), docs/ holds pages and
+    """The recorded runs and tables live in records/ (``blocklab.records``), docs/ holds pages and
     pictures (and each picture's JSON sidecar); the package names those locations only through ``blocklab.records``."""
     from blocklab import records
 
@@ -477,3 +473,63 @@ def test_the_depth_grid_block_shows_every_seed_of_a_cell(tmp_path):
     assert "seeds 0, 1 in that order" in block
     assert "| 2 | 104, 103 | 50, — |" in block and "| 24 | never, 900 | —, — |" in block, block
     assert "5 runs, 5.00 h of run time (m)." in block
+
+
+# ---- pages, code, records and file names speak of the project alone ------------------------------------------------
+
+# A work item, a session or a stop by its number ("issue N", "session-N", "stop N", "issueN_x.sh"): history lives
+# in git's commit messages and in docs/HISTORY.md, by date and commit.
+HISTORY_WORD = re.compile(r"(?<![a-z])(?:issues?|sessions?|stop)[ _-]?#?\d+", re.I)  # "stops 200 steps" is English
+BINARY = {".png", ".pdf", ".parquet", ".pt", ".ttf", ".gz", ".zip"}
+
+
+def _tracked(root: Path) -> list[str]:
+    """The repository's files, relative to ``root``: git's list where there is one, else every file but caches."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout.strip():
+        return [name for name in listed.stdout.splitlines() if (root / name).is_file()]
+    skip = {".git", ".venv", "data", ".snakemake", ".dvc", "__pycache__"}
+    return [_rel(p) for p in root.rglob("*") if p.is_file() and not skip & set(p.relative_to(root).parts)]
+
+
+def _history_mentions(root: Path, names: list[str]) -> list[str]:
+    """Every file name, and every line of a text file, that names a work item, session or stop by its number."""
+    found = [f"{name} (file name)" for name in names if HISTORY_WORD.search(name)]
+    for name in names:
+        if Path(name).suffix in BINARY:
+            continue
+        try:
+            text = (root / name).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        found += [f"{name}:{n}: {m.group(0)}" for n, line in enumerate(text.splitlines(), 1)
+                  for m in [HISTORY_WORD.search(line)] if m]
+    return found
+
+
+def test_pages_code_records_and_file_names_name_no_issue_session_or_stop_number():
+    """No "issue N", "session N" or "stop N" (N a number) anywhere a reader or a maintainer looks: README, docs/ (every page, sub-
+    folders too), records/, src/ (code, comments, docstrings, claims.yaml, answers.yaml), scripts/, tests/, the
+    workflow, the benchmark's folder, the parameters, or any file's name."""
+    names = _tracked(ROOT)
+    assert "README.md" in names and "src/blocklab/reporting/claims.yaml" in names
+    assert not _history_mentions(ROOT, names), "\n".join(_history_mentions(ROOT, names))
+
+
+def test_the_history_check_sees_a_number_in_a_page_a_comment_and_a_file_name(tmp_path):
+    word = "iss" + "ue"  # spelt in two parts so that this file passes its own check
+    (tmp_path / "docs" / "extra").mkdir(parents=True)
+    (tmp_path / "docs" / "extra" / "page.md").write_text(f"Fixed in {word} 62.\n", encoding="utf-8")
+    (tmp_path / "code.py").write_text(f"x = 1  # see se{'ss'}ion-9\n", encoding="utf-8")
+    (tmp_path / f"scripts_{word}44_seeds.sh").write_text("true\n", encoding="utf-8")
+    (tmp_path / "clean.md").write_text("Issued 3 times; the run stops 200 steps early? no: stopped.\n", encoding="utf-8")
+    names = [_rel_to(p, tmp_path) for p in sorted(tmp_path.rglob("*")) if p.is_file()]
+    found = _history_mentions(tmp_path, names)
+    assert [f.split(":")[0].split(" ")[0] for f in found] == ["scripts_" + word + "44_seeds.sh", "code.py",
+                                                               "docs/extra/page.md"]  # clean.md passes
+
+
+def _rel_to(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()

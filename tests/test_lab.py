@@ -174,7 +174,7 @@ def test_bad_options_name_the_allowed_values(tmp_path, args, message):
 
 
 def test_a_users_block_through_the_lab_nan_is_diverged_and_a_rerun_trains_nothing(tmp_path):
-    """The check of issue 45: a block of a test file, run from another folder by its path; its loss turns NaN after
+    """A block of a test file, run from another folder by its path; its loss turns NaN after
     the first step, so the run is `diverged` and the lab still writes every table, the figure and the page."""
     out = tmp_path / "lab"
     path = ROOT / "tests" / "lab_blocks.py"
@@ -199,7 +199,7 @@ def test_a_users_block_through_the_lab_nan_is_diverged_and_a_rerun_trains_nothin
     assert again.returncode == 0 and meta.stat().st_mtime_ns == stamp, again.stderr[-2000:]
 
 
-# ---- the recorded runs and the literature's claims (issue 45) -------------------------------------------------------
+# ---- the recorded runs and the literature's claims -------------------------------------------------------
 
 
 def _fake_records(tmp_path, seeds, source="deepnorm-w0-s0", name="deepnorm"):

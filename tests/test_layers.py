@@ -1,4 +1,4 @@
-"""The package's layers (STYLE.md, issue 25): a module imports only from its own layer or below, so each layer can be
+"""The package's layers (STYLE.md): a module imports only from its own layer or below, so each layer can be
 read and tested without the ones above it, and no two modules import each other, even lazily inside a function.
 
 Bottom to top: params and config; model; training; experiments; the block reviewer (blocklab.review: a consumer of
@@ -6,16 +6,16 @@ model/, which never imports it; reporting renders its recorded tables); figures 
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
 dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
 
-The studies (issue 35) are one package each, of one shape (studies/README.md), spread over the layers by kind:
+The studies are one package each, of one shape (studies/README.md), spread over the layers by kind:
 ``plan`` at the params level (a plan is made from the parameters alone), ``run`` and ``aggregate`` at the experiments
 level, ``figures`` at the figures level, ``commands`` at the top with reporting; ``studies.cells`` (the cell, a run's
-name and directory) sits below every plan. No study judges a claim (issue 48): the sensitivity study's claim x setting
+name and directory) sits below every plan. No study judges a claim: the sensitivity study's claim x setting
 and the inference study's ranking by the document's numbers are the reporting level's (``reporting.sensitivity``,
 ``reporting.inference``), which serve those verbs. Inside a study, and from one study to another, the same order
 holds: plan below run below aggregate below figures and commands; a study's own further module (the dynamics study's
 ``detectors``) is of one of those kinds (``EXTRA``).
 
-Folders (the package's subpackages) import each other one way only (issue 48): no folder imports a folder that
+Folders (the package's subpackages) import each other one way only: no folder imports a folder that
 imports it back, directly or through others.
 
 Validating parameters runs each study's checks: ``params.py`` (the one ``load_params``) reads ``studies.checks.CHECKS``,
@@ -137,7 +137,7 @@ def folder_edges(known) -> dict[str, set[str]]:
 
 
 def test_no_folder_imports_a_folder_that_imports_it_back():
-    """Issue 48: experiments/detectors.py imported studies.dynamics while studies/sensitivity/run.py imported
+    """experiments/detectors.py once imported studies.dynamics while studies/sensitivity/run.py imported
     experiments; the studies' aggregations imported reporting.claims, and reporting imports the studies. The folders'
     graph has no circle (so no two import each other); the check itself finds a planted one."""
     def circles(edges):
@@ -164,7 +164,7 @@ def test_no_folder_imports_a_folder_that_imports_it_back():
 
 
 def test_the_model_never_imports_the_reviewer():
-    """The reviewer reads models; the model knows nothing of it (issue 34: it left model/ for its own package)."""
+    """The reviewer reads models; the model knows nothing of it (it left model/ for its own package)."""
     known = modules()
     model = {m: p for m, p in known.items() if layer(m) == ORDER.index("model")}
     assert "blocklab.model.layers" in model and not any(m.startswith("blocklab.review") for m in model)
@@ -231,7 +231,7 @@ def test_a_module_imports_alone_in_a_fresh_process(module):
 
 
 def test_the_plan_names_runs_as_the_sweep_does():
-    """One run-directory name (issue 48): ``settings.run_name``, which the sweep and the studies' cells both use."""
+    """One run-directory name: ``settings.run_name``, which the sweep and the studies' cells both use."""
     from blocklab import settings
     from blocklab.studies import cells as study
     from blocklab.training import sweep
@@ -241,7 +241,7 @@ def test_the_plan_names_runs_as_the_sweep_does():
 
 
 def test_one_loader_of_parameters_and_one_default_cadence():
-    """One value, one home (issue 48): a single ``load_params`` in the package (``params``: the whole validation,
+    """One value, one home: a single ``load_params`` in the package (``params``: the whole validation,
     every study's checks included), and the diagnostics' default interval written once
     (``diagnostics.EVERY``), which the section's check and the recorder both use; the reviewer's old alias is gone."""
     import ast

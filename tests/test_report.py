@@ -153,7 +153,7 @@ def test_snakemake_report_lists_every_figure_with_its_rule(snake_project, tmp_pa
 
 
 def test_figures_keep_text_off_the_data_and_in_one_language():
-    """Issue 14's two figures: the copy-model legend sits below its axes (it covered the curves and the y label), and
+    """Two figures: the copy-model legend sits below its axes (it covered the curves and the y label), and
     the Korean parameter-count figure has no English word in its title."""
     from blocklab.figures.params import block_breakdown_figure
     from blocklab.figures.probe import residual_growth_figure
@@ -177,7 +177,7 @@ def test_figures_keep_text_off_the_data_and_in_one_language():
 
 def test_the_notebook_kernel_runs_over_local_sockets_without_the_tcp_warning(tmp_path, capfd):
     """``report.kernel_config``: the analysis notebook's kernel talks over IPC sockets in a private directory, so the
-    pipeline's output carries no "Kernel is running over TCP without encryption" warning (issue 48). With the default
+    pipeline's output carries no "Kernel is running over TCP without encryption" warning. With the default
     (TCP) configuration the same notebook prints it: the test can fail."""
     import nbformat
     import papermill

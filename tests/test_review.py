@@ -648,7 +648,7 @@ def test_memory_cap_refuses_before_allocating():
     assert "over the cap" in finding.message and "--max-memory-gb" in finding.message
 
 
-# --- issue 46: mixed stacks ----------------------------------------------------------------------
+# --- mixed stacks ----------------------------------------------------------------------
 
 
 def test_a_shared_expert_module_sized_for_two_counts_two():

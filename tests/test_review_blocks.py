@@ -40,7 +40,7 @@ CORRECT = {
     # x + n1(attn(x)), h + n2(ffn(h)); nn.RMSNorm
     "OutputNormBlock": ("decoder", dict(CLASSIC, norm_placement="output", norm_kind="rmsnorm", position="none",
                                         causal=True)),
-    # issue 46. DiffAttentionBlock: x + out_proj(subln(...)(norm1(x))), SwiGLU 176; nn.RMSNorm; 4 differential heads
+    # DiffAttentionBlock: x + out_proj(subln(...)(norm1(x))), SwiGLU 176; nn.RMSNorm; 4 differential heads
     # (q and k as 8 heads of 8, paired; v as 4 heads of 16); rotate() on q and k; triu(1) -inf: causal
     "DiffAttentionBlock": ("decoder", dict(FLAT_LLAMA, kv_heads=4, attention="MHA")),
     # NormFormerBlock: x + out(attn_ln(heads)) with ln1 before; fc2(ffn_ln(gelu(fc1(ln2 h)))) 4x; causal, no position
@@ -184,7 +184,7 @@ def test_cli_text_and_json_come_from_one_structure(name, status, tmp_path, capsy
         assert f"{s['attention']} {s['query_heads']}/{s['kv_heads']}" in text
 
 
-# --- issue 46: what the blocks above compute, read through norms, gates, layouts and fixed-size parameters ----------
+# --- what the blocks above compute, read through norms, gates, layouts and fixed-size parameters ----------
 
 
 def test_a_norm_before_the_output_projection_does_not_hide_the_attention():
@@ -242,14 +242,14 @@ def test_module_from_a_file_path_and_from_the_current_folder(tmp_path, monkeypat
     import sys
 
     monkeypatch.setattr(sys, "path", list(sys.path))
-    source = tmp_path / "issue46_block.py"
+    source = tmp_path / "mixed_block.py"
     shutil.copy(user_blocks.__file__, source)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "issue46_block", raising=False)
-    assert cli.main(["review", "--module", "./issue46_block.py:Block", "--role", "decoder"]) == EXIT_PASS
-    monkeypatch.delitem(sys.modules, "issue46_block", raising=False)
+    monkeypatch.delitem(sys.modules, "mixed_block", raising=False)
+    assert cli.main(["review", "--module", "./mixed_block.py:Block", "--role", "decoder"]) == EXIT_PASS
+    monkeypatch.delitem(sys.modules, "mixed_block", raising=False)
     sys.path[:] = [p for p in sys.path if p not in ("", str(tmp_path))]
-    assert cli.main(["review", "--module", "issue46_block:FlatLlamaBlock", "--role", "decoder"]) == EXIT_PASS
+    assert cli.main(["review", "--module", "mixed_block:FlatLlamaBlock", "--role", "decoder"]) == EXIT_PASS
     assert cli.main(["review", "--module", "./no_such_file.py:Block", "--role", "decoder"]) == EXIT_USAGE
     assert "no such file" in capsys.readouterr().err
 

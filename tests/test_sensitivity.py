@@ -53,7 +53,7 @@ def test_a_cell_identical_to_a_main_sweep_run_is_that_run():
     same = copy.deepcopy(FULL)
     same["sensitivity"]["batch_size"] = same["copy_task"]["batch_size"]  # held at the default: both families share it
     # each family's default-cell runs whose seed the main sweep trained: choices (seed 0) and the depth grid (seeds
-    # 0-1 since issue 44), post/pre x w0/w400 each
+    # 0-1 since the extra seeds), post/pre x w0/w400 each
     sweep_seeds = set(FULL["sweep"]["seeds"])
     shared = sum(len(sweep_seeds & set(FULL["sensitivity"][family]["seeds"])) for family in ("choices", "depth_lr"))
     assert shared == 3 and sens.plan(same)["main_sweep"].sum() == 2 * 2 * shared
@@ -194,7 +194,7 @@ def _grid_summary(learned: dict, seeds: int = 1) -> pd.DataFrame:
     ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 1}, 1, "inconclusive"),  # 3 up, 1 unchanged
     ({(2, "pre"): 4, (2, "post"): 0, (24, "pre"): 4, (24, "post"): 4}, 2, "not reproduced"),  # the gap shrinks
     # no gap at all, one seed: the sign test over 4 pairings can never reach p < 0.05, so the rule would say "not
-    # reproduced" of a true statement every time (issue 44's error rates): that verdict carries nothing, inconclusive
+    # reproduced" of a true statement every time (the error rates): that verdict carries nothing, inconclusive
     ({(2, "pre"): 4, (2, "post"): 4, (24, "pre"): 4, (24, "post"): 4}, 1, "inconclusive"),
 ])
 def test_depth_claim_on_hand_made_grids(learned, seeds, verdict):
@@ -203,7 +203,7 @@ def test_depth_claim_on_hand_made_grids(learned, seeds, verdict):
     measured, measures = claims.CHECKS["depth_gap"](data)
     _, judged = claims.judge_claim(claim, measures)
     assert judged.verdict == verdict, (measured, judged.margin)
-    # seeds to decide wherever the error rates are below 0.8, a decided verdict's too (issue 44), never where both are
+    # seeds to decide wherever the error rates are below 0.8, a decided verdict's too, never where both are
     low = judged.p_reproduced_if_true is not None and min(judged.p_reproduced_if_true, judged.p_rejected_if_off) < 0.8
     assert (judged.seeds_to_decide is not None or "no count up to" in judged.margin) == low, judged.margin
     assert "24 blocks" in measured and "2 blocks" in measured
@@ -317,7 +317,7 @@ def test_gradients_at_init_are_measured_at_every_position_and_batch_the_study_pl
 
 def test_the_recorded_studies_name_their_batch_so_another_default_batch_keeps_them():
     """The study's grids off the batch axis hold sensitivity.batch_size and the collapse family names its settings, so
-    the snapshots serve any default batch they record: batch 32 (the default until issue 33) is one -S away, with
+    the snapshots serve any default batch they record: batch 32 (the default before batch 64) is one -S away, with
     nothing retrained and nothing judged at another batch; a default the snapshots do not record is refused, naming
     the key."""
     params = copy.deepcopy(FULL)

@@ -1,4 +1,4 @@
-"""One study protocol (issue 48): every registered study (``protocol.STUDIES``) is a package whose five modules
+"""One study protocol: every registered study (``protocol.STUDIES``) is a package whose five modules
 implement ``protocol.Study`` with its signatures, parameter for parameter; the registry is what the parameters'
 validation, the command line and the rules read."""
 import importlib
@@ -60,7 +60,7 @@ def test_every_study_implements_the_protocol_with_its_signatures(study):
 
 
 def test_the_signature_check_can_fail():
-    """A study whose ``train`` took a Cell and no norm (as two did before issue 48) is refused by the same check."""
+    """A study whose ``train`` took a Cell and no norm (as two once did) is refused by the same check."""
     def train(params, cell, seed, out_dir, threads=None):
         return {}
 

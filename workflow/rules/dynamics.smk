@@ -1,4 +1,4 @@
-# Why post-norm fails, measured while it trains (issue 23): the diagnostics of the main sweep's runs and how often
+# Why post-norm fails, measured while it trains: the diagnostics of the main sweep's runs and how often
 # post-norm with warm-up collapses after it (`snakemake --cores 4 dynamics`); part of `all` (and so of `dvc repro`)
 # when dynamics.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
 from blocklab.studies.dynamics.plan import PLAN as DYNAMICS_PLAN, FIGURES as DYNAMICS_FIGURES, TABLES as DYNAMICS_TABLES, aggregate_inputs as dynamics_aggregate_inputs, run_identity as dynamics_identity
@@ -55,7 +55,7 @@ rule aggregate_dynamics:
         "blocklab dynamics aggregate --params {PARAMS_FILE}"
 
 
-# Each precursor as a detector (issue 33): hit and false-alarm rates with intervals, and lead times (docs/dynamics.md).
+# Each precursor as a detector: hit and false-alarm rates with intervals, and lead times (docs/dynamics.md).
 rule dynamics_detectors:
     input:
         DYNAMICS_TABLES["losses"], DYNAMICS_TABLES["diagnostics"], DYNAMICS_TABLES["summary"],

@@ -1,4 +1,4 @@
-# The document's unstated setup, inferred (issue 23; the procedure is in docs/dynamics.md, stated before these runs):
+# The document's unstated setup, inferred (the procedure is in docs/dynamics.md, stated before these runs):
 # 300-step fitting runs of every candidate setting, ranked by the document's five early losses.
 # `snakemake --cores 4 inference`; part of `all` when inference.in_report is true.
 from blocklab.studies.inference.plan import PLAN as INFERENCE_PLAN, LOSSES as INFERENCE_LOSSES, RANKING as INFERENCE_RANKING, HOLDOUT as INFERENCE_HOLDOUT, aggregate_inputs as inference_aggregate_inputs, holdout_plan as inference_holdout_plan, run_identity as inference_identity
@@ -59,7 +59,7 @@ rule inference:
         INFERENCE_OUTPUTS,
 
 
-# The held-out runs (issue 33): the default cell's fitted cases at inference.holdout_seeds, seeds no fitting run used;
+# The held-out runs: the default cell's fitted cases at inference.holdout_seeds, seeds no fitting run used;
 # the claims judge the five fitted numbers on them. Part of `all` whenever holdout seeds are set (recorded runs are read).
 HOLDOUT_OUTPUTS = [INFERENCE_HOLDOUT] if config["inference"].get("holdout_seeds") else []
 

@@ -1,4 +1,4 @@
-# The stability lab (issue 45): document 000's copy-task stress test for any block. Its own small DAG, run by
+# The stability lab: document 000's copy-task stress test for any block. Its own small DAG, run by
 # `blocklab lab` in the lab's output folder (snakemake --directory OUT --config spec=spec.json): one job a run
 # (warm-up x seed), the gradient per block at init, then the tables, figure and page. Rules call `blocklab lab-job`;
 # each job appends what it prints to its log (a run's to runs/<run>/train.log, as the pipeline's training rules do).

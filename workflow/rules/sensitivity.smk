@@ -1,4 +1,4 @@
-# What document 000 leaves open (issue 13): the sweep under other position signals, batch sizes and precisions at the
+# What document 000 leaves open: the sweep under other position signals, batch sizes and precisions at the
 # document's size, and a depth x learning-rate grid. `snakemake --cores 4 sensitivity`; part of `all` (and so of
 # `dvc repro`) when sensitivity.in_report is true. A run identical to a main-sweep run is that run (data/sweep/runs).
 from blocklab.studies.cells import CELL_PATTERN
