@@ -1,4 +1,4 @@
-"""Precursors tested like detectors (issue 33, point 4): the onset rule, the firing rules, hits, late firings, false
+"""Precursors tested like detectors: the onset rule, the firing rules, hits, late firings, false
 alarms over event-free windows and the resolution rule, on hand-made runs whose answers are known."""
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_a_detector_that_fires_before_every_event_and_never_elsewhere_hits_all_w
     assert (row["events_evaluable"], row["hits"], row["late"], row["missed"]) == (2, 2, 0, 0)
     assert row["hit_rate"] == 1.0 and (row["hit_low"], row["hit_high"]) == pytest.approx(wilson(2, 2))
     assert row["lead_median"] == 10 and row["samples_per_hit_window"] == det.WINDOW
-    # false alarms only in the phase where events happen (issue 44): from the earliest onset's hit window (346) to the
+    # false alarms only in the phase where events happen: from the earliest onset's hit window (346) to the
     # latest event (400): the stable runs' window 351-400; the event runs' quiet windows end at 299, before it
     assert (row["windows"], row["false_alarms"], row["fa_rate"], row["runs"], row["runs_with_fa"]) == (2, 0, 0.0, 2, 0)
     # the interval resamples runs, and is at least the Wilson interval with the 2 runs (not the windows) as its n
@@ -200,7 +200,7 @@ def test_sources_are_deduplicated_by_run_keeping_the_densest_one_processor_per_s
 
 def test_the_recorded_runs_give_the_tables_the_docs_quote():
     """On the runs recorded in git: every event of the post-norm + warm-up runs is judged once per detector and
-    resolution. The two collapses were followed at every step (issue 33, point 5), so the forward metrics are judged at
+    resolution. The two collapses were followed at every step, so the forward metrics are judged at
     every step too, and none of them fired before either event (docs/dynamics.md quotes 0 of 2)."""
     from pathlib import Path
 
@@ -217,7 +217,7 @@ def test_the_recorded_runs_give_the_tables_the_docs_quote():
     assert table.loc[("update_ratio", "every step"), "hits"] == 2  # the relative update fired before both
 
 
-# ---- the figures: the value at the step, told apart, and per-step data where a run has it (issue 33, point 6) --------
+# ---- the figures: the value at the step, told apart, and per-step data where a run has it --------
 
 
 def _compare_frames(steps=range(1, 1201)):

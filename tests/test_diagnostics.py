@@ -1,4 +1,4 @@
-"""Training-time diagnostics (issue 23): they never change the losses, each metric equals an independent computation,
+"""Training-time diagnostics: they never change the losses, each metric equals an independent computation,
 they survive a resume, and bad settings fail before any compute. Plus the collapse events and their Wilson interval."""
 import copy
 import json
@@ -752,7 +752,7 @@ def test_the_anatomy_axis_names_only_the_lines_it_draws():
 
 
 def test_a_followed_run_goes_past_the_collapse_stop_with_the_same_losses_and_says_so(tmp_path):
-    """`dynamics train --follow` (issue 33: does the loss stay at chance after a collapse?): the same run as the
+    """`dynamics train --follow` (does the loss stay at chance after a collapse?): the same run as the
     early-stopped one, bit for bit over their common steps, then on to the last step; its record says it was followed.
     The event rule is loosened so that a 40-step tiny run "collapses" (learned below 10 nats, then 5 steps at or above
     0.01 x ln V), which makes the stop fire without hours of training."""
@@ -776,7 +776,7 @@ def test_a_followed_run_goes_past_the_collapse_stop_with_the_same_losses_and_say
 
 
 def test_a_main_sweep_that_stops_being_the_default_keeps_its_fitting_runs_recorded(tmp_path):
-    """`inference snapshot --from-sweep DATA` (issue 33: the default batch went from 32 to 64, and the ranking's batch-32
+    """`inference snapshot --from-sweep DATA` (the default batch went from 32 to 64, and the ranking's batch-32
     seeds were the main sweep's): the fitting cases of DATA's sweep (post-norm at its largest warm-up, pre-norm without
     warm-up), named by the cell of DATA/params.yaml, up to fit_steps, in a snapshot the inference study reads; a sweep
     without those cases is refused, naming the file, before anything is written."""

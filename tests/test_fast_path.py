@@ -270,7 +270,7 @@ def _settings(module):
 
 
 def test_fast_modules_take_the_plain_ones_place_with_their_parameters_and_numbers():
-    """apply_fast_path builds each fast module from the plain one it replaces (no class swap at run time, issue 35): the
+    """apply_fast_path builds each fast module from the plain one it replaces (no class swap at run time): the
     model keeps its very Parameter objects, names and settings, and trains to losses bit-identical to those of the same
     fast modules put in place by swapping each plain module's class, as the fast path did before."""
     _, cfg, task = _copy_setup()

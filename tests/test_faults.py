@@ -1,4 +1,4 @@
-"""The fault suite (issue 36): each fault that happens on shared machines and in copies between them, injected on the
+"""The fault suite: each fault that happens on shared machines and in copies between them, injected on the
 tiny configuration. The pipeline either repairs the run to byte-identical results or stops with one line that names
 what is damaged and how to repair it; it never computes on damaged data. docs/reproducibility.md, "Faults", has the
 table these tests back."""

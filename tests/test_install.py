@@ -1,4 +1,4 @@
-"""The install (issue 47): requirements.lock in pip's hash-checking form, and `make install` using it."""
+"""The install: requirements.lock in pip's hash-checking form, and `make install` using it."""
 import re
 from pathlib import Path
 

@@ -20,7 +20,7 @@ PACKAGE = ROOT / "src" / "blocklab"
 # Top-level modules before model/, training/ and reporting/ existed: none may come back, not even as a shim.
 FORMER_TOP_LEVEL = ["layers", "blocks", "models", "init", "fastpath", "peer", "precision", "counting", "hf_config",
                     "train", "sweep", "tasks", "batched", "claims", "answers", "report", "gallery", "browser", "probe"]
-# Modules that moved out of a subpackage into their own (issue 34: the reviewer left model/): no shim at the old path.
+# Modules that moved out of a subpackage into their own (the reviewer left model/): no shim at the old path.
 FORMER_SUBPACKAGE = {"blocklab.model.review": "blocklab.review"}
 
 
@@ -114,7 +114,7 @@ def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
 
 
 def test_every_list_of_norm_positions_names_config_norm_positions():
-    """One list per extension point (issue 35): config.NORM_POSITIONS. The figures' colours, the schema's enum and every
+    """One list per extension point: config.NORM_POSITIONS. The figures' colours, the schema's enum and every
     command's --norm choices are checked against it here (so a new position without a colour fails now, not when the
     report is drawn); the rules' wildcard and the ranking's run-name pattern are made from it."""
     import yaml
@@ -144,7 +144,7 @@ def test_every_list_of_norm_positions_names_config_norm_positions():
 
 
 def test_every_list_of_model_choices_names_the_config_list():
-    """One list per extension point (issue 35): the FFN kinds, norm kinds, position kinds and init schemes are the
+    """One list per extension point: the FFN kinds, norm kinds, position kinds and init schemes are the
     tuples of blocklab.config. The schema's enums are checked against them, and a new FFN kind must come with its
     figure name, its matrix count for the parameter audit, and a closed-form count equal to the built model's."""
     import yaml

@@ -1,4 +1,4 @@
-"""DVC as people use it (issue 48): `dvc metrics show` / `dvc exp show` read the pipeline's outcome from one small JSON,
+"""DVC as people use it: `dvc metrics show` / `dvc exp show` read the pipeline's outcome from one small JSON,
 and `dvc plots` has a plot for every figure drawn from a CSV table."""
 from pathlib import Path
 

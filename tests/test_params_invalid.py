@@ -90,7 +90,7 @@ DICT_CASES = [
     ("short-seq-reverse", setting("reverse_copy.seq_len", 1), "reverse_copy.seq_len", ">= 2"),
     # lists
     ("empty-seeds", setting("sweep.seeds", []), "sweep.seeds", "at least 1"),
-    # a rate over seeds needs seeds (issue 33, point 8): the collapse rate's and the held-out claims'
+    # a rate over seeds needs seeds: the collapse rate's and the held-out claims'
     ("empty-rate-seeds", setting("dynamics.collapse.seeds", []), "dynamics.collapse.seeds", "at least 1"),
     ("empty-compare-seeds", setting("dynamics.compare_seeds", []), "dynamics.compare_seeds", "at least 1"),
     ("empty-norms", setting("gradnorm.norms", []), "gradnorm.norms", "at least 1"),
@@ -131,7 +131,7 @@ DICT_CASES = [
     ("score-count-mismatch", setting("problem9.scores.B", [60, 50]), "problem9.scores.B", "one score per subject"),
     ("probe-model-missing-path", setting("probe.model", "/nonexistent/checkpoints/SmolLM2"), "probe.model",
      "'smollm2-135m' or a Hugging Face checkpoint directory"),
-    # not numbers: JSON Schema's bounds compare false with NaN, so "> 0 and <= 1" alone lets it through (issue 47)
+    # not numbers: JSON Schema's bounds compare false with NaN, so "> 0 and <= 1" alone lets it through
     ("nan-lr", setting("sweep.lr", float("nan")), "sweep.lr", "nan is not a finite number; allowed: a number > 0 and <= 1"),
     ("inf-ffn-ratio", setting("copy_model.ffn_ratio", float("inf")), "copy_model.ffn_ratio", "inf is not a finite number; allowed: a number > 0"),
     ("nan-in-a-list", setting("problem9.scores.A", [90, float("nan"), 70]), "problem9.scores.A[1]", "not a finite number"),

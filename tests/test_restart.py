@@ -1,4 +1,4 @@
-"""Stopping and starting again (issue 47): Ctrl-C through `make run` ends in one line that says what is kept and how to
+"""Stopping and starting again: Ctrl-C through `make run` ends in one line that says what is kept and how to
 resume, and on the restart the runs with a checkpoint are scheduled first. On the tiny configuration, in a scratch
 copy; a few seconds of training."""
 from __future__ import annotations

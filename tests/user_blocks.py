@@ -4,7 +4,7 @@ flow alone. Every expectation in tests/test_review_blocks.py is written from the
 
 House styles: nanoGPT (a config object, fused c_attn, nested attention and MLP modules), flat Llama (every
 projection held by the block itself, RMSNorm written out, RoPE applied by hand), post-norm BERT-like, parallel
-(GPT-J-like), sandwich, output norm, ALiBi; and (issue 46) norms inside the attention or the FFN (differential
+(GPT-J-like), sandwich, output norm, ALiBi; and norms inside the attention or the FFN (differential
 attention, NormFormer, BitNet's sub-norms), a gated residual at zero (ReZero), parameters that do not scale with width
 by design (T5's relative-bias table, a per-head temperature), torch's own layers in both layouts.
 """
@@ -324,7 +324,7 @@ class NoNormBlock(nn.Module):
         return h + self.ffn(h)
 
 
-# --- norms inside the attention and the FFN, gated residuals, torch's own layers (issue 46) -----------------------
+# --- norms inside the attention and the FFN, gated residuals, torch's own layers -----------------------
 
 
 class DiffAttentionBlock(nn.Module):
