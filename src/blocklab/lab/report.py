@@ -116,6 +116,8 @@ def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note
     lines = [f"# Stability lab: {spec.block.label}", "",
              f"- **Block**: {where}.",
              f"- **Norm placement as read**: {placement}; **final norm used**: {final_text}.",
+             *([f"- **As read**: {read['post_norm']}."] if read.get("post_norm") else []),
+             *([f"- **Residual as read**: {'; '.join(read['residual'])}."] if read.get("residual") else []),
              f"- **Setup** (`{spec.profile}` profile): {s.n_layers} blocks, d {s.d_model}, {s.n_heads} heads, FFN "
              f"{s.ffn_ratio:g}×, copy task of {s.seq_len} tokens over {s.vocab_size} symbols, batch {s.batch_size}, "
              f"Adam lr {s.lr:g}, {s.steps} steps, warm-ups {list(s.warmups)}, seeds {list(s.seeds)}. "

@@ -373,11 +373,17 @@ def read_block(block: Block, setup: Setup) -> dict:
         mask = next((m for m in ("tgt_mask", "src_mask", "is_causal") if m in params), None)
     built = Builder(obj, block.kwargs).build(setup.d_model)
     seq_first = isinstance(built, TORCH_LAYERS) and not getattr(built.self_attn, "batch_first", True)
-    placement = structure.get("norm_placement") if structure.get("reviewable") else None
+    # the reviewer's reading (as `blocklab review` says it): post-norm of any sum of the stream and a sub-layer
+    # (DeepNorm's alpha h + F(h) included) ends normalised, so the stack gets no final norm; the residual findings
+    read_rest = structure.get("reviewable") or structure.get("rest_read")
+    placement = structure.get("norm_placement") if read_rest else None
     ends_normalised = placement == "post"
+    residual = [f.message for f in review.findings if f.check == "residual" and f.severity in ("flag", "warn")]
     return {"norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
             "how": Builder(obj, block.kwargs).how, "reviewable": bool(structure.get("reviewable")),
-            "reason": structure.get("reason")}
+            "reason": structure.get("reason"), "residual": residual,
+            "post_norm": next((f.message.split("; 2026 default")[0] for f in review.findings
+                               if f.check == "norm position" and f.value == "post"), None)}
 
 
 def read_hf(block: Block, setup: Setup) -> dict:

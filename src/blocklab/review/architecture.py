@@ -22,7 +22,8 @@ STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query
 
 LAYER_KEYS = ("mixer", "position", "attention", "query_heads", "kv_heads", "sliding_window", "qk_norm", "ffn",
               "ffn_ratio", "moe")
-MIXERS = ("attention", "linear-attention", "conv", "ssm", "recurrent")
+MIXERS = ("attention", "linear-attention", "sigmoid-attention", "conv", "ssm", "recurrent")
+LOOK_ALIKES = {"sigmoid": "sigmoid-attention", "normalised-linear": "linear-attention"}
 
 
 def read_mixer(a: LayerAnalysis, g) -> dict:
@@ -34,7 +35,8 @@ def read_mixer(a: LayerAnalysis, g) -> dict:
     bias = a.position_bias(g, heads) if heads.get("measured") else {"measured": False}
     reach = a.reach()
     if heads.get("measured") and heads.get("roles") and any("q" in r for r in heads["roles"].values()):
-        kind = "attention" if bias.get("softmax", True) else "linear-attention"
+        weights = bias.get("weights", "softmax" if bias.get("softmax", True) else None)
+        kind = "attention" if weights in ("softmax", "sinks") else LOOK_ALIKES.get(weights, "linear-attention")
     else:
         kind = "conv" if len(reach) < a.seq else "recurrent"
     window = len(reach) if kind == "attention" and len(reach) < a.seq else None
@@ -110,6 +112,9 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     inside = {c.name for c in a.calls if any(lo < c.index < hi for lo, hi in spans)}
     bulk = [b for b in bulk if not any(n == b or n.startswith(b + ".") for n in inside)]
     residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
+    # the layer's output as a sum of x and the sub-layers' outputs (None where a norm or a gate comes last): the
+    # residual's coefficient on x (1 unless it is scaled or doubled) and which sub-layers' outputs are on the stream
+    output_sum = a.stream_sum("output", a.sublayers[-1])
     normalised = {g.out.name: a.normalised_residual(g) for g in a.sublayers}
     if normalised.get(attn.out.name):
         # h = N(h) + F(N(h)): the stream between blocks is normalised at the start of each, which across a stack is
@@ -140,11 +145,14 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                           for g in a.sublayers],
             "mixer": {"kind": mixer["kind"], "others_beside_it": others, "reach_of_position_0": mixer["reach"],
                       "heads_measured": bool(mixer["heads"].get("measured")),
-                      "softmax": mixer["bias"].get("softmax")},
+                      "softmax": mixer["bias"].get("softmax"), "weights": mixer["bias"].get("weights"),
+                      "no_value_projection": bool(mixer["heads"].get("no_value_projection")),
+                      "values_from": mixer["heads"].get("values_from")},
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
             "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
+            "output_sum": output_sum,
         },
     }
 

@@ -13,9 +13,11 @@ from ..io import write_json
 from ..provenance import stamp
 from . import hf, table
 from .architecture import hf_layer_class, model_type_of, review_architecture
-from .build import DEFAULT_WIDTH, resolve
+from .build import DEFAULT_WIDTH, _parameters, resolve
 from .judge import ROLES, review_module
 from .report import EXIT_USAGE, Review
+
+CAUSAL_ARGS = ("is_causal", "tgt_mask", "tgt_is_causal")  # a forward taking one of these is a decoder's
 
 EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)
@@ -136,10 +138,19 @@ def run_review(args) -> Review:
         return review_architecture(model_type, attention=attention, depth=args.depth, warmup_steps=args.warmup_steps,
                                    only_layer_class=target, stack_role=args.role,
                                    subject=f"{args.module} (inside its {model_type} model)", max_memory_gb=cap)
+    defaulted = None
     if not args.role:
-        raise ConfigError(f"--module needs --role, one of {list(ROLES)}")
-    return review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
+        causal = [n for n in CAUSAL_ARGS if n in _parameters(getattr(target, "forward", target))]
+        if not causal:
+            raise ConfigError(f"--module needs --role, one of {list(ROLES)} (encoder: block(x); decoder: block(x) "
+                              "must not read later positions; cross: block(x, memory))")
+        args.role = defaulted = "decoder"
+    review = review_module(target, args.role, d_model=args.d_model, depth=args.depth, warmup_steps=args.warmup_steps,
                          kwargs=_parse_kwargs(args.kwargs), subject=args.module, max_memory_gb=cap)
+    if defaulted:
+        review.add("role", "info", f"no --role given: reviewed as a decoder, as its forward takes a causal mask "
+                   f"argument ({', '.join(causal)})", defaulted)
+    return review
 
 
 def check_writable(path: str) -> None:

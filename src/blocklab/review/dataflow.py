@@ -46,6 +46,9 @@ GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value 
 FIT_BATCH = 4  # independent inputs for a linear fit: 4 x 6 tokens per feature for a handful of coefficients
 FIT_TOL = 1e-8  # relative: an exact linear combination fits to round-off (~1e-14); a near miss does not
 COEF_TOL, COEF_DIGITS = 1e-6, 6  # a coefficient below COEF_TOL is no term of the sum
+CURVATURE_PROBE = 0.3  # query amplitude of the log-linearity probe: logits ~0.3, where Gemma 2's tanh softcap at 50
+# bends them by ~1e-7
+CURVATURE_TOL = 1e-3  # spread of log-weight differences along a row: softmax ~1e-12, softcapped ~1e-6, elu + 1 ~1e-2
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
 
@@ -268,6 +271,34 @@ def _combination(goal: torch.Tensor, terms: dict) -> dict | None:
                       for k, v in zip(names, per)}}
 
 
+def _look_alike(patterns: torch.Tensor) -> str | None:
+    """Weights that are no softmax's, with queries and keys silenced, each row the same weight on every visible key:
+    'sigmoid' (one weight for every key of every row: each weight stands alone, sigmoid attention), 'sinks' (row i
+    with n_i visible keys weighs each 1 / (n_i + c) with one c > 0 per head: a softmax with an extra logit per head,
+    the attention sinks of gpt-oss, whose weights are dropped); None for anything else."""
+    kinds = set()
+    for head in patterns:
+        rows = []
+        for row in head:
+            seen = row[row > VISIBLE]
+            if not len(seen):
+                continue
+            if (seen.max() - seen.min()).item() > SUM_TOL * seen.max().item():
+                return None  # not one weight per row
+            rows.append((len(seen), seen.mean().item()))
+        if len({n for n, _ in rows}) < 2:
+            return None
+        weights = [w for _, w in rows]
+        extra = [1 / w - n for n, w in rows]
+        if max(weights) - min(weights) <= SUM_TOL * max(weights):
+            kinds.add("sigmoid")
+        elif max(extra) - min(extra) <= SUM_TOL * max(1.0, max(abs(e) for e in extra)) and min(extra) > SUM_TOL:
+            kinds.add("sinks")
+        else:
+            return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def _distributions(patterns: torch.Tensor) -> bool:
     """(heads, T, S) read-off weights: some visible, none negative, every row with weight summing to the same value."""
     visible = patterns.abs() > VISIBLE
@@ -460,6 +491,17 @@ class LayerAnalysis:
                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
                "v_offsets": v_offsets}
         out["maps_per_head"] = self._maps_per_head(g, queries)
+        if "v" not in {r for rs in out["roles"].values() for r in rs} and queries:
+            # no value projection: the heads average the in-projections' input itself; read through the norm that
+            # makes it (its features are the values, head by head), when there is one of the heads' width
+            stream_in = self.stream_input(g)
+            source = next((n for n in self.norm_calls if n.index < stream_in.index and _same(n.out, stream_in.inp)
+                           and _features(n.out) == o_width), None)
+            out["no_value_projection"] = True
+            if source is not None:
+                out["values_from"] = source.name
+                out["roles"][source.key] = ["v"] * o_width
+                out["v_offsets"].update({(source.key, f): f % head_dim for f in range(o_width)})
         return out
 
     def _maps_per_head(self, g: SubLayer, queries: dict) -> int:
@@ -534,7 +576,56 @@ class LayerAnalysis:
                 uniform = False
         linear = not uniform and not g.cross and self._per_head_linear(patterns)
         kind = "none" if uniform else "alibi" if linear else "relative-bias"
-        return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear, "softmax": softmax}
+        weights = "softmax" if softmax else _look_alike(patterns) if linear_in_values else None
+        if weights == "softmax" and heads.get("maps_per_head", 1) == 1:
+            curvature = self._log_curvature(g, heads)
+            if curvature is not None and curvature > CURVATURE_TOL:
+                weights = "normalised-linear"  # rows of a distribution at q = 0, but not exp(q.k) (elu + 1 ...)
+            softmax = weights == "softmax"
+        return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear, "softmax": softmax,
+                "weights": weights}
+
+    def _log_curvature(self, g: SubLayer, heads: dict) -> float | None:
+        """Softmax weights are exp(q.k + bias) / Z(q): log w(a + b) - log w(a) - log w(b) + log w(0) is the same for
+        every key of a row (only the Z terms are left), whatever the bias, mask, rotation or temperature. Keys
+        random, values one-hot position codes, queries 0, a, b, a + b (small: a logit softcap stays linear): the
+        largest spread of that difference along a row. A normalised linear attention (elu + 1 feature maps) spreads
+        by ~1e-2; None where a weight is not positive (nothing to take the log of)."""
+        roles, offsets = heads["roles"], heads["v_offsets"]
+        gen = torch.Generator().manual_seed(self.seed + 2)
+        draws = {}
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                if role == "q":
+                    a, b = (CURVATURE_PROBE * torch.randn(out.shape[1], dtype=out.dtype, generator=gen)
+                            for _ in range(2))
+                    flat[..., f] = torch.stack([0 * a, a, b, a + b])
+                elif role == "k":
+                    k = draws.setdefault((key, f), torch.randn(out.shape[1], dtype=out.dtype, generator=gen))
+                    flat[..., f] = k
+                elif role == "v":
+                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                elif role == "gate":
+                    flat[..., f] = GATE_VALUE
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(4), edit)
+        hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
+        w = torch.stack([self.read_input(traced, g)[:, :, h * hd:h * hd + length] for h in range(heads["heads"])])
+        visible = w[:, 0] > VISIBLE  # (H, T, S)
+        if (w.transpose(0, 1)[:, visible] <= 0).any():
+            return None
+        logs = w.clamp_min(1e-300).log()
+        d = logs[:, 3] - logs[:, 1] - logs[:, 2] + logs[:, 0]  # (H, T, S)
+        spread = 0.0
+        for row, seen in zip(d.flatten(0, 1), visible.flatten(0, 1)):
+            if seen.sum() > 1:
+                spread = max(spread, (row[seen].max() - row[seen].min()).item())
+        return spread
 
     def rotary_fraction(self, g: SubLayer, heads: dict) -> float | None:
         """Which offsets of a head are rotated by position. Per offset a: queries ROTARY_PROBE at a and 0 elsewhere,
@@ -673,7 +764,7 @@ class LayerAnalysis:
             traced, x, y = self._fit_run()
             terms = {"x": x}
             for c in self.calls:
-                if c.index > g.out.index:
+                if c.index > g.out.index and target != "output":
                     break
                 if any(c is o.out for o in self.sublayers) or (c in self.norm_calls and not self._inside(c)):
                     terms[c.name if c.key[1] == 0 else f"{c.name}#{c.key[1]}"] = traced[c.key].out

@@ -101,19 +101,27 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
     return review
 
 
+MASK_TEXT = {"additive": "0 / -inf added to the scores", "keep": "boolean, True where a position may be read",
+             "hide": "boolean, True where a position is hidden"}
+
+
 def _caller_mask(review: Review, probe: Probe) -> None:
     """A decoder block that leaks unless the caller passes a causal mask is reviewed with the mask (a warning)."""
     plain = probe.causal()
     review.facts["causal"] = {"without_caller_mask": plain}
     if probe.role == "encoder" or not plain["leaks"] or probe.call.mask_kwargs(SEQ) is None:
         return
-    probe.use_caller_mask()
-    masked = probe.causal()
-    review.facts["causal"]["with_caller_mask"] = masked
+    for style in probe.call.mask_styles():  # the first convention that makes the block causal
+        probe.call.mask_style = style
+        probe.use_caller_mask()
+        masked = probe.causal()
+        if not masked["leaks"]:
+            break
+    review.facts["causal"]["with_caller_mask"] = {**masked, "style": probe.call.mask_style}
     if not masked["leaks"]:
         names = ", ".join(probe.call.mask_kwargs(SEQ))
-        review.add("causal mask", "warn", f"leaks unless the caller passes a causal mask ({names}); reviewed with "
-                   "that mask", "caller")
+        review.add("causal mask", "warn", f"leaks unless the caller passes a causal mask ({names}, "
+                   f"{MASK_TEXT[probe.call.mask_style]}); reviewed with that mask", "caller")
 
 
 def _judge_heads(review: Review, structure: dict, declared) -> None:

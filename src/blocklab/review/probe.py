@@ -22,6 +22,17 @@ def causal_float_mask(length: int) -> torch.Tensor:
     return torch.triu(torch.full((length, length), float("-inf"), dtype=torch.float64), diagonal=1)
 
 
+GENERIC_MASKS = ("mask", "attn_mask", "attention_mask")  # a block's own mask argument, after torch's names
+# additive: 0 where a position may be read, -inf where not (torch's float masks); keep: True where it may be read
+# (the Annotated Transformer's masked_fill(mask == 0, -inf)); hide: True where it may not (torch's boolean masks)
+MASK_STYLES = ("additive", "keep", "hide")
+
+
+def causal_mask(length: int, style: str = "additive") -> torch.Tensor:
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    return {"additive": causal_float_mask(length), "keep": allowed, "hide": ~allowed}[style]
+
+
 class Caller:
     """block(x) for encoder/decoder roles, block(x, memory) for cross; optionally with a caller-side causal mask."""
 
@@ -29,16 +40,24 @@ class Caller:
         self.module, self.role = module, role
         self.forward_params = _parameters(module.forward)
         self.seq_first = False  # the block reads (time, batch, d): torch's layers with batch_first=False
+        self.mask_style = MASK_STYLES[0]
 
     def mask_kwargs(self, length: int) -> dict | None:
-        p, mask = self.forward_params, causal_float_mask(length)
+        p, mask = self.forward_params, causal_mask(length, self.mask_style)
         if "tgt_mask" in p:
             return {"tgt_mask": mask, **({"tgt_is_causal": True} if "tgt_is_causal" in p else {})}
         if "src_mask" in p:
             return {"src_mask": mask, **({"is_causal": True} if "is_causal" in p else {})}
         if "is_causal" in p:
             return {"is_causal": True}
-        return None
+        name = next((n for n in GENERIC_MASKS if n in p), None)
+        return {name: mask} if name else None
+
+    def mask_styles(self) -> tuple[str, ...]:
+        """The mask conventions worth trying: torch's named masks take its additive float mask; a block's own
+        ``mask`` argument may want a boolean one, True where a position may be read or True where it may not."""
+        return MASK_STYLES if any(n in self.forward_params for n in GENERIC_MASKS) and not any(
+            n in self.forward_params for n in ("tgt_mask", "src_mask", "is_causal")) else MASK_STYLES[:1]
 
     def __call__(self, x, memory=None, masked: bool = False) -> torch.Tensor:
         kwargs = (self.mask_kwargs(x.shape[-2]) or {}) if masked else {}

@@ -200,6 +200,9 @@ def _defaults(add, s) -> None:
     else:
         add("mixer", "info", f"token mixing by {mixer} (no softmax attention): "
             + {"linear-attention": "queries read a running state of keys and values",
+               "sigmoid-attention": "each weight is a sigmoid of its own logit, no distribution over the keys "
+                                    "(sigmoid attention: with queries and keys silenced every key weighs the same "
+                                    "in every row)",
                "conv": "a short convolution over the last few positions",
                "ssm": "a state-space scan over all earlier positions (the config declares its state size)",
                "recurrent": "a recurrence over all earlier positions (state-space scan or RNN)"}.get(mixer, mixer),
@@ -255,6 +258,14 @@ def _attention(add, s) -> None:
     if full and not full["agrees_with_tiny"]:
         add("attention", "flag", f"the tiny build measured {s['evidence']['tiny']['query_heads']}/"
             f"{s['evidence']['tiny']['kv_heads']} heads, which the full-size shapes ({heads}) do not repeat", None)
+    mixer = s["evidence"].get("mixer", {})
+    if mixer.get("weights") == "sinks":
+        add("attention", "info", "attention sinks: an extra logit per head joins each softmax row and its weight is "
+            "dropped (gpt-oss): a row's weights sum to less than one", "sinks")
+    if mixer.get("no_value_projection"):
+        add("attention", "flag", "no value projection (W_V): the heads average their input as it is"
+            + (f" (the values are the output of '{mixer['values_from']}')" if mixer.get("values_from") else ""),
+            "no W_V")
     maps = (s["evidence"].get("heads") or {}).get("maps_per_head", 1)
     if maps > 1:
         add("attention", "info", f"differential attention: each head's output is read from {maps} separate softmax "
@@ -265,6 +276,20 @@ def _attention(add, s) -> None:
 
 
 def _residuals(add, s) -> None:
+    total = s["evidence"].get("output_sum")
+    if total and s["norm_placement"] != "post" and "x" in total["coefficients"]:
+        # the output is x plus sub-layer outputs: x must enter once, and every sub-layer's output must be in the sum
+        c = total["coefficients"]["x"]
+        if total["per_feature"] or abs(c - 1) > 1e-6:
+            lo, hi = total["range"]["x"] if total["per_feature"] else (c, c)
+            add("residual", "flag", f"the block's output carries {_amount(lo, hi)} times its input x, not once "
+                "(x + F(.)): over a stack the un-normalised stream is scaled by that at every block"
+                + (" (the residual added twice)" if abs(c - 2) < 1e-6 else ""), c)
+        for sub in s["evidence"]["sublayers"]:
+            if sub["residual_kept_when_silenced"] and sub["writer"] not in total["coefficients"]:
+                add("residual", "flag", f"the output of '{sub['writer']}' is off the residual stream: the block's "
+                    "output is x plus the later sub-layers' outputs, and it reaches it only through them",
+                    sub["writer"])
     for sub in s["evidence"]["sublayers"]:
         if not sub["residual_kept_when_silenced"]:
             add("residual", "flag", f"none around '{sub['writer']}': silenced, the output no longer depends on the "
@@ -273,6 +298,10 @@ def _residuals(add, s) -> None:
             add("residual", "flag", f"around '{sub['writer']}' the residual carries the normalised stream "
                 f"{sub['residual_carries_norm']}(h), not h: h = norm(h) + F(norm(h)), across a stack post-norm "
                 "(norm(h + F(h))): the raw stream has no identity path", sub["writer"])
+
+
+def _amount(lo: float, hi: float) -> str:
+    return f"{lo:.3g}" if hi - lo <= 1e-6 else f"{lo:.3g} to {hi:.3g} (per feature)"
 
 
 def _causal(add, s) -> None:

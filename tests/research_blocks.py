@@ -1,0 +1,289 @@
+"""Blocks in research styles the reviewer must read right, each written the way its paper or model code writes it:
+post-norm with coefficients (DeepNorm, Admin, B2T, a scaled branch), blocks that leak the future in unusual ways
+(mixture-of-depths routing, a softmax over the query axis), softmax's look-alikes (attention sinks, sigmoid
+attention, elu+1 linear attention, no value projection), residual wiring mutants (a doubled residual, a stream
+re-normed after every sum, an attention whose output is off the stream), 1/d scores, a caller-passed mask. Nothing
+here imports blocklab: every expectation in tests/test_review_research.py is written from the forward() it names."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def causal_mask(T: int, dtype) -> torch.Tensor:
+    return torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+
+
+class Attention(nn.Module):
+    """Causal softmax MHA, separate q/k/v/o, heads of d/h, scores q.k / sqrt(head_dim)."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.h, self.hd = n_heads, d_model // n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def split(self, t):
+        B, T, _ = t.shape
+        return t.view(B, T, self.h, self.hd).transpose(1, 2)
+
+    def merge(self, t):
+        B, _, T, _ = t.shape
+        return t.transpose(1, 2).reshape(B, T, -1)
+
+    def scores(self, x):
+        q, k = self.split(self.q(x)), self.split(self.k(x))
+        return q @ k.transpose(-2, -1) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+
+    def forward(self, x):
+        return self.o(self.merge(self.scores(x).softmax(-1) @ self.split(self.v(x))))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, ratio: int = 4):
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, ratio * d_model), nn.Linear(ratio * d_model, d_model)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__()
+        self.attn, self.mlp = Attention(d_model, n_heads), MLP(d_model)
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+
+# --- post-norm with coefficients ---------------------------------------------------------------------------------
+
+
+class DeepNormBlock(_Block):
+    """DeepNet (Wang et al. 2022): LN(alpha x + attn(x)), LN(alpha h + mlp(h)), alpha = (2N)^(1/4) for an N-layer
+    decoder; N = 24 here: alpha = 48^(1/4) = 2.632."""
+
+    alpha = 48 ** 0.25
+
+    def forward(self, x):
+        h = self.ln1(self.alpha * x + self.attn(x))
+        return self.ln2(self.alpha * h + self.mlp(h))
+
+
+class AdminBlock(_Block):
+    """Admin (Liu et al. 2020): LN(omega * x + attn(x)), a learned per-feature omega on the skip (Admin sets it from
+    the profiled output variance; here as after training, 1.2 to 1.8 across the features), the same around the MLP."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.omega1 = nn.Parameter(torch.linspace(1.2, 1.8, d_model))
+        self.omega2 = nn.Parameter(torch.linspace(1.2, 1.8, d_model))
+
+    def forward(self, x):
+        h = self.ln1(self.omega1 * x + self.attn(x))
+        return self.ln2(self.omega2 * h + self.mlp(h))
+
+
+class B2TBlock(_Block):
+    """B2T connection (Takase et al. 2023): h = LN(x + attn(x)), out = LN(h + mlp(h) + x): the block's input skips
+    both sub-layers into the last norm."""
+
+    def forward(self, x):
+        h = self.ln1(x + self.attn(x))
+        return self.ln2(h + self.mlp(h) + x)
+
+
+class HalfBranchPostNorm(_Block):
+    """LN(x + 0.5 attn(x)), LN(h + 0.5 mlp(h)): a scaled branch."""
+
+    def forward(self, x):
+        h = self.ln1(x + 0.5 * self.attn(x))
+        return self.ln2(h + 0.5 * self.mlp(h))
+
+
+class NearlyPlainPostNorm(_Block):
+    """LN(1.01 x + attn(x)), LN(1.01 h + mlp(h))."""
+
+    def forward(self, x):
+        h = self.ln1(1.01 * x + self.attn(x))
+        return self.ln2(1.01 * h + self.mlp(h))
+
+
+# --- residual wiring mutants -------------------------------------------------------------------------------------
+
+
+class PreNormBlock(_Block):
+    """The reference: x + attn(ln1(x)), h + mlp(ln2(h))."""
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.mlp(self.ln2(h))
+
+
+class DoubledResidual(_Block):
+    """x + x + attn(ln1(x)): the residual added twice (the stream doubles every block), then h + mlp(ln2(h))."""
+
+    def forward(self, x):
+        h = x + x + self.attn(self.ln1(x))
+        return h + self.mlp(self.ln2(h))
+
+
+class RenormedStream(_Block):
+    """Pre-norms, and the stream re-normed after every sum: n1(x + attn(ln1(x))), n2(h + mlp(ln2(h))): across a stack
+    this is post-norm (no identity path from the input to the output)."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.n1, self.n2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        h = self.n1(x + self.attn(self.ln1(x)))
+        return self.n2(h + self.mlp(self.ln2(h)))
+
+
+class MisroutedSkip(_Block):
+    """x + mlp(ln2(x + attn(ln1(x)))): the attention's output reaches the block's output only through the MLP (it is
+    off the residual stream)."""
+
+    def forward(self, x):
+        return x + self.mlp(self.ln2(x + self.attn(self.ln1(x))))
+
+
+# --- scores scaled by 1/d ---------------------------------------------------------------------------------------
+
+
+class InverseDScores(PreNormBlock):
+    """PreNormBlock with scores q.k / head_dim (muP-style), not / sqrt(head_dim)."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+        attn.scores = lambda x: (attn.split(attn.q(x)) @ attn.split(attn.k(x)).transpose(-2, -1) / attn.hd
+                                 + causal_mask(x.shape[1], x.dtype))
+
+
+# --- future leaks the structure does not show ---------------------------------------------------------------------
+
+
+class MixtureOfDepthsBlock(PreNormBlock):
+    """Mixture-of-depths (Raposo et al. 2024) routed over the whole sequence: the top half of the tokens by a router
+    score (chosen among all positions, future ones included) go through attention and MLP, the rest skip the block;
+    a later token's score decides whether an earlier one is processed: the future leaks into the past."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.router = nn.Linear(d_model, 1)
+
+    def forward(self, x):
+        score = self.router(x).squeeze(-1)  # (B, T)
+        k = max(1, x.shape[1] // 2)
+        chosen = score >= score.topk(k, dim=-1).values[:, -1:]
+        processed = super().forward(x)
+        weight = torch.sigmoid(score)[..., None]
+        return torch.where(chosen[..., None], x + weight * (processed - x), x)
+
+
+class QueryAxisSoftmax(PreNormBlock):
+    """The softmax taken over the query axis (dim=-2) of the causally masked scores: each key's weights over the
+    queries sum to one, so a later query changes an earlier query's weights: the future leaks."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+        attn.forward = lambda x: attn.o(attn.merge(attn.scores(x).softmax(-2) @ attn.split(attn.v(x))))
+
+
+# --- softmax and its look-alikes ----------------------------------------------------------------------------------
+
+
+class SinkAttentionBlock(PreNormBlock):
+    """gpt-oss style attention sinks: one learned logit per head joins each row of the softmax and is dropped after
+    it, softmax([scores, sink])[..., :-1] @ v: each row's weights sum to less than one. Softmax attention."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.sinks = nn.Parameter(torch.linspace(-0.5, 0.5, n_heads))
+        attn = self.attn
+
+        def forward(x):
+            s = attn.scores(x)
+            sink = self.sinks.to(s.dtype)[None, :, None, None].expand(*s.shape[:-1], 1)
+            w = torch.cat([s, sink], dim=-1).softmax(-1)[..., :-1]
+            return attn.o(attn.merge(w @ attn.split(attn.v(x))))
+        attn.forward = forward
+
+
+class SigmoidAttentionBlock(PreNormBlock):
+    """Sigmoid attention (Ramapuram et al. 2024): sigmoid(q.k / sqrt(d) - log T) @ v, causal; no normalisation
+    over the keys."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+
+        def forward(x):
+            T = x.shape[1]
+            w = torch.sigmoid(attn.scores(x) - math.log(T))  # -inf above the diagonal: weight 0
+            return attn.o(attn.merge(w @ attn.split(attn.v(x))))
+        attn.forward = forward
+
+
+class LinearAttentionBlock(PreNormBlock):
+    """Linear attention (Katharopoulos et al. 2020), causal: phi = elu + 1, out_i = phi(q_i) S_i / phi(q_i) z_i with
+    S_i = sum_{j<=i} phi(k_j) v_j^T, z_i = sum_{j<=i} phi(k_j): no softmax."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+
+        def forward(x):
+            q, k, v = (attn.split(p(x)) for p in (attn.q, attn.k, attn.v))
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+            kv = torch.einsum("bhtd,bhte->bhtde", k, v).cumsum(2)
+            z = k.cumsum(2)
+            out = torch.einsum("bhtd,bhtde->bhte", q, kv) / torch.einsum("bhtd,bhtd->bht", q, z)[..., None]
+            return attn.o(attn.merge(out))
+        attn.forward = forward
+
+
+class NoValueProjection(PreNormBlock):
+    """Softmax attention whose values are the normed input itself, split into heads (no W_V): softmax(q.k) @ x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        del self.attn.v
+        attn = self.attn
+        attn.forward = lambda x: attn.o(attn.merge(attn.scores(x).softmax(-1) @ attn.split(x)))
+
+
+# --- the caller passes the mask ---------------------------------------------------------------------------------
+
+
+class CallerMaskBlock(PreNormBlock):
+    """forward(x, mask=None): the additive mask the caller passes is added to the scores; without it the attention
+    is bidirectional. A decoder block that expects its caller's causal mask."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+
+        def forward(x, mask=None):
+            q, k = attn.split(attn.q(x)), attn.split(attn.k(x))
+            s = q @ k.transpose(-2, -1) / math.sqrt(attn.hd)
+            if mask is not None:
+                s = s + mask
+            return attn.o(attn.merge(s.softmax(-1) @ attn.split(attn.v(x))))
+        attn.forward = forward
+
+    def forward(self, x, mask=None):
+        h = x + self.attn(self.ln1(x), mask)
+        return h + self.mlp(self.ln2(h))
+
+
+class NoResidualBlock(_Block):
+    """attn(ln1(x)), then mlp(ln2(h)): both sub-layers' outputs replace the stream (no residual anywhere)."""
+
+    def forward(self, x):
+        h = self.attn(self.ln1(x))
+        return self.mlp(self.ln2(h))

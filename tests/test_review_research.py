@@ -1,0 +1,184 @@
+"""The reviewer on blocks in research styles (tests/research_blocks.py): post-norm with coefficients, leaks the
+structure does not show, softmax's look-alikes, residual wiring mutants, a caller-passed mask. Each truth below is
+written from the forward() of the class it names, before any review. Built at d_model 64 with 4 heads."""
+import pytest
+
+from blocklab import cli
+from blocklab.review import EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, review_module
+
+
+def review(name, **kw):
+    return review_module(f"research_blocks:{name}", "decoder", **kw)
+
+
+def bad(r):
+    return sorted((f.check, f.severity) for f in r.findings if f.severity in ("flag", "warn", "reject", "cannot"))
+
+
+# --- post-norm with coefficients: (block, the attention's sum, the FFN's sum), as {term: coefficient} ------------
+# terms: 'x' the block's input, 'ln1' ln1's output (the stream the FFN reads), the writers 'attn.o' and 'mlp.down'
+ALPHA = 48 ** 0.25
+POST = {
+    "DeepNormBlock": ({"x": ALPHA, "attn.o": 1.0}, {"ln1": ALPHA, "mlp.down": 1.0}),  # LN(alpha x + attn(x))
+    "B2TBlock": ({"x": 1.0, "attn.o": 1.0}, {"x": 1.0, "ln1": 1.0, "mlp.down": 1.0}),  # LN(h + mlp(h) + x)
+    "HalfBranchPostNorm": ({"x": 1.0, "attn.o": 0.5}, {"ln1": 1.0, "mlp.down": 0.5}),  # LN(x + 0.5 attn(x))
+    "NearlyPlainPostNorm": ({"x": 1.01, "attn.o": 1.0}, {"ln1": 1.01, "mlp.down": 1.0}),  # LN(1.01 x + attn(x))
+    # n1(x + attn(ln1(x))), n2(h + mlp(ln2(h))): the stream re-normed after every sum, pre-norms as well
+    "RenormedStream": ({"x": 1.0, "attn.o": 1.0}, {"n1": 1.0, "mlp.down": 1.0}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POST))
+def test_post_norm_with_coefficients_is_read_with_them(name):
+    r = review(name)
+    s = r.facts["structure"]
+    assert s["norm_placement"] == "post"
+    for which, truth in zip(("attention", "ffn"), POST[name]):
+        fit = s["evidence"]["norm_placement"][which]["post_sum"]
+        assert fit["per_feature"] is False
+        assert fit["coefficients"] == pytest.approx(truth, abs=1e-6), which
+    # the depth rule applies as to plain post-norm: 24 blocks without warm-up rejected, with warm-up not
+    assert review(name, depth=24).severity_of("post-norm depth") == "reject"
+    assert review(name, depth=24, warmup_steps=100).severity_of("post-norm depth") == "pass"
+
+
+def test_the_coefficients_are_said_in_the_text():
+    text = {name: next(f.message for f in review(name).findings if f.check == "norm position")
+            for name in ("DeepNormBlock", "B2TBlock", "HalfBranchPostNorm", "RenormedStream")}
+    assert "norm(2.63*h + F(h))" in text["DeepNormBlock"] and "DeepNorm" in text["DeepNormBlock"]
+    assert "norm(x + h + F(h))" in text["B2TBlock"] and "B2T" in text["B2TBlock"]
+    assert "norm(h + 0.5*F(h))" in text["HalfBranchPostNorm"]
+    assert "norm(h + F(norm(h)))" in text["RenormedStream"] and "re-normed" in text["RenormedStream"]
+
+
+def test_admin_weights_per_feature_are_read_per_feature():
+    # AdminBlock: LN(omega1 * x + attn(x)), omega1 = linspace(1.2, 1.8, 64); the same around the MLP
+    s = review("AdminBlock").facts["structure"]
+    assert s["norm_placement"] == "post"
+    for which, stream in (("attention", "x"), ("ffn", "ln1")):
+        fit = s["evidence"]["norm_placement"][which]["post_sum"]
+        assert fit["per_feature"] is True and fit["stream"] == stream
+        assert fit["range"][stream] == pytest.approx([1.2, 1.8], abs=1e-6)
+        assert fit["coefficients"][stream] == pytest.approx(1.5, abs=1e-6)
+
+
+def test_plain_pre_norm_is_still_pre_norm():
+    r = review("PreNormBlock", depth=24)
+    assert r.facts["structure"]["norm_placement"] == "pre" and r.exit_status == EXIT_PASS
+
+
+# --- leaks: rejected whether or not the structure reads -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["MixtureOfDepthsBlock", "QueryAxisSoftmax"])
+def test_a_measured_leak_always_rejects(name):
+    # MixtureOfDepthsBlock: top-k over all positions picks which tokens are processed; QueryAxisSoftmax: softmax(-2)
+    r = review(name)
+    assert r.severity_of("causal mask") == "reject" and r.exit_status == EXIT_REJECT
+
+
+def test_an_unreadable_mixer_is_said_and_the_rest_reviewed():
+    # QueryAxisSoftmax: the weights are no row distribution, but ln1/ln2 are pre-norms and both residuals are there
+    r = review("QueryAxisSoftmax")
+    s = r.facts["structure"]
+    assert r.severity_of("structure") == "cannot" and s["norm_placement"] == "pre"
+    assert all(x["residual_kept_when_silenced"] for x in s["evidence"]["sublayers"])
+
+
+# --- softmax and its look-alikes ------------------------------------------------------------------------------
+
+
+def test_attention_sinks_are_softmax_attention():
+    # SinkAttentionBlock: softmax([scores, sink_h])[..., :-1]
+    r = review("SinkAttentionBlock")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"]) == ("attention", "MHA", 4)
+    assert s["evidence"]["mixer"]["weights"] == "sinks" and r.severity_of("attention") == "info"
+    assert r.exit_status == EXIT_PASS
+
+
+@pytest.mark.parametrize("name, mixer", [("SigmoidAttentionBlock", "sigmoid-attention"),
+                                         ("LinearAttentionBlock", "linear-attention")])
+def test_softmax_look_alikes_are_named_not_passed(name, mixer):
+    # sigmoid(q.k / sqrt(d) - log T) @ v; elu(q)+1, elu(k)+1 with running sums, normalised: both causal, pre-norm
+    r = review(name)
+    s = r.facts["structure"]
+    assert s["mixer"] == mixer and s["norm_placement"] == "pre" and s["causal"] is True
+    assert bad(r) == [("structure", "cannot")] and r.exit_status == EXIT_CANNOT
+
+
+def test_a_missing_value_projection_is_flagged_and_the_rest_read():
+    # NoValueProjection: softmax(q.k) @ split(ln1(x)): 4 heads of 16, no W_V
+    r = review("NoValueProjection")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["query_heads"], s["evidence"]["mixer"]["values_from"]) == ("attention", 4, "ln1")
+    assert bad(r) == [("attention", "flag")] and r.exit_status == EXIT_FLAG
+
+
+# --- residual wiring mutants ---------------------------------------------------------------------------------
+
+
+def test_a_doubled_residual_is_flagged():
+    # x + x + attn(ln1(x)), then h + mlp(ln2(h)): the output carries 2x
+    r = review("DoubledResidual")
+    assert bad(r) == [("residual", "flag")]
+    assert r.facts["structure"]["evidence"]["output_sum"]["coefficients"]["x"] == pytest.approx(2.0)
+
+
+def test_an_attention_off_the_stream_is_flagged():
+    # x + mlp(ln2(x + attn(ln1(x)))): the output is x + mlp's output; attn.o only feeds ln2
+    r = review("MisroutedSkip")
+    assert [(f.check, f.value) for f in r.findings if f.severity == "flag"] == [("residual", "attn.o")]
+
+
+# --- the caller's mask, and the role -----------------------------------------------------------------------------
+
+
+def test_a_mask_argument_of_the_blocks_own_is_tried():
+    # CallerMaskBlock.forward(x, mask=None): scores + mask
+    r = review("CallerMaskBlock")
+    assert bad(r) == [("causal mask", "warn")] and r.exit_status == EXIT_FLAG
+    assert r.facts["causal"]["with_caller_mask"]["style"] == "additive"
+
+
+def test_role_is_required_unless_the_forward_says_decoder(capsys):
+    assert cli.main(["review", "--module", "research_blocks:PreNormBlock"]) == EXIT_USAGE
+    assert "encoder" in capsys.readouterr().err
+    # nn.TransformerEncoderLayer's forward takes is_causal: reviewed as a decoder (it then leaks unless the caller
+    # passes src_mask: a warning), and the text says the role was taken from it
+    assert cli.main(["review", "--module", "torch.nn:TransformerEncoderLayer", "--kwargs",
+                     '{"batch_first": true}']) == EXIT_FLAG
+    out = capsys.readouterr().out
+    assert "role decoder" in out and "no --role given" in out
+
+
+# --- the stability lab reads the block as the reviewer does -------------------------------------------------------
+
+
+def _lab_page(name):
+    from pathlib import Path
+
+    import pandas as pd
+
+    from blocklab.lab.report import page, rates
+    from blocklab.lab.spec import make_spec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = make_spec(root / "params.yaml", "tiny", module=str(root / "tests" / "research_blocks.py") + f":{name}")
+    lab = pd.DataFrame(columns=["block", "warmup", "seed", "outcome", "run", "n_layers", "final_loss",
+                                "step_learned", "step_collapsed"])
+    return spec.read, page(spec, lab, rates(lab), "-")
+
+
+def test_the_lab_reads_a_hand_written_deepnorm_as_post_norm_with_its_scale():
+    # DeepNormBlock ends on LN(alpha h + mlp(h)): the stack needs no final norm of its own
+    read, text = _lab_page("DeepNormBlock")
+    assert (read["norm_placement"], read["final_norm"]) == ("post", False)
+    assert "**final norm used**: none" in text and "norm(2.63*h + F(h))" in text
+
+
+def test_the_lab_page_says_a_residual_is_missing():
+    # NoResidualBlock: attn(ln1(x)), mlp(ln2(h)): pre-norms, no residual around either sub-layer
+    read, text = _lab_page("NoResidualBlock")
+    assert read["norm_placement"] == "pre" and len(read["residual"]) == 2
+    assert "**Residual as read**" in text and "none around 'attn.o'" in text and "none around 'mlp.down'" in text
