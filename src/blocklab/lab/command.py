@@ -13,8 +13,10 @@ trained on the copy task (nothing runs), 1 a failed job.
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from ..config import NORM_POSITIONS, ConfigError
@@ -47,7 +49,9 @@ def _register_front(subparsers) -> None:
     p.add_argument("--warmups", nargs="+", type=int, help="warm-up steps compared (default: the profile's)")
     p.add_argument("--out", required=True, type=Path, help="output folder (runs, lab.csv, rates.csv, lab.png, "
                    "README.md)")
-    p.add_argument("--params", default="params.yaml", type=Path)
+    p.add_argument("--params", default=REPO / "params.yaml", type=Path,
+                   help="the parameter file whose copy-task setup the profiles start from (default: the project's own, "
+                   f"{REPO / 'params.yaml'}, from whatever folder the lab is run)")
     p.add_argument("--cores", type=int, default=2, help="Snakemake --cores (one run a core)")
     p.add_argument("--slurm", action="store_true", help="submit the runs to SLURM (profiles/slurm)")
     p.add_argument("--dry-run", action="store_true", help="check and plan only")
@@ -60,6 +64,9 @@ def _main(args) -> int:
     from .spec import check_model, make_spec, profile_setup
 
     from ..params import load_params
+    from .launch import start_up_s
+
+    start_s = start_up_s()  # what a job spends before its first step, about: Python, torch, blocklab
 
     if args.kwargs:
         try:
@@ -83,12 +90,18 @@ def _main(args) -> int:
         return 3
     spec.read["params_path"] = str(Path(args.params).resolve())
     out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     text = spec.to_json()
-    if not (out / "spec.json").is_file() or (out / "spec.json").read_text(encoding="utf-8") != text:
+    same = (out / "spec.json").is_file() and (out / "spec.json").read_text(encoding="utf-8") == text
+    # --dry-run writes nothing into --out: a folder that does not exist yet, or whose spec differs (every run would
+    # train), is planned in a scratch folder, removed after
+    scratch = tempfile.TemporaryDirectory(prefix="blocklab-lab-plan-") if args.dry_run and not same else None
+    workdir = Path(scratch.name) if scratch else out
+    if not args.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+    if not same and (scratch or not args.dry_run):
         from ..io import write_bytes
 
-        write_bytes(text.encode(), out / "spec.json")  # rewritten only when it changed: a changed spec retrains
+        write_bytes(text.encode(), workdir / "spec.json")  # rewritten only when it changed: a changed spec retrains
     from ..params import load_params as _load_params
     from .records import adopt
 
@@ -101,16 +114,42 @@ def _main(args) -> int:
     print(f"blocklab lab: {spec.block.label} ({size['parameters']:,} parameters), {spec.profile} profile: {runs} runs "
           f"of {spec.setup.steps} steps (warm-ups {list(spec.setup.warmups)} x seeds {list(spec.setup.seeds)}) into "
           f"{out}", file=sys.stderr)
+    from . import launch
+    from .run import time_steps
+
+    timed = 3
+    per_step = time_steps(spec, timed)
+    print(launch.estimate(spec, out, per_step, start_s, args.cores, timed), file=sys.stderr, flush=True)
     snakemake = Path(sys.executable).with_name("snakemake")
     command = [str(snakemake) if snakemake.exists() else "snakemake", "--snakefile", str(SNAKEFILE), "--directory",
-               str(out), "--cores", str(args.cores), "--config", "spec=spec.json", "--rerun-incomplete"]
+               str(workdir), "--cores", str(args.cores), "--config", "spec=spec.json", "--rerun-incomplete"]
     command += ["--profile", str(REPO / "profiles" / "slurm")] if args.slurm else ["--workflow-profile", "none"]
     if args.dry_run:
         command.append("--dry-run")
-    done = subprocess.run(command, cwd=out)
-    if done.returncode:
-        print(f"blocklab lab: a job failed (exit {done.returncode}); finished runs are kept, the same command resumes",
-              file=sys.stderr)
+    elif said := launch.remove_stale_locks(out):
+        print(said, file=sys.stderr)
+    # the jobs call `blocklab`: this environment's, also when it is not on PATH (.venv/bin/blocklab run directly)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    planned = launch.steps_left(spec, out)
+    seen = {"at": time.monotonic(), "finished": None}
+
+    def tick():
+        finished = sum((out / "runs" / spec.run_name(w, s) / "meta.json").is_file() for w, s in spec.runs())
+        if finished != seen["finished"] or time.monotonic() - seen["at"] >= launch.LAB_LINE_EVERY_S:
+            seen.update(at=time.monotonic(), finished=finished)
+            print(launch.lab_line(spec, out, per_step, start_s, args.cores, planned), file=sys.stderr, flush=True)
+
+    try:
+        code, signals = launch.run_workflow(command, workdir, env, tick if not args.dry_run else lambda: None)
+    finally:
+        if scratch:
+            scratch.cleanup()
+    if signals:
+        print(launch.kept_line(spec, out), file=sys.stderr, flush=True)
+        return 130
+    if code:
+        print(f"blocklab lab: a job failed (exit {code}); finished runs are kept, checkpointed ones resume: "
+              f"{launch.resume_command()}", file=sys.stderr)
         return 1
     if not args.dry_run:
         print(f"blocklab lab: {out / 'README.md'}, {out / 'lab.png'}, {out / 'lab.csv'}", file=sys.stderr)
@@ -176,6 +215,7 @@ def _job_run_builtin(args) -> int:
     params = load_params(args.params, studies=False)
     setup = profile_setup(params, "document", seeds=[args.seed], warmups=[args.warmup])
     set_threads(1)
+    _log_progress()
     train_copy_run(params_for(params, setup), args.norm, args.warmup, args.seed, args.out_dir, "cpu")
     return 0
 
@@ -258,9 +298,18 @@ def _load(path: Path):
     return spec, load_params(params_path, studies=False)
 
 
+def _log_progress() -> None:
+    """A run's progress lines (training.train: step, loss, s/step, its ETA, at least every 10 s; its resume) on stderr,
+    which the rule tees to the terminal and to the run's train.log."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+
+
 def _job_run(args) -> int:
     from .run import train_lab_run
 
+    _log_progress()
     spec, params = _load(args.spec)
     if (args.warmup, args.seed) not in spec.runs():
         raise ConfigError(f"run w{args.warmup}-s{args.seed} is not in {args.spec}'s plan {spec.runs()}")

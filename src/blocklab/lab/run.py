@@ -69,6 +69,30 @@ def _train_other(spec: Spec, warmup: int, seed: int, out_dir: Path) -> dict:
     return meta
 
 
+def time_steps(spec: Spec, steps: int = 3) -> float:
+    """Seconds one training step of the lab's stack takes on this machine, at one thread as each job trains: one
+    untimed step, then the mean of ``steps`` (forward, backward and Adam on copy batches of the profile's size). The
+    thread count is put back after."""
+    import time
+
+    setup, threads = spec.setup, torch.get_num_threads()
+    model = build_model(spec, 0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr)
+    generator = torch.Generator().manual_seed(0)
+    torch.set_num_threads(1)
+    try:
+        for n in range(steps + 1):
+            if n == 1:
+                began = time.perf_counter()
+            inputs, targets = copy_batch(setup.batch_size, setup.seq_len, setup.vocab_size, generator)
+            optimizer.zero_grad(set_to_none=True)
+            copy_loss(model(inputs).float(), targets).backward()
+            optimizer.step()
+        return (time.perf_counter() - began) / steps
+    finally:
+        torch.set_num_threads(threads)
+
+
 def row_of(spec: Spec, run_dir: Path) -> dict:
     """A finished run's row of lab.csv, from its files (checked against their recorded checksums)."""
     from .records import adopted, read_run as read_recorded

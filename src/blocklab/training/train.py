@@ -9,6 +9,7 @@ import contextlib
 import io
 import logging
 import math
+import os
 import pickle
 import sys
 import time
@@ -193,7 +194,8 @@ def train(
             _save_checkpoint(Path(checkpoint), model, optimizer, generator, result, step, precision, diagnostics,
                              identity)
             kept = f"its checkpoint at step {step} of {steps} is kept ({checkpoint})"
-        said = f"{desc}: interrupted; {kept}; resume with the same command (`snakemake --cores N` or `dvc repro`)"
+        resume = os.environ.get(RESUME_ENV) or "the same command (`snakemake --cores N` or `dvc repro`)"
+        said = f"{desc}: interrupted; {kept}; resume with {resume}"
         _say_interrupted(said, Path(checkpoint).parent / "train.log" if checkpoint is not None else None)
 
     for step in _steps_until_interrupted(start, steps, on_interrupt):
@@ -227,11 +229,11 @@ def train(
 # Snakemake's main process (blocklab.pipeline.say_interrupt_in_one_line) sets this to its process group: the jobs of
 # that group, stopped by the same Ctrl-C, leave the terminal to its one line and write theirs into their train.log.
 INTERRUPT_ENV = "BLOCKLAB_INTERRUPT_SAID_BY"
+# The command that resumes, as the process that started the job says it (`blocklab lab` sets it for its jobs).
+RESUME_ENV = "BLOCKLAB_RESUME"
 
 
 def _say_interrupted(line: str, log: Path | None) -> None:
-    import os
-
     if os.environ.get(INTERRUPT_ENV) == str(os.getpgrp()) and log is not None and log.is_file():
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")

@@ -1,0 +1,223 @@
+"""How `blocklab lab` runs its Snakemake workflow (``workflow/rules/lab.smk``) and lives with its user.
+
+- **Cost first**: before anything trains, the lab says what it will cost on this machine, from a few steps of the
+  built stack timed here (``run.time_steps``, one thread as each job trains) and this command's own start-up.
+- **Progress**: each run writes a line at least every 10 s (step, loss, s/step, its ETA) to the terminal and to
+  ``runs/<run>/train.log``; this process adds one line for the whole lab (runs finished, the running ones, the ETA of
+  the whole lab from their measured steps) every minute and whenever a run finishes.
+- **Ctrl-C** (to the terminal's process group or to this process alone, SIGINT or SIGTERM): Snakemake runs in a
+  process group of its own, so the signal reaches its jobs exactly once, from here; every running job finishes its
+  step, saves it in its checkpoint and ends; Snakemake ends; a lock it left is removed; one line says what was kept
+  and the one command that resumes (the same command: finished runs are kept, checkpointed ones resume).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..training.train import INTERRUPT_ENV, RESUME_ENV
+
+PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ lr \S+ ([\d.]+) s/step")
+LAB_LINE_EVERY_S = 60.0  # the whole lab's line; each run writes its own every 10 s (training.train._Progress)
+
+
+def clock(seconds: float) -> str:
+    s = max(0, round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def start_up_s() -> float:
+    """Seconds since this process started: what a job spends before its first step (Python, torch, the block)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
+def _checkpoint_step(path: Path) -> int:
+    from ..training.train import CheckpointMismatch, read_checkpoint
+
+    try:
+        return int(read_checkpoint(path)["step"])
+    except (CheckpointMismatch, KeyError, TypeError, ValueError, OSError):
+        return 0
+
+
+def steps_left(spec, out: Path) -> dict[str, int]:
+    """Each planned run's steps still to train: 0 finished (or adopted), the rest after its checkpoint."""
+    left = {}
+    for warmup, seed in spec.runs():
+        run = Path(out) / "runs" / spec.run_name(warmup, seed)
+        done = (run / "meta.json").is_file()
+        start = _checkpoint_step(run / "checkpoint.pt") if not done and (run / "checkpoint.pt").is_file() else 0
+        left[spec.run_name(warmup, seed)] = 0 if done else spec.setup.steps - start
+    return left
+
+
+def _lanes(cores: int, runs: int) -> int:
+    return max(1, min(cores, runs))
+
+
+def estimate(spec, out: Path, per_step: float, start_s: float, cores: int, timed: int) -> str:
+    """The line said before anything trains: what the lab will cost here, and what that is made of."""
+    left = steps_left(spec, out)
+    todo = [run for run, n in left.items() if n]
+    if not todo:
+        return "blocklab lab: every run is finished; only the tables, figure and page are (re)written"
+    resumed = [f"{run} from step {spec.setup.steps - left[run]}" for run in todo if left[run] < spec.setup.steps]
+    steps = sum(left.values())
+    lanes = _lanes(cores, len(todo))
+    jobs = len(todo) + 2  # the runs, the gradient at init, the report
+    total = (steps * per_step + start_s * (jobs - 1)) / lanes + start_s
+    return (f"blocklab lab: cost ≈ {clock(total)} on this machine: {len(todo)} run(s) to train"
+            f"{' (resuming ' + ', '.join(resumed) + ')' if resumed else ''}, {steps:,} steps at {per_step:.3g} s/step "
+            f"(timed here on {timed} steps of the built stack, one thread as each job trains), {lanes} at a time "
+            f"(--cores {cores}), plus ≈ {start_s:.0f} s start-up a job (this command's own); more under other load")
+
+
+def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int]) -> str:
+    """The whole lab's progress: runs finished, each running run's step and s/step (its last line in train.log), and
+    the ETA of the whole lab from the measured steps (the timed steps until a run has measured its own)."""
+    finished, running, measured, left = 0, [], [], 0
+    for warmup, seed in spec.runs():
+        name = spec.run_name(warmup, seed)
+        run = Path(out) / "runs" / name
+        if (run / "meta.json").is_file():
+            finished += 1
+            continue
+        log = run / "train.log"
+        found = PROGRESS.findall(log.read_text(encoding="utf-8", errors="replace")) if log.is_file() else []
+        if found:
+            step, total, rate = int(found[-1][0]), int(found[-1][1]), float(found[-1][2])
+            running.append(f"{name} at step {step}/{total} ({rate:.3g} s/step)")
+            measured.append(rate)
+            left += total - step
+        else:
+            left += planned.get(name, spec.setup.steps)
+    runs = len(spec.runs())
+    rate = sum(measured) / len(measured) if measured else per_step
+    unfinished = runs - finished
+    eta = (left * rate + start_s * unfinished) / _lanes(cores, unfinished) + start_s if unfinished else start_s
+    return (f"blocklab lab: {finished} of {runs} runs finished" + (f"; {', '.join(running)}" if running else "")
+            + f"; ETA of the whole lab ≈ {clock(eta)} (from {'the runs' if measured else 'the timed'} steps)")
+
+
+def resume_command() -> str:
+    """The one command that resumes: this one, from this folder."""
+    words = sys.argv[1:]
+    exe = "blocklab" if shutil.which("blocklab") else str(Path(sys.executable).with_name("blocklab"))
+    if words[:1] != ["lab"]:
+        return f"the same `blocklab lab` command (from {os.getcwd()})"
+    return f"cd {shlex.quote(os.getcwd())} && {shlex.join([exe, *words])}"
+
+
+def locks(out: Path) -> list[Path]:
+    folder = Path(out) / ".snakemake" / "locks"
+    return sorted(folder.glob("*.lock")) if folder.is_dir() else []
+
+
+def workers(out: Path) -> list[int]:
+    """Processes of this machine working in ``out`` (their current folder): a Snakemake of this lab and its jobs."""
+    import psutil
+
+    out = Path(out).resolve()
+    found = []
+    for proc in psutil.process_iter(["pid", "cwd"]):
+        cwd = proc.info.get("cwd")
+        if cwd and proc.info["pid"] != os.getpid() and Path(cwd) == out:
+            found.append(proc.info["pid"])
+    return found
+
+
+def remove_stale_locks(out: Path) -> str | None:
+    """A lock left by a run that no longer runs (no process works in ``out``) is removed; returns what was said."""
+    stale = locks(out)
+    if not stale or workers(out):
+        return None
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return (f"blocklab lab: removed the Snakemake lock {Path(out) / '.snakemake' / 'locks'} left by a run that no "
+            "longer runs (no process works in the folder)")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_workflow(command: list[str], out: Path, env: dict, tick, every_s: float = 5.0) -> tuple[int, int]:
+    """Run Snakemake in a process group of its own; ``tick()`` every ``every_s`` seconds while it runs. A SIGINT or
+    SIGTERM here is sent on to that group (once: each job keeps its current step; a second: the jobs stop at once,
+    keeping their last checkpoint; a third kills the group). Returns (Snakemake's exit status, signals caught); after
+    a signal, every process of the group has ended and the locks Snakemake took are gone."""
+    before = set(locks(out))
+    # The jobs inherit INTERRUPT_ENV = their process group: they write their interrupted line to their train.log
+    # and leave the terminal to this process's one line (training.train._say_interrupted).
+    # SIGINT back to its default in Snakemake (a shell starts background commands with it ignored), then exec.
+    wrapped = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               f"os.environ[{INTERRUPT_ENV!r}] = str(os.getpgrp()); os.execvp(sys.argv[1], sys.argv[1:])", *command]
+    proc = subprocess.Popen(wrapped, cwd=out, env={**env, RESUME_ENV: f"`{resume_command()}`"},
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    signals = 0
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _as_interrupt) if main else None
+    try:
+        while True:
+            try:
+                try:
+                    code = proc.wait(timeout=every_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    tick()
+            except KeyboardInterrupt:
+                signals += 1
+                _signal_group(proc.pid, signal.SIGINT if signals < 3 else signal.SIGKILL)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if signals:
+        waited = time.monotonic()
+        while _group_alive(proc.pid):  # a job still saving its step after Snakemake ended: its checkpoint first
+            if time.monotonic() - waited > 60:
+                _signal_group(proc.pid, signal.SIGKILL)
+            time.sleep(0.2)
+        for path in set(locks(out)) - before:
+            path.unlink(missing_ok=True)
+    return code, signals
+
+
+def kept_line(spec, out: Path) -> str:
+    """After an interrupt: what was kept (finished runs, each checkpoint's step) and the one command that resumes."""
+    finished, kept = 0, []
+    for warmup, seed in spec.runs():
+        run = Path(out) / "runs" / spec.run_name(warmup, seed)
+        if (run / "meta.json").is_file():
+            finished += 1
+        elif (run / "checkpoint.pt").is_file():
+            kept.append(f"{run.name} at step {_checkpoint_step(run / 'checkpoint.pt')} of {spec.setup.steps}")
+    return (f"blocklab lab: interrupted; kept {finished} finished run(s) and {len(kept)} checkpoint(s)"
+            f"{' (' + ', '.join(kept) + ')' if kept else ''}; no job is left running and no lock is left; resume "
+            f"with: {resume_command()}")

@@ -1,0 +1,141 @@
+"""`blocklab lab` as a user lives with it: run from any folder, the cost said first, progress, and Ctrl-C then resume."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from blocklab.lab import launch
+from blocklab.lab.spec import Setup, Spec, Block
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(steps=100, seeds=(0, 1)) -> Spec:
+    setup = Setup(n_layers=2, d_model=16, n_heads=2, ffn_ratio=4.0, vocab_size=11, seq_len=8, batch_size=4, lr=1e-3,
+                  steps=steps, warmups=(0,), seeds=seeds, checkpoint_every=10)
+    return Spec(Block("builtin", "pre"), "tiny", setup, "0" * 64)
+
+
+def test_the_whole_labs_eta_comes_from_the_runs_measured_steps(tmp_path):
+    spec = _spec()
+    (tmp_path / "runs" / "w0-s0").mkdir(parents=True)
+    (tmp_path / "runs" / "w0-s0" / "meta.json").write_text("{}")
+    (tmp_path / "runs" / "w0-s1").mkdir()
+    (tmp_path / "runs" / "w0-s1" / "train.log").write_text(
+        "12:00:00 pre w0-s1: step 10/100 loss 2.0 lr 1.00e-03 0.900 s/step ETA 0:01:21\n"
+        "12:00:10 pre w0-s1: step 40/100 loss 1.0 lr 1.00e-03 0.500 s/step ETA 0:00:30\n")
+    line = launch.lab_line(spec, tmp_path, per_step=9.0, start_s=0.0, cores=2, planned={})
+    # 60 steps left at the run's own 0.5 s/step (not the timed 9 s): 30 s
+    assert "1 of 2 runs finished; w0-s1 at step 40/100 (0.5 s/step)" in line and "≈ 0:00:30" in line, line
+    # before any run has measured its steps: the timed ones, over the cores, plus a start-up a job and the report's
+    line = launch.lab_line(_spec(seeds=(0, 1, 2, 3)), tmp_path / "none", per_step=0.5, start_s=3.0, cores=2, planned={})
+    assert "0 of 4 runs finished" in line and f"≈ {launch.clock((400 * 0.5 + 4 * 3.0) / 2 + 3.0)}" in line, line
+
+
+def test_the_cost_said_first_counts_only_the_steps_left(tmp_path):
+    spec = _spec(steps=100, seeds=(0, 1, 2))
+    (tmp_path / "runs" / "w0-s0").mkdir(parents=True)
+    (tmp_path / "runs" / "w0-s0" / "meta.json").write_text("{}")
+    said = launch.estimate(spec, tmp_path, per_step=0.25, start_s=2.0, cores=1, timed=3)
+    # two runs of 100 steps at 0.25 s, one at a time, four jobs' start-ups (two runs, the gradient, the report)
+    assert "2 run(s) to train, 200 steps at 0.25 s/step" in said and f"≈ {launch.clock(200 * 0.25 + 4 * 2.0)}" in said
+    (tmp_path / "runs" / "w0-s1").mkdir()
+    (tmp_path / "runs" / "w0-s2").mkdir()
+    for name in ("w0-s1", "w0-s2"):
+        (tmp_path / "runs" / name / "meta.json").write_text("{}")
+    assert "every run is finished" in launch.estimate(spec, tmp_path, 0.25, 2.0, 1, 3)
+
+
+def test_a_lock_no_process_holds_is_removed_and_one_a_process_works_beside_is_kept(tmp_path):
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("x")
+    assert "removed the Snakemake lock" in launch.remove_stale_locks(tmp_path) and not list(locks.iterdir())
+    (locks / "0.input.lock").write_text("x")
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path)
+    try:
+        for _ in range(100):  # until its working folder is readable
+            if beside.pid in launch.workers(tmp_path):
+                break
+            time.sleep(0.05)
+        assert launch.remove_stale_locks(tmp_path) is None and (locks / "0.input.lock").exists()
+    finally:
+        beside.kill()
+        beside.wait()
+
+
+def _start(command, cwd):
+    return subprocess.Popen(command, cwd=cwd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+
+
+def _until(predicate, what, proc, limit=300):
+    began = time.monotonic()
+    while not predicate():
+        assert proc.poll() is None, f"the lab ended before {what}:\n{proc.stdout.read()[-3000:]}"
+        assert time.monotonic() - began < limit, f"no {what} in {limit} s"
+        time.sleep(0.05)
+
+
+def _interrupt(proc, out, to_group):
+    """SIGINT to the lab's process group (a terminal's Ctrl-C) or to `blocklab lab` alone; returns what it said."""
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert any("lab-job" in " ".join(c.cmdline()) for c in children if c.is_running())
+    os.killpg(proc.pid, signal.SIGINT) if to_group else os.kill(proc.pid, signal.SIGINT)
+    said, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, said[-3000:]
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left running: {[c.cmdline() for c in alive]}"
+    assert not launch.workers(out) and not list((out / ".snakemake" / "locks").glob("*"))
+    return said
+
+
+def _saved_step(out):
+    from blocklab.training.train import read_checkpoint
+
+    return int(read_checkpoint(out / "runs" / "w0-s0" / "checkpoint.pt")["step"])
+
+
+def test_ctrl_c_keeps_the_current_step_ends_every_child_leaves_no_lock_and_the_command_said_resumes(tmp_path):
+    """From a folder without params.yaml: a Ctrl-C to the process group, then (resumed) a SIGINT to `blocklab lab`
+    alone; each time the running job saves the step it is at (not only its last periodic checkpoint), no child is
+    left, no lock; the command the lab prints resumes from that step and finishes the run."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(ROOT / "tests" / "lab_blocks.py", folder)
+    out = tmp_path / "lab"
+    command = [sys.executable, "-m", "blocklab.cli", "lab", "--module", "lab_blocks.py:SlowPreNormBlock", "--profile",
+               "tiny", "--warmups", "0", "--out", str(out)]
+    log = out / "runs" / "w0-s0" / "train.log"
+
+    proc = _start(command, folder)
+    _until(lambda: (out / "runs" / "w0-s0" / "checkpoint.pt").is_file(), "first checkpoint (step 5)", proc)
+    said = _interrupt(proc, out, to_group=True)
+    first = _saved_step(out)
+    assert 5 <= first < 12
+    assert f"w0-s0 at step {first} of 12" in said and "cost ≈" in said and "ETA of the whole lab" in said, said
+    assert f"interrupted; its checkpoint at step {first} of 12 is kept" in log.read_text()
+    resume = re.search(r"resume with: (.+)", said)[1]
+    assert "snakemake --cores" not in log.read_text() and resume in log.read_text()
+
+    proc = _start(command, folder)
+    _until(lambda: log.is_file() and f"resumed from checkpoint at step {first}" in log.read_text(), "resume", proc)
+    _interrupt(proc, out, to_group=False)
+    second = _saved_step(out)
+    assert first <= second < 12
+
+    done = subprocess.run(resume, shell=True, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    meta = __import__("json").loads((out / "runs" / "w0-s0" / "meta.json").read_text())
+    assert meta["resumed_from_step"] == second
+    assert pd.read_csv(out / "runs" / "w0-s0" / "loss.csv")["step"].tolist() == list(range(1, 13))
+    assert re.search(r"step 12/12 loss \S+ lr \S+ [\d.]+ s/step ETA", log.read_text())
+    assert not (out / "runs" / "w0-s0" / "checkpoint.pt").exists()
