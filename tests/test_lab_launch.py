@@ -1,4 +1,4 @@
-"""`blocklab lab` as a user lives with it: run from any folder, the cost said first, progress, and Ctrl-C then resume."""
+"""`blocklab lab` as a user lives with it: from any folder, the cost said first, progress, Ctrl-C and resume."""
 import os
 import re
 import shutil
@@ -139,3 +139,38 @@ def test_ctrl_c_keeps_the_current_step_ends_every_child_leaves_no_lock_and_the_c
     assert pd.read_csv(out / "runs" / "w0-s0" / "loss.csv")["step"].tolist() == list(range(1, 13))
     assert re.search(r"step 12/12 loss \S+ lr \S+ [\d.]+ s/step ETA", log.read_text())
     assert not (out / "runs" / "w0-s0" / "checkpoint.pt").exists()
+
+
+def test_a_depth_aware_block_gets_the_stacks_depth_unless_kwargs_gives_one(tmp_path):
+    """DeepNorm's α = (2N)^¼ needs the stack's N: a block whose constructor (or config class) takes n_layers,
+    num_layers or depth is given the profile's depth, and says so; --kwargs wins."""
+    from blocklab.lab.spec import build_model, make_spec
+
+    spec = make_spec(ROOT / "params.yaml", "tiny", module="blocklab.model.blocks:DecoderOnlyBlock",
+                     kwargs={"norm_position": "deepnorm"})
+    assert spec.setup.n_layers == 2 and spec.block.kwargs["n_layers"] == 2
+    assert spec.read["depth"] == "n_layers=2 passed to the constructor (the stack's depth)"
+    block = build_model(spec, 0).blocks[0].block
+    assert block.attn.alpha == pytest.approx((2 * 2) ** 0.25)
+    spec = make_spec(ROOT / "params.yaml", "tiny", module="blocklab.model.blocks:DecoderOnlyBlock",
+                     kwargs={"norm_position": "deepnorm", "n_layers": 6})
+    assert spec.block.kwargs["n_layers"] == 6 and "(from --kwargs)" in spec.read["depth"]
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'lab_blocks.py'}:TinyPreNormBlock")
+    assert "n_layers" not in spec.block.kwargs and "depth" not in spec.read
+
+
+@pytest.mark.parametrize("layer, model_type", [
+    ("transformers.models.llama.modeling_llama:LlamaDecoderLayer", "llama"),
+    ("transformers.models.gpt2.modeling_gpt2:GPT2Block", "gpt2"),
+])
+def test_a_transformers_layer_class_is_built_inside_its_own_model_at_the_profiles_width(layer, model_type):
+    from blocklab.lab.spec import build_model, check_model, make_spec
+
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=layer)
+    assert spec.block.kind == "hf" and spec.block.source == model_type and f"--hf-config {model_type}" in \
+        spec.read["how"]
+    check_model(spec)
+    model = build_model(spec, 0)
+    layers = [m for m in model.modules() if type(m).__name__ == layer.rpartition(":")[2]]
+    assert len(layers) == spec.setup.n_layers == 2
+    assert model.model.get_input_embeddings().weight.shape[1] == spec.setup.d_model == 16

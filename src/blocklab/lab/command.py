@@ -114,6 +114,9 @@ def _main(args) -> int:
     print(f"blocklab lab: {spec.block.label} ({size['parameters']:,} parameters), {spec.profile} profile: {runs} runs "
           f"of {spec.setup.steps} steps (warm-ups {list(spec.setup.warmups)} x seeds {list(spec.setup.seeds)}) into "
           f"{out}", file=sys.stderr)
+    for key, what in (("layer_class", "built as"), ("depth", "depth-aware block")):
+        if spec.read.get(key):
+            print(f"blocklab lab: {what}: {spec.read['how' if key == 'layer_class' else key]}", file=sys.stderr)
     from . import launch
     from .run import time_steps
 

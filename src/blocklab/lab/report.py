@@ -110,6 +110,7 @@ def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note
         where = f"built-in `{spec.block.source}`: {read.get('formula')} ({read.get('paper')})"
     else:
         where = f"`{spec.block.source}`, built as {read.get('how')}"
+        where += f"; {read['depth']}" if read.get("depth") else ""
     final = read.get("final_norm")
     final_text = (final if isinstance(final, str) else "one LayerNorm after the last block" if final else "none")
     placement = read.get("norm_placement") or ("not read: " + str(read.get("reason")) if read.get("reason") else "—")

@@ -294,9 +294,28 @@ def make_spec(params_path, profile: str, builtin: str | None = None, module: str
         block, read = Block("builtin", builtin), builtin_read(builtin)
     elif module:
         source, search = module_source(module)
-        block = Block("module", source, with_heads(load_target(source, search), dict(kwargs or {}), setup.n_heads),
-                      search)
+        target = load_target(source, search)
+        from ..review.architecture import hf_layer_class, model_type_of
+
+        if hf_layer_class(target):  # built inside its own model from its config, as `blocklab review --module` does
+            if kwargs:
+                raise ConfigError(f"--kwargs: {module} is a transformers layer class, built from its model's config "
+                                  "at the copy task's size (as --hf-config); it takes no constructor arguments here")
+            model_type = model_type_of(target)
+            block = Block("hf", model_type)
+            read = {**read_hf(block, setup), "layer_class": target.__name__,
+                    "how": f"{module}: a transformers layer class, built inside its own {model_type} causal LM from "
+                           f"its config at the copy task's size (as `blocklab review --module` does; the same stack "
+                           f"as --hf-config {model_type})"}
+            return Spec(block, profile, setup, params_sha256(params_path), read)
+        chosen = with_heads(target, dict(kwargs or {}), setup.n_heads)
+        chosen, depth = with_depth(target, chosen, setup.n_layers)
+        keeps_shape(target, chosen, setup, source)
+        block = Block("module", source, chosen, search)
         read = read_block(block, setup)
+        if depth:
+            read["depth"] = (f"{depth}={chosen[depth]} passed to the constructor"
+                             + (" (from --kwargs)" if depth in (kwargs or {}) else " (the stack's depth)"))
     else:
         block = Block("hf", hf)
         read = read_hf(block, setup)
@@ -349,6 +368,43 @@ def with_heads(obj, kwargs: dict, n_heads: int) -> dict:
     else:
         name = None
     return {name: n_heads, **kwargs} if name else kwargs
+
+
+def keeps_shape(obj, kwargs: dict, setup: Setup, source: str) -> None:
+    """One block, built at the lab's width and called once: a block that changes the stream's shape is named by its
+    own output, before the reviewer stacks it (a second block would fail on the first one's output instead). A call
+    that fails is left to the reviewer, which tries the block's mask arguments and says why."""
+    from ..review.build import Builder
+
+    module = Builder(obj, kwargs).build(setup.d_model)
+    stream = (2, 2 * setup.seq_len - 1, setup.d_model)
+    try:
+        with torch.no_grad():
+            out = module(torch.randn(stream, generator=torch.Generator().manual_seed(0)))
+    except Exception:  # noqa: BLE001 - the reviewer's calls say why
+        return
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    shape = tuple(getattr(out, "shape", ()))
+    if shape != stream:
+        raise ConfigError(f"{source} changes the stream's shape: one block maps {stream} to "
+                          f"{shape or type(out).__name__} (each block must map (batch, time, d) to the same shape; d = {setup.d_model} here)")
+
+
+DEPTH_NAMES = ("n_layers", "num_layers", "depth")  # a depth-aware block (DeepNorm, Admin, B2T) takes the stack's
+
+
+def with_depth(obj, kwargs: dict, n_layers: int) -> tuple[dict, str | None]:
+    """The constructor arguments with the stack's depth, where the block (or its config class) takes one of
+    ``DEPTH_NAMES`` and the user gave none; and that argument's name (None: it takes none)."""
+    import inspect
+
+    from ..review.build import TORCH_LAYERS, Builder, _fields, _first, _parameters
+
+    if isinstance(obj, nn.Module) or (inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS)):
+        return kwargs, None
+    builder = Builder(obj, kwargs)
+    name = _first(DEPTH_NAMES, _fields(builder.config_class) if builder.width_arg == "cfg" else _parameters(obj))
+    return ({name: n_layers, **kwargs} if name else kwargs), name
 
 
 def read_block(block: Block, setup: Setup) -> dict:
@@ -408,6 +464,10 @@ def check_model(spec: Spec) -> dict:
     except Exception as err:  # noqa: BLE001 - the user's constructor or transformers: one line
         raise ConfigError(f"building the stack of {spec.block.source} failed: {type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]}") from None
+    layer = spec.read.get("layer_class")
+    if layer and not any(type(m).__name__ == layer for m in model.modules()):
+        raise ConfigError(f"{layer}: the {spec.block.source} causal LM built from its config has no {layer} layer "
+                          f"(another stack's, an encoder's?); name the architecture instead: --hf-config MODEL_TYPE")
     tokens = torch.randint(0, setup.vocab_size, (2, 2 * setup.seq_len - 1), generator=torch.Generator().manual_seed(0))
     try:
         with torch.no_grad():
