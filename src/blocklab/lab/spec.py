@@ -387,7 +387,8 @@ def keeps_shape(obj, kwargs: dict, setup: Setup, source: str) -> None:
     shape = tuple(getattr(out, "shape", ()))
     if shape != stream:
         raise ConfigError(f"{source} changes the stream's shape: one block maps {stream} to "
-                          f"{shape or type(out).__name__} (each block must map (batch, time, d) to the same shape; d = {setup.d_model} here)")
+                          f"{shape or type(out).__name__} (each block must map (batch, time, d) to the same shape; "
+                          f"d = {setup.d_model} here)")
 
 
 DEPTH_NAMES = ("n_layers", "num_layers", "depth")  # a depth-aware block (DeepNorm, Admin, B2T) takes the stack's

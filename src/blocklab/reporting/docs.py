@@ -42,6 +42,53 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _top_level(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` where it stands outside parentheses and brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if depth == 0 and text.startswith(separator, i):
+            parts.append(text[start:i])
+            start = i = i + len(separator)
+            continue
+        i += 1
+    return parts + [text[start:]]
+
+
+def _clauses(text, limit: int) -> str:
+    """The leading clauses of ``text`` (split at "; " outside parentheses) that fit in ``limit`` characters, never
+    cut inside a word or a clause: at least the first clause, without its long parenthesised asides."""
+    clauses = [c.strip() for c in _top_level(str(text).strip().rstrip("."), "; ") if c.strip()]
+    if not clauses:
+        return ""
+    kept = [re.sub(r" \([^()]{40,}\)", "", clauses[0])]  # a long aside: the claims table has it
+    for clause in clauses[1:]:
+        if len("; ".join(kept + [clause])) > limit:
+            break
+        kept.append(clause)
+    return "; ".join(kept)
+
+
+def _sentence(text) -> str:
+    """``text`` as a sentence: a capital first letter (a word's, not a symbol's such as "d=4096") and a full stop."""
+    text = str(text).strip()
+    if not text:
+        return ""
+    if re.match(r"[a-z]{2,}\b", text):
+        text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?" else text + "."
+
+
+def _whose(row) -> str:
+    """Whose claim a row is, where it is not the documents' own, and what the document says of it then."""
+    if row.source == "document":
+        return ""
+    said = " the document does not measure it" if str(row.document_value).startswith("not measured") else ""
+    return f" (the {row.source}'s claim;{said})" if said else f" (the {row.source}'s claim)"
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -114,22 +161,25 @@ def claims_summary(data: Path, root: Path) -> str:
     others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
     fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
-             f"**{len(project)} are the project's**: {_counts(project)}. Rows share runs (a collapse counts in its "
-             "rate and its shape); "
+             f"**{len(project)} are the project's**: {_counts(project)}. "
              + "".join(f"**{len(g)} are the literature's** ([fixes](docs/lab.md)): {_counts(g)}. " if src == "literature"
                        else f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
-             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table); "
-             "[the rules and their error rates](docs/doc000.md#claims). Not reproduced:", ""]
+             "Some rows share runs: a collapse counts in its rate and in its shape. "
+             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). "
+             "The rules and their error rates are in [document 000's claims](docs/doc000.md#claims). Not reproduced:",
+             ""]
     listed = claims[claims["source"] != "literature"]  # the literature's rows: listed in docs/lab.md (the README's length)
     for verdict in ("not reproduced", "partly"):
         rows = listed[listed["verdict"] == verdict]
         if verdict == "partly" and len(rows):
             lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
         for row in rows.itertuples(index=False):
-            whose = "" if row.source == "document" else " (the project's)"
-            lines.append(f"- `{row.id}`{whose}: document {_cell(row.document_value)}; measured "
-                         f"{_cell(_short(row.measured, 60))}"
-                         f"{'; ' + other if (other := _other_settings(by_setting, row.id)) else ''}.")
+            other = _other_settings(by_setting, row.id)
+            lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(row.claim)} "
+                         f"Measured: {_cell(_clauses(row.measured, 140))}.{' ' + _sentence(other) if other else ''}")
+    if len(listed[listed["verdict"].isin(("not reproduced", "partly"))]):
+        lines += ["", "Each measured value above is its first clauses; the claims tables of [document 000]"
+                  "(docs/doc000.md#claims) and [document 004](docs/doc004.md#claims) give it whole."]
     undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
         lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
@@ -138,6 +188,26 @@ def claims_summary(data: Path, root: Path) -> str:
     sources = [f"{GALLERY}/claims/claims.csv"] + ([f"{GALLERY}/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
     return "\n".join(lines) + "\n\n" + _note(*sources)
+
+
+# The documents' section names (claims.csv's `where`, in Korean as the documents write them) in English for the English
+# pages; the problems' sub-labels (가), (나), (다) are kept: the pages name the problems by them ("problem 11 (다)").
+WHERE_ENGLISH = (("연습문제", "exercise"), ("문제", "problem"), ("파라미터 수", "parameter count"),
+                 ("여섯 구성 요소", "the six components"), ("2026년 현대화된 블록", "the 2026 modernised block"),
+                 ("그림 설명", "figure caption"), ("문서는 재지 않음", "not measured by the document"),
+                 ("풀이 끝", "end of the worked answer"), ("결론", "conclusion"))
+HANGUL_LABEL = re.compile(r"\((?:가|나|다|라)\)")
+
+
+def english_where(where) -> str:
+    """A claim's `where` (the document's section, in Korean) in English; a section name not in ``WHERE_ENGLISH`` is
+    an error naming it (a new claim's section gets its English name there)."""
+    text = str(where)
+    for korean, english in WHERE_ENGLISH:
+        text = text.replace(korean, english)
+    if re.search(r"[\uac00-\ud7a3]", HANGUL_LABEL.sub("", text)):
+        raise ValueError(f"claims.csv where {where!r}: no English name; add its words to docs.WHERE_ENGLISH")
+    return text
 
 
 def _claims_table(data: Path, document: int) -> str:
@@ -155,7 +225,7 @@ def _claims_table(data: Path, document: int) -> str:
         if row.verdict in ("reproduced", "partly", "not reproduced") and all(pd.notna(r) for r in rates) \
                 and min(rates) < 0.8:
             decide += " †"
-        lines.append(f"| {_cell(row.claim)} (`{row.id}`{'; ' + ', '.join(marks) if marks else ''}) | {_cell(row.where)} | "
+        lines.append(f"| {_cell(row.claim)} (`{row.id}`{'; ' + ', '.join(marks) if marks else ''}) | {_cell(english_where(row.where))} | "
                      f"{_cell(row.document_value)} | {_cell(row.kind)} | {_cell(_short(row.measured, 200))} | "
                      f"{_cell(_clip(row.margin, 320)) if pd.notna(row.margin) and row.margin else '—'} | "
                      f"**{row.verdict}**{decide} | {_rate(getattr(row, 'p_reproduced_if_true', None))} | "
@@ -634,9 +704,9 @@ def inference_ranking(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root)}/losses.csv" for d in dirs])
 
 
-def dynamics_summary(data: Path, root: Path) -> str:
-    """The README's three lines on problem 11's open questions: the collapse rate so far, the fitting ranking's top
-    settings and the fitting runs' measured cost."""
+def dynamics_summary(data: Path, root: Path, link: str) -> str:
+    """Two lines on problem 11's open questions: the collapse rate so far, the fitting ranking's top settings and the
+    fitting runs' measured cost; ``link``: the procedure and its full table, from the page that shows them."""
     _, _, table, dynamics = _dynamics_events(root)
     ranked, dirs = _ranking(data, root)
     top = "; ".join(f"{r['rank']}. {r['setting']} **{r['score']:.2f}** ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''}"
@@ -653,7 +723,7 @@ def dynamics_summary(data: Path, root: Path) -> str:
                 + f" ({', '.join(sorted(set(runs['machine'].astype(str))))}).")
     lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, dynamics)),
              "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
-             f"matched, lower is better; [procedure and full table](docs/dynamics.md)): {top}.{cost}"]
+             f"matched, lower is better; [procedure and full table]({link})): {top}.{cost}"]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)],
                                              *[f"{d.relative_to(root)}/" for d in dirs], *GALLERY_SWEEP)
 
@@ -782,7 +852,8 @@ GENERATORS = {
     "suite-timing": suite_timing,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
-    "dynamics-summary": dynamics_summary,
+    "dynamics-summary": lambda data, root: dynamics_summary(
+        data, root, "#the-documents-setup-inferred-rather-than-tuned-the-procedure-stated-2026-12-02-before-any-fitting-run"),
     "inference-validation": inference_validation,
     "dynamics-detectors": dynamics_detectors,
     "lab-runs": lambda data, root: _lab("runs_block", data, root),
