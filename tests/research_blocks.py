@@ -287,3 +287,112 @@ class NoResidualBlock(_Block):
     def forward(self, x):
         h = self.attn(self.ln1(x))
         return self.mlp(self.ln2(h))
+
+
+# --- layouts the reviewer must not misread -----------------------------------------------------------------------
+
+
+class LatentAttention(Attention):
+    """Multi-head latent attention (DeepSeek-V2's MLA, without its decoupled RoPE key): keys and values of every head
+    come up from one shared latent per token, c = kv_norm(W_dkv x) (d_model / 4 wide), [k, v] = W_ukv c (one fused
+    up-projection, as kv_b_proj); queries W_q x; 4 heads of 16, each with keys and values of its own."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__(d_model, n_heads)
+        latent = d_model // 4
+        del self.k, self.v
+        self.w_dkv, self.kv_norm = nn.Linear(d_model, latent, bias=False), nn.RMSNorm(latent)
+        self.w_ukv = nn.Linear(latent, 2 * d_model, bias=False)
+
+    def forward(self, x):
+        c = self.kv_norm(self.w_dkv(x))
+        k, v = self.w_ukv(c).split(x.shape[-1], dim=-1)
+        q, k, v = self.split(self.q(x)), self.split(k), self.split(v)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+        return self.o(self.merge(s.softmax(-1) @ v))
+
+
+class MLABlock(PreNormBlock):
+    """PreNormBlock around LatentAttention."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = LatentAttention(d_model, n_heads)
+
+
+class MacaronBlock(_Block):
+    """Macaron (Lu et al. 2019, as in Conformer): x + 0.5 mlp(ln0(x)), h + attn(ln1(h)), h + 0.5 mlp2(ln2(h)):
+    sequential, two half-step FFNs around the attention."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.ln0, self.mlp0 = nn.LayerNorm(d_model), MLP(d_model)
+
+    def forward(self, x):
+        h = x + 0.5 * self.mlp0(self.ln0(x))
+        h = h + self.attn(self.ln1(h))
+        return h + 0.5 * self.mlp(self.ln2(h))
+
+
+class ConvThenAttentionBlock(_Block):
+    """A hybrid written sequentially (as a Mamba-attention stack's pair of layers): x + out(conv(inp(ln0(x)))), a
+    causal depthwise convolution of width 4, then h + attn(ln1(h)), h + mlp(ln2(h))."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.ln0 = nn.LayerNorm(d_model)
+        self.inp, self.out = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size=4, groups=d_model, padding=3)
+
+    def forward(self, x):
+        T = x.shape[1]
+        h = x + self.out(self.conv(self.inp(self.ln0(x)).transpose(1, 2))[..., :T].transpose(1, 2))
+        h = h + self.attn(self.ln1(h))
+        return h + self.mlp(self.ln2(h))
+
+
+class MoEBlock(PreNormBlock):
+    """A mixture of experts written by hand: a router Linear(d, 4), the top 2 of 4 experts per token weighted by the
+    softmax of their router scores, each expert an MLP of 2x (128 wide); h + sum_e g_e expert_e(ln2(h))."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, experts: int = 4, top: int = 2):
+        super().__init__(d_model, n_heads)
+        self.router, self.top = nn.Linear(d_model, experts, bias=False), top
+        self.experts = nn.ModuleList(MLP(d_model, ratio=2) for _ in range(experts))
+        del self.mlp
+
+    def moe(self, x):
+        scores, chosen = self.router(x).topk(self.top, dim=-1)
+        gates = scores.softmax(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            weight = (gates * (chosen == e)).sum(-1, keepdim=True)
+            routed = (chosen == e).any(-1)
+            if routed.any():
+                out[routed] = out[routed] + weight[routed] * expert(x[routed])
+        return out
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.moe(self.ln2(h))
+
+
+class EinsumAttentionBlock(_Block):
+    """Attention written with torch.einsum on the block's own parameters: w_qkv (3, d, heads, head_dim) and w_o
+    (heads, head_dim, d), no nn.Linear in the attention; 4 heads of 16, causal, pre-norm."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        del self.attn
+        self.h, self.hd = n_heads, d_model // n_heads
+        self.w_qkv = nn.Parameter(torch.randn(3, d_model, n_heads, self.hd) / math.sqrt(d_model))
+        self.w_o = nn.Parameter(torch.randn(n_heads, self.hd, d_model) / math.sqrt(d_model))
+
+    def attend(self, x):
+        q, k, v = torch.einsum("btd,sdhe->sbhte", x, self.w_qkv)
+        s = torch.einsum("bhte,bhue->bhtu", q, k) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+        return torch.einsum("bhte,hed->btd", s.softmax(-1) @ v, self.w_o)
+
+    def forward(self, x):
+        h = x + self.attend(self.ln1(x))
+        return h + self.mlp(self.ln2(h))

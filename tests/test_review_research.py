@@ -182,3 +182,37 @@ def test_the_lab_page_says_a_residual_is_missing():
     read, text = _lab_page("NoResidualBlock")
     assert read["norm_placement"] == "pre" and len(read["residual"]) == 2
     assert "**Residual as read**" in text and "none around 'attn.o'" in text and "none around 'mlp.down'" in text
+
+
+# --- misreads: latent attention, sequential hybrids, 1/d scores -------------------------------------------------
+
+
+def test_latent_attention_is_read_as_heads_with_a_shared_latent():
+    # MLABlock: k, v = W_ukv(kv_norm(W_dkv x)), 4 heads of 16 each with its own keys and values; queries W_q x, no
+    # norm on them: MHA 4/4, no QK-norm (kv_norm is the latent's)
+    r = review("MLABlock")
+    s = r.facts["structure"]
+    assert (s["attention"], s["query_heads"], s["kv_heads"], s["qk_norm"]) == ("MHA", 4, 4, False)
+    assert s["evidence"]["latent"] == {"attn.w_dkv": 16, "attn.kv_norm": 16}
+    assert bad(r) == [] and r.exit_status == EXIT_PASS
+
+
+def test_macaron_and_a_conv_before_attention_are_sequential():
+    # MacaronBlock: mlp0 -> attn -> mlp, each reading the sum before it; ConvThenAttentionBlock: conv -> attn -> mlp
+    for name in ("MacaronBlock", "ConvThenAttentionBlock"):
+        s = review(name).facts["structure"]
+        assert (s["residual"], s["mixer"], s["attention"]) == ("sequential", "attention", "MHA"), name
+    (other,) = review("ConvThenAttentionBlock").facts["structure"]["evidence"]["mixer"]["others_beside_it"]
+    # the depthwise convolution of width 4 reaches positions 0-3 of its own output: a conv, before the attention
+    assert (other["writer"], other["kind"], other["where"]) == ("out", "conv", "before")
+
+
+@pytest.mark.parametrize("name, divisor, rule", [("InverseDScores", 16.0, "1/head_dim"),
+                                                 ("PreNormBlock", 4.0, "1/sqrt(head_dim)")])
+def test_the_score_scale_is_measured(name, divisor, rule):
+    # InverseDScores: q.k / head_dim (16); PreNormBlock: q.k / sqrt(16)
+    r = review(name)
+    scale = r.facts["structure"]["evidence"]["logit_scale"]
+    assert (scale["divisor"], scale["rule"]) == (pytest.approx(divisor), rule)
+    said = [f for f in r.findings if f.value == "1/head_dim"]
+    assert len(said) == (rule == "1/head_dim") and r.exit_status == EXIT_PASS

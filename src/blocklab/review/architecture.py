@@ -10,8 +10,8 @@ import torch
 from ..config import ConfigError
 from ..model import hf_config
 from . import hf
-from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, experts_weights, in_width, memory_cap,
-                       one_thread, out_width)
+from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, _features, experts_weights, in_width,
+                       memory_cap, one_thread, out_width)
 from .report import Review
 from .rules import judge_layers, judge_structure, layer_ranges
 from .structure import heads_kind, norm_kind
@@ -37,8 +37,9 @@ def read_mixer(a: LayerAnalysis, g) -> dict:
     if heads.get("measured") and heads.get("roles") and any("q" in r for r in heads["roles"].values()):
         weights = bias.get("weights", "softmax" if bias.get("softmax", True) else None)
         kind = "attention" if weights in ("softmax", "sinks") else LOOK_ALIKES.get(weights, "linear-attention")
-    else:
-        kind = "conv" if len(reach) < a.seq else "recurrent"
+    else:  # by its own reach: a convolution before an attention reaches every position through it
+        own = g.reach if g.reach is not None else reach
+        kind = "conv" if len(own) < a.seq else "recurrent"
     window = len(reach) if kind == "attention" and len(reach) < a.seq else None
     return {"kind": kind, "heads": heads, "bias": bias, "reach": reach, "window": window}
 
@@ -52,7 +53,15 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
                    and sorted(p.shape)[-2] > 1  # not a per-head gain shaped (heads, 1, 1)
                    and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
+    memory = getattr(a.driver, "memory_seq", None)
+    subsets = sorted({c.name.rpartition(".")[0] or c.name for c in a.calls if c.inp.dim() >= 2
+                      and c.inp.shape[-2] not in (a.seq, memory)})
+    routed_note = (f"; modules called on a subset of the tokens, chosen by content (a mixture of experts written "
+                   f"by hand? its experts are not read): {subsets[:4]}") if subsets else ""
     unprojected = next((g for g in selfs if g.unprojected), None)
+    if unprojected is not None and subsets:
+        return {"reviewable": False, "attention_found": True, "ffn_found": False, "routed_subsets": subsets,
+                "reason": f"the sub-layers after the attention could not be told apart{routed_note}"}
     if unprojected is not None:
         first = unprojected.unprojected[0]
         mixers = [c.name for c in unprojected.ins if c.index < next(i.index for i in unprojected.ins
@@ -65,16 +74,22 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         missing = " and ".join(n for n, found in (("token mixer (attention or other)", selfs),
                                                   ("feed-forward network", a.ffns)) if not found)
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
-        hint = f"; weights of 3 or more dimensions, used without a layer to hook (experts?), in {bulk}" if bulk else ""
+        weights = [n for n, p in a.driver.layer.named_parameters() if p.dim() >= 3 and sorted(p.shape)[-2] > 1
+                   and any(n.rpartition(".")[0] == b for b in bulk)]
+        hint = (f"; weights of 3 or more dimensions applied without a layer to hook, {weights[:6]}: token mixing or "
+                "experts computed with torch.einsum or matmul on parameters cannot be read (each weight as an "
+                "nn.Linear can)") if bulk else ""
         if not selfs:
             hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
                      "with an earlier layer), which mixes none of the layer's own input")
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
-                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint})"}
+                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint}{routed_note})"}
     cross = [g for g in a.attentions if g.cross]
     routed = [g for g in a.ffns if g.experts]
-    # the FFN expands: beside a low-rank adapter that also works per token (Gemma 3n's LAuReL, AltUp), the widest
-    ffn = routed[0] if routed else max(a.ffns, key=lambda g: g.out.inp.shape[-1])
+    # the FFN expands: beside a low-rank adapter that also works per token (Gemma 3n's LAuReL, AltUp), the widest;
+    # of two as wide (Macaron's half-step FFNs), the first after the attention
+    after = selfs[0].out.index
+    ffn = routed[0] if routed else max(a.ffns, key=lambda g: (g.out.inp.shape[-1], g.out.index > after))
     # a layer can mix tokens twice, side by side (Falcon-H1: attention and a Mamba scan on the same input): the
     # attention is the one reviewed, the others are named in the evidence
     mixers = []
@@ -84,7 +99,10 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             break
     attn, mixer = next(((g, m) for g, m in mixers if m["kind"] == "attention"), mixers[0])
     read = {id(g): m for g, m in mixers}
-    others = [{"writer": g.out.name, "kind": (read.get(id(g)) or read_mixer(a, g))["kind"]}
+    # another mixer beside the attention (both read the layer's input: Falcon-H1), or before or after it in turn
+    others = [{"writer": g.out.name, "kind": (read.get(id(g)) or read_mixer(a, g))["kind"],
+               "where": "before" if any(a.depends.get((g.out.key, c.key)) for c in attn.ins) else
+               "after" if any(a.depends.get((attn.out.key, c.key)) for c in g.ins) else "beside"}
               for g in selfs if g is not attn]
     is_attention = mixer["kind"] == "attention"
     heads, bias = (mixer["heads"], mixer["bias"]) if is_attention else ({}, {"measured": False})
@@ -93,6 +111,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     # position from the data flow only: rotated queries and keys (RoPE) or a bias on the logits; a layer that is
     # position-aware for another reason (a mask off by one, a sliding window) has neither
     rotary = a.rotary_fraction(attn, heads) if is_attention and bias.get("kind") == "none" else None
+    scale = a.logit_scale(attn, heads) if is_attention else None
     if bias.get("kind") in ("alibi", "relative-bias"):
         position = bias["kind"]
     elif rotary:
@@ -100,10 +119,11 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     else:
         position = (absolute or {}).get("kind") or "none"
     placements = {"attention": a.norm_placement(attn), "ffn": a.norm_placement(ffn)}
-    norms = {c.name: c.module for c in a.norm_calls
-             if any(c.name in p["norms"] for p in placements.values())}
-    kinds = sorted({norm_kind(m, a.width, a.generator) for m in norms.values()})
-    parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins)
+    norms = {c.name: c for c in a.norm_calls if any(c.name in p["norms"] for p in placements.values())}
+    kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in norms.values()})
+    # parallel: the FFN and the attention read the same input; either reading the other's output is sequential
+    parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins) and \
+        not any(a.depends.get((ffn.out.key, c.key)) for c in attn.ins)
     ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
     bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
     # 3-D weights inside a token mixer (RecurrentGemma's block-diagonal gates in its recurrence) are the mixer's work,
@@ -149,12 +169,23 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                       "no_value_projection": bool(mixer["heads"].get("no_value_projection")),
                       "values_from": mixer["heads"].get("values_from")},
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
+            "latent": {c.name: _features(c.out) for c in a.latents(attn)} if is_attention else {},
             "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
-            "output_sum": output_sum,
+            "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim")),
         },
     }
+
+
+def _scale_facts(scale: float | None, head_dim: int | None) -> dict | None:
+    """The measured divisor of q.k, and which rule it is: 1/sqrt(head_dim), 1/head_dim (muP), none (T5), other (a
+    learned temperature, or a head_dim the probe does not see)."""
+    if scale is None or not head_dim:
+        return None
+    rules = {"1/sqrt(head_dim)": head_dim ** 0.5, "1/head_dim": float(head_dim), "none": 1.0}
+    rule = next((r for r, v in rules.items() if abs(scale / v - 1) < 1e-3), "other")
+    return {"divisor": round(scale, 6), "head_dim": head_dim, "rule": rule}
 
 
 def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:

@@ -49,6 +49,7 @@ COEF_TOL, COEF_DIGITS = 1e-6, 6  # a coefficient below COEF_TOL is no term of th
 CURVATURE_PROBE = 0.3  # query amplitude of the log-linearity probe: logits ~0.3, where Gemma 2's tanh softcap at 50
 # bends them by ~1e-7
 CURVATURE_TOL = 1e-3  # spread of log-weight differences along a row: softmax ~1e-12, softcapped ~1e-6, elu + 1 ~1e-2
+SCALE_PROBE = 2.0  # logit of the scale probe: 4 / scale (1 at head_dim 16 under 1/sqrt(d)), far below a softcap
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
 
@@ -110,6 +111,7 @@ class SubLayer:
     # an edit at position 0 moves at later positions (a norm on the heads' output before the output projection:
     # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
     experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
+    reach: list = None  # positions of the writer's input an edit of the in-projections at position 0 moves
 
 
 def _rel(a, b) -> float:
@@ -225,7 +227,10 @@ class Tracer:
             canon = lambda t, flip: t.transpose(0, 1) if flip else t  # noqa: E731 - (batch, time, ...) for all
             if edit is not None:
                 copy, back = _tokens(canon(output.clone(), flip_out), batch, lengths)
-                changed = edit(key, copy.contiguous())
+                try:
+                    changed = edit(key, copy.contiguous())
+                except (RuntimeError, IndexError):  # a call on a token subset routed by content (a hand-written
+                    changed = None  # MoE's experts): its layout differs from run to run, it is left as it is
                 output = output if changed is None else canon(back(changed), flip_out).reshape(output.shape)
             calls.append(Call(len(calls), name, module, _tokens(canon(args[0], flip_in), batch, lengths)[0].detach(),
                               _tokens(canon(output, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
@@ -403,6 +408,9 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+            # how far its own mixing carries position 0 (the layer's reach adds what the sub-layers after it mix)
+            scale = inp[0].abs().max().clamp_min(1e-30)
+            g.reach = [t for t in range(inp.shape[1]) if ((inp[i + 1, t] - inp[0, t]).abs().max() / scale) > TOL]
             # an in-projection reading a model-width tensor that the mixing already moved: the next sub-layer reads
             # the stream with the unprojected values in it (a Mamba scan's x_proj reads its convolution's inner
             # width: that is the mixer's own work)
@@ -436,8 +444,21 @@ class LayerAnalysis:
         over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
         the norms its features may feed."""
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index]
-        feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins}
-        return [*g.ins, *[n for n in inner if any(n in f for f in feeds.values())]], feeds
+        latent = {c.key for c in self.latents(g)}
+        feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins if c.key not in latent}
+        return [*[c for c in g.ins if c.key not in latent],
+                *[n for n in inner if n.key not in latent and any(n in f for f in feeds.values())]], feeds
+
+    def latents(self, g: SubLayer) -> list[Call]:
+        """Multi-head latent attention's down-projections (narrower out than in) whose output another in-projection
+        of the sub-layer reads, and the norms on them: each token's shared latent, from which every head's keys and
+        values come up. Their features are no head's: left out of the head count, and no QK-norm."""
+        down = [c for c in g.ins if not g.experts and getattr(c.module, "weight", None) is not None
+                and c.module.weight.dim() == 2 and out_width(c.module) < in_width(c.module)
+                and any(self.depends.get((c.key, d.key)) for d in g.ins if d.index > c.index)]
+        norms = [n for n in self.norm_calls if any(self.depends.get((c.key, n.key)) for c in down)
+                 and any(_same(n.out, d.inp) for d in g.ins)]
+        return down + norms
 
     def heads(self, g: SubLayer) -> dict:
         """Per feature entering the attention, the writer-input features it moves; head_dim, heads and K/V heads from
@@ -584,6 +605,41 @@ class LayerAnalysis:
             softmax = weights == "softmax"
         return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear, "softmax": softmax,
                 "weights": weights}
+
+    def logit_scale(self, g: SubLayer, heads: dict) -> float | None:
+        """What q.k is divided by: one query feature of head 0 set to SCALE_PROBE everywhere, every key feature set to
+        SCALE_PROBE at the last position only (the same position: a rotation cancels), values one-hot position
+        codes; the last row's log-weight of the last key over the first's, against the same with keys zero (any
+        bias cancels), is SCALE_PROBE**2 / scale. sqrt(head_dim) is the usual scale, head_dim muP's, 1 T5's."""
+        queries = [(key, f) for key, rs in heads["roles"].items() for f, r in enumerate(rs) if r == "q"]
+        if not queries or heads.get("maps_per_head", 1) != 1:
+            return None
+        roles, offsets, first = heads["roles"], heads["v_offsets"], queries[0]
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                if role == "q":
+                    flat[..., f] = SCALE_PROBE if (key, f) == first else 0.0
+                elif role == "k":
+                    flat[..., f] = 0.0
+                    flat[1, -1, f] = SCALE_PROBE
+                elif role == "v":
+                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                elif role == "gate":
+                    flat[..., f] = GATE_VALUE
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(2), edit)
+        hd = heads["head_dim"]
+        row = self.read_input(traced, g)[:, -1, :hd]  # head 0 (the first query feature's, in the usual layouts)
+        last = min(row.shape[-1], max(c.inp.shape[-2] for c in g.ins)) - 1
+        if (row[:, [0, last]] <= 0).any():
+            return None
+        shift = (row[1, last] / row[1, 0]).log() - (row[0, last] / row[0, 0]).log()
+        return SCALE_PROBE ** 2 / shift.item() if shift.item() > 0 else None
 
     def _log_curvature(self, g: SubLayer, heads: dict) -> float | None:
         """Softmax weights are exp(q.k + bias) / Z(q): log w(a + b) - log w(a) - log w(b) + log w(0) is the same for
@@ -789,7 +845,7 @@ class LayerAnalysis:
         raw = [traced[c.key].inp for c in (stream, prenorm) if c is not None and c.key in traced]
         stream_name = next((k for r in raw for k, t in kept.items() if k in fit["coefficients"] and _same(t, r)
                             and abs(fit["coefficients"][k]) >= COEF_TOL), None)
-        return {**fit, "branch": branch, "stream": stream_name,
+        return {**fit, "branch": branch, "stream": stream_name, "terms": list(kept),
                 "coefficients": {k: v for k, v in fit["coefficients"].items() if abs(v) >= COEF_TOL}}
 
     def stream_input(self, g: SubLayer) -> Call:
@@ -826,8 +882,9 @@ class LayerAnalysis:
 
     def qk_norm(self, g: SubLayer) -> list[str]:
         keys = [c.key for c in g.ins]
+        latent = {c.key for c in self.latents(g)}
         return [n.name for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index
-                and any(self.depends.get((k, n.key)) for k in keys)]
+                and n.key not in latent and any(self.depends.get((k, n.key)) for k in keys)]
 
     def experts(self, g: SubLayer) -> dict:
         """Routed experts, from the experts module as a whole: how many (its 3-D weights' first dimension), how many

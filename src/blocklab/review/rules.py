@@ -208,8 +208,11 @@ def _defaults(add, s) -> None:
                "recurrent": "a recurrence over all earlier positions (state-space scan or RNN)"}.get(mixer, mixer),
             mixer)
     for other in s["evidence"].get("mixer", {}).get("others_beside_it", []):
-        add("mixer", "info", f"beside it, token mixing by {other['kind']} in '{other['writer']}' (a hybrid layer: "
-            "both read the layer's input)", other["kind"])
+        where = other.get("where", "beside")
+        add("mixer", "info", f"{where} it, token mixing by {other['kind']} in '{other['writer']}' (a hybrid layer: "
+            + ("both read the layer's input)" if where == "beside" else
+               ("the attention reads its output" if where == "before" else "it reads the attention's output")
+               + ", in turn)"), other["kind"])
     if s["qk_norm"]:
         add("qk norm", "info", "norm on queries and keys before their product (QK-norm)", True)
     position, rotary = s["position"], s["evidence"].get("rotary_fraction")
@@ -259,6 +262,11 @@ def _attention(add, s) -> None:
         add("attention", "flag", f"the tiny build measured {s['evidence']['tiny']['query_heads']}/"
             f"{s['evidence']['tiny']['kv_heads']} heads, which the full-size shapes ({heads}) do not repeat", None)
     mixer = s["evidence"].get("mixer", {})
+    latent = s["evidence"].get("latent")
+    if latent:
+        add("attention", "info", "multi-head latent attention: each head's keys and values come up from a latent "
+            "shared per token (" + ", ".join(f"'{n}' {w} wide" for n, w in latent.items()) + "); heads counted "
+            "after it", "latent")
     if mixer.get("weights") == "sinks":
         add("attention", "info", "attention sinks: an extra logit per head joins each softmax row and its weight is "
             "dropped (gpt-oss): a row's weights sum to less than one", "sinks")
@@ -266,6 +274,11 @@ def _attention(add, s) -> None:
         add("attention", "flag", "no value projection (W_V): the heads average their input as it is"
             + (f" (the values are the output of '{mixer['values_from']}')" if mixer.get("values_from") else ""),
             "no W_V")
+    scale = s["evidence"].get("logit_scale")
+    if scale and scale["rule"] == "1/head_dim":
+        add("attention", "info", f"scores q.k / {scale['divisor']:.3g}: divided by head_dim ({scale['head_dim']}), "
+            f"not its square root (muP's scaling: logits {scale['head_dim'] ** 0.5:.3g}x smaller at this head width "
+            "than 1/sqrt(head_dim) gives)", scale["rule"])
     maps = (s["evidence"].get("heads") or {}).get("maps_per_head", 1)
     if maps > 1:
         add("attention", "info", f"differential attention: each head's output is read from {maps} separate softmax "
@@ -286,7 +299,8 @@ def _residuals(add, s) -> None:
                 "(x + F(.)): over a stack the un-normalised stream is scaled by that at every block"
                 + (" (the residual added twice)" if abs(c - 2) < 1e-6 else ""), c)
         for sub in s["evidence"]["sublayers"]:
-            if sub["residual_kept_when_silenced"] and sub["writer"] not in total["coefficients"]:
+            if sub["residual_kept_when_silenced"] and sub["writer"] in total.get("terms", []) \
+                    and sub["writer"] not in total["coefficients"]:
                 add("residual", "flag", f"the output of '{sub['writer']}' is off the residual stream: the block's "
                     "output is x plus the later sub-layers' outputs, and it reaches it only through them",
                     sub["writer"])
