@@ -174,3 +174,43 @@ def test_a_transformers_layer_class_is_built_inside_its_own_model_at_the_profile
     layers = [m for m in model.modules() if type(m).__name__ == layer.rpartition(":")[2]]
     assert len(layers) == spec.setup.n_layers == 2
     assert model.model.get_input_embeddings().weight.shape[1] == spec.setup.d_model == 16
+
+
+def test_the_lab_says_the_width_and_heads_it_builds_a_block_with(tmp_path):
+    """tiny builds at width 16 with 2 heads: the page's "built as" and a constructor's failure say so (not 64, 4)."""
+    from blocklab.config import ConfigError
+    from blocklab.lab.spec import make_spec
+
+    (tmp_path / "blocks.py").write_text(
+        "from dataclasses import dataclass\nfrom torch import nn\n\n\n@dataclass\nclass Cfg:\n"
+        "    hidden_size: int = 64\n    n_heads: int = 4\n\n\nclass Broken(nn.Module):\n"
+        "    def __init__(self, config: Cfg):\n        raise RuntimeError('no')\n")
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'lab_blocks.py'}:TinyPreNormBlock")
+    assert spec.read["how"] == "TinyPreNormBlock(d_model=..., n_heads=2)"
+    with pytest.raises(ConfigError, match=r"Broken\(Cfg\(hidden_size=16, n_heads=2\)\) failed"):
+        make_spec(ROOT / "params.yaml", "tiny", module=f"{tmp_path / 'blocks.py'}:Broken")
+
+
+def test_the_labs_figure_marks_diverged_runs_labels_chance_and_keeps_identical_seeds_apart(tmp_path, monkeypatch):
+    from blocklab.lab import report
+
+    spec = _spec(steps=6, seeds=(0, 1, 2))
+    spec = Spec(Block("module", "x:Mine"), "tiny", Setup(**{**spec.setup.__dict__, "warmups": (0, 3)}), "0" * 64)
+    flat = [4.5, 4.4, 4.45, 4.41, 4.42, 4.40]  # seeds 0 and 1 identical, within a factor 10: a linear axis
+    curves = pd.DataFrame([{"warmup": w, "seed": s, "step": i + 1, "loss": v}
+                           for w in (0, 3) for s in (0, 1) for i, v in enumerate(flat)]
+                          + [{"warmup": 0, "seed": 2, "step": 1, "loss": 4.5}]  # diverged at step 2
+                          + [{"warmup": 3, "seed": 2, "step": i + 1, "loss": 4.5 * 10 ** -i} for i in range(6)])
+    grads = pd.DataFrame([{"block_kind": k, "seed": 0, "block": b, "grad_norm": g} for k in ("Mine", "pre")
+                          for b, g in ((1, 1.0), (2, 1.5))])
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)
+    report.loss_figure(spec, curves, grads, None, tmp_path / "lab.png", diverged={(0, 2)})
+    first, second, grad = figures[0].axes
+    assert first.get_yscale() == "linear" and second.get_yscale() == "log" and grad.get_yscale() == "linear"
+    labels = [line.get_label() for line in first.get_lines()]
+    assert "chance, ln 11 = 2.40" in labels and "diverged (loss not finite after this step)" in labels
+    assert any(t.get_text() == "seed 2 diverged at step 2" for t in first.texts)
+    mine = {line.get_label(): line for line in first.get_lines() if "this lab" in line.get_label()}
+    assert mine["Mine seed 0 (this lab)"].get_linestyle() != mine["Mine seed 1 (this lab)"].get_linestyle()
+    assert all(float(t).is_integer() for t in grad.get_xticks())

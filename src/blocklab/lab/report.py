@@ -61,13 +61,29 @@ def recorded_reference(spec: Spec, root: Path = RECORDED) -> tuple[pd.DataFrame 
     return frame[frame["norm"].isin(["pre", "post"])], "records/gallery/sweep/losses.csv (the default run's sweep)"
 
 
-def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, reference: pd.DataFrame | None, path: Path):
+SEED_STYLES = ("-", (0, (5, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)), (0, (2, 4)))  # identical curves stay distinguishable
+
+
+def _scale(ax, values) -> None:
+    """A log axis where the values span a factor 10 or more; a linear one over a narrower range (a log axis there
+    labels its ticks as 4.55×10⁰)."""
+    finite = [v for v in values if math.isfinite(v) and v > 0]
+    if finite and max(finite) / min(finite) >= 10:
+        ax.set_yscale("log")
+
+
+def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, reference: pd.DataFrame | None, path: Path,
+                diverged=frozenset()):
+    """``diverged``: the (warm-up, seed) of the runs that diverged, marked where their loss stopped being finite."""
+    from matplotlib.ticker import MaxNLocator
+
     warmups = list(spec.setup.warmups)
     fig, axes = plt.subplots(1, len(warmups) + 1, figsize=(4.6 * (len(warmups) + 1), 3.8), squeeze=False)
     chance = math.log(spec.setup.vocab_size)
     label = spec.block.label
     colour = POSITIONS[label].colour if label in POSITIONS else "#111111"
     for ax, warmup in zip(axes[0], warmups):
+        shown = [chance]
         if reference is not None:
             for norm in ("post", "pre"):
                 if norm == label:
@@ -76,11 +92,25 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
                 for k, (_, run) in enumerate(part.groupby("seed")):
                     ax.plot(run["step"], run["loss"], color=POSITIONS[norm].colour, lw=0.8, alpha=0.45,
                             label=f"{POSITIONS[norm].label_en} (recorded)" if k == 0 else None)
+                    shown += run["loss"].tolist()
         part = curves[curves["warmup"] == warmup]
-        for k, (_, run) in enumerate(part.groupby("seed")):
-            ax.plot(run["step"], run["loss"], color=colour, lw=1.6, label=f"{label} (this lab)" if k == 0 else None)
-        ax.axhline(chance, color="grey", ls=":", lw=0.8)
-        ax.set_yscale("log")
+        for k, seed in enumerate(sorted(spec.setup.seeds)):
+            run = part[part["seed"] == seed]
+            style = SEED_STYLES[k % len(SEED_STYLES)]
+            ax.plot(run["step"], run["loss"], color=colour, lw=1.6, ls=style, label=f"{label} seed {seed} (this lab)")
+            shown += run["loss"].tolist()
+            if (warmup, seed) in diverged:
+                last = (int(run["step"].iloc[-1]), float(run["loss"].iloc[-1])) if len(run) else (0, chance)
+                marked = any(line.get_label().startswith("diverged") for line in ax.get_lines())
+                ax.plot(*last, marker="x", ms=9, mew=2, color="#c0392b", ls="none",
+                        label=None if marked else "diverged (loss not finite after this step)")
+                ax.annotate(f"seed {seed} diverged at step {last[0] + 1}", last, xytext=(6, 6),
+                            textcoords="offset points", fontsize=7, color="#c0392b")
+        ax.axhline(chance, color="grey", ls=":", lw=0.8, label=f"chance, ln {spec.setup.vocab_size} = {chance:.2f}")
+        _scale(ax, shown)
+        ax.set_xlim(0, spec.setup.steps + 1)  # the whole run, however early a run stopped
+        ax.margins(y=0.12)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"warm-up {warmup} steps" if warmup else "no warm-up")
         ax.set_xlabel("step")
         ax.set_ylabel("copy loss (nats)")
@@ -90,7 +120,8 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
         mean = part.groupby("block")["grad_norm"].mean()
         c = colour if kind == label else POSITIONS[kind].colour if kind in POSITIONS else "grey"
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=c, label=f"{kind} (mean of {part['seed'].nunique()})")
-    ax.set_yscale("log")
+    _scale(ax, gradnorms["grad_norm"].tolist())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("gradient per block at init")
     ax.set_xlabel("block")
     ax.set_ylabel("‖∂loss/∂block parameters‖")
@@ -163,7 +194,8 @@ def write_report(spec: Spec, rows: list[dict], run_dirs: dict, gradnorms: pd.Dat
     write_table(lab, out / "lab.csv")
     write_table(rate_table, out / "rates.csv")
     with atomic_path(out / "lab.png") as tmp:
-        loss_figure(spec, curves, gradnorms, reference, tmp)
+        loss_figure(spec, curves, gradnorms, reference, tmp,
+                    {(r["warmup"], r["seed"]) for r in rows if r["outcome"] == "diverged"})
     with atomic_path(out / "README.md") as tmp:
         Path(tmp).write_text(page(spec, lab, rate_table, note, adopted), encoding="utf-8")
 

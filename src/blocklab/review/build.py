@@ -127,7 +127,8 @@ class Builder:
             self.how, self.width_arg = "the given module instance", None
         elif inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS):
             self.width_arg = "d_model"
-            self.how = "cls(d_model, nhead=4, dim_feedforward=4*d_model, dropout=0, batch_first=True)"
+            self.how = (f"cls(d_model, nhead={self.kwargs.get('nhead', DEFAULT_HEADS)}, dim_feedforward=4*d_model, "
+                        "dropout=0, batch_first=True)")
         elif inspect.isclass(obj) and first in CONFIG_NAMES:
             self.config_class, self.width_arg = config_class_of(obj), "cfg"
             fields = _fields(self.config_class)
@@ -138,17 +139,22 @@ class Builder:
                 raise ConfigError(f"--kwargs {unknown} are not fields of {self.config_class.__name__}; allowed: "
                                   f"{sorted(fields)}")
             self.config_fields = self._config_fields(DEFAULT_WIDTH, fields)
-            shown = ", ".join(f"{k}={v!r}" for k, v in self.config_fields.items())
-            self.how = f"{obj.__name__}({self.config_class.__name__}({shown}))"
+            self.how = self._config_how()
         elif _first(WIDTH_NAMES, params):
             self.width_arg = _first(WIDTH_NAMES, params)
-            self.how = f"{getattr(obj, '__name__', obj)}({self.width_arg}=..., heads=4 where accepted)"
+            heads = _first(HEAD_NAMES, params)
+            given = f", {heads}={self.kwargs.get(heads, DEFAULT_HEADS)}" if heads else ""
+            self.how = f"{getattr(obj, '__name__', obj)}({self.width_arg}=...{given})"
         elif all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                  for p in params.values()):
             self.how, self.width_arg = f"{getattr(obj, '__name__', obj)}() (no width argument)", None
         else:
             raise ConfigError(f"cannot construct {obj!r}: its signature {list(params)} is none of the supported ones "
                               "(see `blocklab review --help`)")
+
+    def _config_how(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.config_fields.items())
+        return f"{self.obj.__name__}({self.config_class.__name__}({shown}))"
 
     @property
     def declared_heads(self) -> int | None:
@@ -172,7 +178,8 @@ class Builder:
         except ConfigError:
             raise
         except Exception as err:  # the user's constructor: report it as one line
-            raise ConfigError(f"building the block as {self.how} failed: {type(err).__name__}: {err}") from None
+            how = self._config_how() if self.width_arg == "cfg" else self.how  # at the width it was built
+            raise ConfigError(f"building the block as {how} failed: {type(err).__name__}: {err}") from None
         if not isinstance(module, nn.Module):
             raise ConfigError(f"the factory returned {type(module).__name__}, not an nn.Module")
         return module
