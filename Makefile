@@ -30,8 +30,10 @@ run: install
 	$(BIN)/snakemake --cores $(CORES) || { status=$$?; [ "$${ctrl_c:-0}" = 1 ] || exit $$status; }
 
 # Every experiment and figure on the tiny configuration, in a scratch copy (your data/ and figs/ stay untouched).
+# Ctrl-C: one line says what the scratch copy keeps and the command that resumes (`blocklab smoke --keep DIR`).
 smoke: install
-	$(BIN)/blocklab smoke --cores $(CORES)
+	@trap 'ctrl_c=1' INT; \
+	$(BIN)/blocklab smoke --cores $(CORES) || { status=$$?; [ "$${ctrl_c:-0}" = 1 ] || exit $$status; }
 
 # The tests on one process per core (at most 4; pytest-xdist): the tests that share the tiny DAG or a module's fixture
 # stay on one process (tests/conftest.py). One test, in one process: `$(BIN)/python -m pytest tests/test_x.py -k name`.

@@ -176,8 +176,10 @@ def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_
 
     calls = []
     monkeypatch.setattr(smoke, "make_scratch_project", lambda dest, config: dest)
-    monkeypatch.setattr(smoke.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or
-                        subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(smoke, "PROJECT", tmp_path / "checkout")  # where it records the scratch copy
+    monkeypatch.setattr(smoke, "untracked_files", lambda: [])
+    done = subprocess.Popen([sys.executable, "-c", ""])
+    monkeypatch.setattr(smoke.subprocess, "Popen", lambda cmd, **kw: calls.append((cmd, kw)) or done)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     args = argparse.Namespace(keep=tmp_path / "scratch", config="configs/tiny.yaml", cores=2)
     assert smoke._main(args) == 0
@@ -185,5 +187,5 @@ def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_
     here = Path(sys.executable).parent
     assert command[0] == str(here / "snakemake") or not (here / "snakemake").is_file()
     assert kwargs["env"]["PATH"].split(":")[0] == str(here)
-    last = capsys.readouterr().out.strip().splitlines()[-3:]
+    last = capsys.readouterr().out.strip().splitlines()[-4:]
     assert str(tmp_path / "scratch" / "reports/analysis.html") in last[0] and str(tmp_path / "scratch" / "figs") in last[1]

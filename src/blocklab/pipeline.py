@@ -263,7 +263,7 @@ def say_interrupt_in_one_line(root: str | Path = ".", stream=None) -> None:
 
 def kept_line(root: str | Path = ".") -> str:
     """One line: the finished runs and the checkpoints under ROOT/data (each with the step its last interrupt kept,
-    from its train.log), and the command that resumes."""
+    from its train.log), and the command that resumes (``BLOCKLAB_RESUME`` where `blocklab smoke` set it)."""
     data = Path(root) / "data"
     finished = sum(1 for _ in data.glob("**/runs/**/meta.json"))
     kept = []
@@ -274,7 +274,7 @@ def kept_line(root: str | Path = ".") -> str:
         kept.append(f"{name} at step {found[-1][0]} of {found[-1][1]}" if found else name)
     checkpoints = f"{len(kept)} checkpoint{'s' * (len(kept) != 1)}" + (f" ({', '.join(kept)})" if kept else "")
     return (f"blocklab: interrupted; kept {finished} finished run{'s' * (finished != 1)} and {checkpoints}; "
-            f"resume with {RESUME_DVC if os.environ.get('DVC_STAGE') else RESUME}")
+            f"resume with {os.environ.get('BLOCKLAB_RESUME') or (RESUME_DVC if os.environ.get('DVC_STAGE') else RESUME)}")
 
 
 # ---- damaged finished runs: set aside, so that the same command trains them again --------------------------------------

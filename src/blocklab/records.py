@@ -19,3 +19,35 @@ DYNAMICS = f"{RECORDS}/dynamics"
 INFERENCE = f"{RECORDS}/inference"
 LAB_RUNS = f"{RECORDS}/lab/runs"
 REVIEWER = f"{RECORDS}/reviewer"
+
+# Where `blocklab smoke` last ran: its scratch copy's directory, its configuration, when it started and finished (a
+# JSON file under the checkout, ignored by git). `blocklab status`, `blocklab claims` and `blocklab report inspect` read
+# it when the project's own data/ is absent, and show the smoke's result, saying so.
+SMOKE = ".blocklab/smoke.json"
+
+
+def last_smoke(root=".") -> dict | None:
+    """The record ``blocklab smoke`` left under ``root`` (``project``: its scratch copy, ``finished``: when, or None
+    while it runs or after an interrupt), or None when there is none or its scratch copy is gone."""
+    import json
+    from pathlib import Path
+
+    try:
+        record = json.loads((Path(root) / SMOKE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and Path(str(record.get("project", ""))).is_dir() else None
+
+
+def smoke_copy(relative: str, root=".") -> tuple[object, str] | None:
+    """(the last smoke's copy of ``relative``, a line saying so) when ``root`` lacks ``relative`` and the smoke's
+    scratch copy has it; else None."""
+    from pathlib import Path
+
+    record = last_smoke(root)
+    if (Path(root) / relative).exists() or record is None or not (Path(record["project"]) / relative).exists():
+        return None
+    when = f"finished {record['finished']}" if record.get("finished") else "not finished: interrupted or running"
+    found = Path(record["project"]) / relative
+    return found, (f"no {relative} here: the smoke's, {found} (`blocklab smoke` {when}; the tiny configuration, whose "
+                   "numbers test the code, not the documents)")

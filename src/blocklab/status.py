@@ -12,6 +12,8 @@ import argparse
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from . import records
@@ -131,7 +133,9 @@ def format_status(rows: list[dict]) -> str:
 # machine and configuration), else the recorded default run of records/gallery (its 12 sweep runs' wall times, two
 # side by side on 2 cores), scaled to this configuration by the floating-point operations of a training step
 # (params.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
-# cores / threads_per_run side by side.
+# cores / threads_per_run side by side. Every job also starts a Python that imports torch and pandas: seconds each on
+# 2 idle cores, half a minute on loaded ones, and most of the tiny configuration's time (its runs train for seconds);
+# Snakemake's start measures it once (job_start_seconds) and counts it for each job left.
 GALLERY = Path(__file__).resolve().parents[2] / records.GALLERY
 
 
@@ -178,10 +182,19 @@ def measured_step_seconds(root: Path, config: dict) -> tuple[float, str] | None:
             f"{scale:.3g}, this configuration's FLOPs a step against its")
 
 
-def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".") -> dict:
+def job_start_seconds(python: str = sys.executable) -> float:
+    """Seconds a pipeline job takes to start on this machine now: a fresh Python importing what every `blocklab` job
+    imports (torch, pandas, the training code), timed once."""
+    started = time.perf_counter()
+    subprocess.run([python, "-c", "import pandas, torch, blocklab.training.train"], capture_output=True, check=False)
+    return time.perf_counter() - started
+
+
+def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", jobs: int | None = None,
+                 job_start_s: float | None = None) -> dict:
     """The training left in the DAG's run targets (their meta.json paths): ``runs`` and ``steps`` left, ``lanes``
     (runs side by side), ``seconds`` (wall time, None without a measurement) and ``basis`` (where the step cost
-    comes from)."""
+    comes from); with the DAG's ``jobs`` left and ``job_start_s`` (a job's start, measured), their starts too."""
     root = Path(root)
     left, steps = 0, 0
     for target in run_targets:
@@ -196,8 +209,10 @@ def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".") 
     lanes = max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
     measured = measured_step_seconds(root, config)
     seconds = None if measured is None else steps * measured[0] / min(lanes, max(left, 1))
-    return {"runs": left, "steps": steps, "lanes": lanes, "seconds": seconds,
-            "step_s": None if measured is None else measured[0], "basis": None if measured is None else measured[1]}
+    starts = (jobs or 0) * (job_start_s or 0) / lanes
+    return {"runs": left, "steps": steps, "lanes": lanes, "seconds": seconds if seconds is None else seconds + starts,
+            "step_s": None if measured is None else measured[0], "basis": None if measured is None else measured[1],
+            "jobs": jobs, "job_start_s": job_start_s}
 
 
 def _clock(seconds: float) -> str:
@@ -206,11 +221,18 @@ def _clock(seconds: float) -> str:
 
 
 def eta_line(eta: dict) -> str:
+    jobs = eta.get("jobs") is not None and eta.get("job_start_s") is not None
+    starts = f"{eta['jobs']} job(s) at {eta['job_start_s']:.1f} s each to start (measured now)" if jobs else ""
     if not eta["runs"]:
-        return "blocklab: no training run left to do; the rest of the pipeline takes minutes"
+        return ("blocklab: no training run left to do; "
+                + (f"{starts}: about {_clock(eta['jobs'] * eta['job_start_s'] / eta['lanes'])}, and the jobs' own "
+                   "work" if jobs else "the rest of the pipeline takes minutes"))
     what = f"{eta['runs']} training run(s) left, {eta['steps']:,} steps on {eta['lanes']} lane(s)"
     if eta["seconds"] is None:
         return f"blocklab: {what}; no measured step cost yet (the first runs' logs will give their ETA)"
+    if jobs:
+        return (f"blocklab: {what}, {starts}: about {_clock(eta['seconds'])} at {eta['step_s']:.3g} s a step "
+                f"({eta['basis']}), and the other jobs' own work; `blocklab status` shows each run")
     return (f"blocklab: {what}: about {_clock(eta['seconds'])} of training at {eta['step_s']:.3g} s a step "
             f"({eta['basis']}), then minutes for the rest; `blocklab status` shows each run")
 
@@ -226,9 +248,14 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> int:
+    smoke = records.smoke_copy("data", args.root) if args.params is None else None
+    if smoke is not None:  # a fresh checkout after `make smoke`: the smoke's runs, said so first
+        print(smoke[1] + ":")
+        args.root = smoke[0].parent
     if not (args.root / "data").is_dir():
         raise FileNotFoundError(f"no data/ under {args.root.resolve()}: run this in the project directory, or give "
-                                "--root (the pipeline writes data/: `make run`, `snakemake --cores 2`)")
+                                "--root (the pipeline writes data/: `make run`, `snakemake --cores 2`; `make smoke`, "
+                                "a tiny one in a scratch copy)")
     rows = status(args.root, args.params or args.root / "params.yaml")
     print(format_status(rows) if rows else "no training run on disk yet, and no main sweep planned in params.yaml")
     planned, _ = planned_sweep_runs(args.params or args.root / "params.yaml")

@@ -14,10 +14,14 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from ..records import smoke_copy
+
+REPORT = "reports/analysis.html"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 FLAGS = ["--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
@@ -192,13 +196,17 @@ def inspect_report(html: str | Path, chromium: str | None = None, screenshot: st
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="open the HTML report in headless Chromium and print what it shows")
-    p.add_argument("html", nargs="?", default="reports/analysis.html")
+    p.add_argument("html", nargs="?", default=REPORT)
     p.add_argument("--screenshot", default=None, help="also write a full-page PNG here")
     p.add_argument("--width", type=int, default=1200)
     p.set_defaults(func=_inspect_main)
 
 
 def _inspect_main(args) -> None:
+    smoke = smoke_copy(args.html) if args.html == REPORT else None
+    if smoke is not None:  # a fresh checkout after `make smoke`: the smoke's report, said so first
+        print(smoke[1] + ":", file=sys.stderr)
+        args.html = str(smoke[0])
     if not Path(args.html).is_file():  # else Chromium opens an error page and the check reports it as an empty report
         raise FileNotFoundError(f"no report at {args.html}: the pipeline makes it (`snakemake --cores 2 "
                                 "reports/analysis.html`, or `make run`; `make smoke` makes one in a scratch copy)")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import csv
 import shutil
+import sys
 from pathlib import Path
-from ..records import GALLERY
+from ..records import GALLERY, smoke_copy
 
 TABLE = Path("data/claims/claims.csv")
 GALLERY_TABLE = Path(f"{GALLERY}/claims/claims.csv")
@@ -60,6 +61,10 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> int:
+    smoke = smoke_copy(str(TABLE)) if args.table == TABLE else None
+    if smoke is not None:  # a fresh checkout after `make smoke`: the smoke's table, said so first
+        print(smoke[1] + ":", file=sys.stderr)
+        args.table = smoke[0]
     rows = read_claims(args.table)
     if args.verdict:
         rows = [r for r in rows if r["verdict"] in args.verdict]
