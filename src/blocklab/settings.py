@@ -69,3 +69,28 @@ class Sweep:
 def run_name(norm: str, warmup: int, seed: int) -> str:
     """A copy-task run's directory name, in the main sweep and in every study: ``pre-w0-s0``."""
     return f"{norm}-w{warmup}-s{seed}"
+
+
+# ---- a training run's outcome: one vocabulary, and the words of the three judges mapped onto it ------------------------
+# Three judges name a copy-task run's outcome from its loss curve, each for its own question and with its own
+# thresholds in units of chance (ln V): the sweep (training.sweep.classify: its best and last loss), the stability lab
+# (lab.outcomes.outcome: the first step below 0.1 ln V, the last loss) and the dynamics study
+# (studies.dynamics.plan.OUTCOMES: streaks below and above thresholds, spikes). Their words stay in their tables (the
+# recorded runs hold them); this is what each means in the one vocabulary, OUTCOMES (docs/outputs.md#outcomes).
+OUTCOMES = ("learned", "partial", "never learned", "collapsed", "diverged")
+OUTCOME_WORDS = {
+    "sweep": {"learned": "learned", "partial": "partial", "stuck": "never learned", "collapsed": "collapsed",
+              "diverged": "diverged"},  # diverged: a run's meta.json status
+    "lab": {"learned": "learned", "never": "never learned", "collapsed": "collapsed", "diverged": "diverged"},
+    "dynamics": {"stable": "learned", "spiked": "learned", "never learned": "never learned", "collapsed": "collapsed"},
+}
+
+
+def outcome(judge: str, word: str) -> str:
+    """``word`` of ``judge`` (sweep, lab, dynamics) in the one vocabulary: ``outcome("lab", "never")`` is "never
+    learned"."""
+    try:
+        return OUTCOME_WORDS[judge][word]
+    except KeyError:
+        raise ValueError(f"{judge!r} does not judge a run {word!r}; allowed: "
+                         + "; ".join(f"{j}: {', '.join(w)}" for j, w in OUTCOME_WORDS.items())) from None

@@ -1,0 +1,185 @@
+"""`blocklab smoke` and what a fresh checkout's commands find after it: the scratch copy holds the tracked files only
+(the untracked ones are named), its jobs import the copy's code, a Ctrl-C names the one command that resumes, and
+`blocklab status`, `blocklab claims` and `blocklab report inspect` show the smoke's result where the checkout has none.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from blocklab import smoke
+from blocklab.records import GALLERY, SMOKE
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def git_project(root: Path) -> Path:
+    """A small git project: a tracked config and module, an edit not committed, an untracked and an ignored file."""
+    (root / "configs").mkdir(parents=True)
+    (root / "configs/tiny.yaml").write_text("sweep: {steps: 2}\n")
+    (root / "src/pkg").mkdir(parents=True)
+    (root / "src/pkg/__init__.py").write_text("WHERE = 'committed'\n")
+    (root / ".gitignore").write_text("ignored.txt\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(git + ["init", "-q"], cwd=root, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=root, check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], cwd=root, check=True)
+    (root / "src/pkg/__init__.py").write_text("WHERE = 'edited'\n")
+    (root / "src/pkg/new.py").write_text("")
+    (root / "ignored.txt").write_text("")
+    return root
+
+
+def test_the_scratch_copy_holds_the_tracked_files_and_its_jobs_import_its_code(tmp_path):
+    """Tracked files are copied with their uncommitted edits, the untracked one is left out and named, the ignored one
+    neither; copying again into the kept copy works (a resumed smoke); a job's Python imports the copy's src/, not
+    the package the environment installed."""
+    project = git_project(tmp_path / "project")
+    assert smoke.untracked_files(project) == ["src/pkg/new.py"]
+    dest = smoke.make_scratch_project(tmp_path / "scratch", project=project)
+    assert (dest / "src/pkg/__init__.py").read_text() == "WHERE = 'edited'\n"
+    assert (dest / "params.yaml").read_text() == "sweep: {steps: 2}\n"
+    assert not (dest / "src/pkg/new.py").exists() and not (dest / "ignored.txt").exists()
+    assert smoke.make_scratch_project(dest, project=project) == dest  # again, into the kept copy: nothing to commit
+
+    found = subprocess.run([sys.executable, "-c", "import pkg; print(pkg.WHERE)"], env=smoke.job_env(dest),
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert found == "edited"
+    copy = tmp_path / "copy"
+    smoke.make_scratch_project(copy)  # the real project: its jobs must import this copy's blocklab
+    found = subprocess.run([sys.executable, "-c", "import blocklab; print(blocklab.__file__)"], env=smoke.job_env(copy),
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found).resolve() == (copy / "src/blocklab/__init__.py").resolve(), found
+
+
+def test_an_interrupted_smoke_names_the_command_that_resumes_it(tmp_path, monkeypatch, capsys):
+    """Snakemake's one Ctrl-C line (blocklab.pipeline.kept_line) names `blocklab smoke --keep DIR` in a smoke's jobs;
+    the smoke itself waits for it and adds nothing, exit status 130."""
+    from blocklab.pipeline import kept_line
+
+    dest = tmp_path / "scratch"
+    monkeypatch.setenv("BLOCKLAB_RESUME", smoke.job_env(dest)["BLOCKLAB_RESUME"])
+    line = kept_line(tmp_path)
+    assert f"resume with `blocklab smoke --keep {dest}`" in line and "interrupted" in line and "\n" not in line
+
+    class Interrupted:  # Snakemake, sent the terminal's Ctrl-C with the smoke: it says the line and exits 1
+        def wait(self):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+            return 1
+
+    monkeypatch.setattr(smoke, "make_scratch_project", lambda dest, config: dest)
+    monkeypatch.setattr(smoke, "PROJECT", tmp_path / "checkout")
+    monkeypatch.setattr(smoke, "start_snakemake", lambda dest, cores: Interrupted())
+    before = signal.getsignal(signal.SIGINT)
+    assert smoke._main(argparse.Namespace(keep=dest, config="configs/tiny.yaml", cores=2)) == 130
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "smoke run finished" not in capsys.readouterr().out
+    record = json.loads((tmp_path / "checkout" / SMOKE).read_text())
+    assert record["project"] == str(dest.resolve()) and record["finished"] is None
+
+
+def test_smoke_help_describes_it():
+    result = subprocess.run([sys.executable, "-m", "blocklab.cli", "smoke", "--help"], capture_output=True, text=True,
+                            check=True)
+    assert "scratch copy" in result.stdout and "--keep" in result.stdout and "untracked" in result.stdout
+
+
+@pytest.fixture
+def after_smoke(tmp_path):
+    """A checkout with no data/ whose last smoke's scratch copy has a finished run, a claims table and a report."""
+    checkout, scratch = tmp_path / "checkout", tmp_path / "scratch"
+    run = scratch / "data/sweep/runs/pre-w0-s0"
+    run.mkdir(parents=True)
+    (run / "loss.csv").write_text("step,loss,lr\n1,4.2,0.001\n60,0.125,0.001\n")
+    (run / "meta.json").write_text('{"status": "finished", "wall_time_s": 90.0, "sweep": {"steps": 60}}')
+    (scratch / "data/claims").mkdir(parents=True)
+    shutil.copy(PROJECT / GALLERY / "claims/claims.csv", scratch / "data/claims/claims.csv")
+    (scratch / "reports").mkdir()
+    (scratch / "reports/analysis.html").write_text("<html></html>")
+    shutil.copy(PROJECT / "configs/tiny.yaml", scratch / "params.yaml")
+    (checkout / ".blocklab").mkdir(parents=True)
+    (checkout / SMOKE).write_text(json.dumps({"project": str(scratch), "finished": "2026-12-06T02:40:00+00:00"}))
+    return checkout, scratch
+
+
+def blocklab(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "blocklab.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_status_and_claims_show_the_smoke_where_the_checkout_has_no_data(after_smoke):
+    checkout, scratch = after_smoke
+    result = blocklab("status", cwd=checkout)
+    assert result.returncode == 0, result.stderr
+    first, *rest = result.stdout.splitlines()
+    assert first.startswith("no data here: the smoke's") and str(scratch) in first
+    row = next(line for line in rest if line.startswith("data/sweep/runs/pre-w0-s0"))
+    assert "finished" in row and "60/60" in row and "0.125" in row
+    result = blocklab("claims", cwd=checkout)
+    assert result.returncode == 0, result.stderr
+    assert str(scratch / "data/claims/claims.csv") in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "d000-post-nowarm-stuck" in result.stdout
+    shutil.rmtree(scratch)  # the scratch copy removed: the one-line failure of a checkout without data, as before
+    for command in ("status", "claims"):
+        result = blocklab(command, cwd=checkout)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_report_inspect_opens_the_smokes_report_where_the_checkout_has_none(after_smoke, monkeypatch, capsys):
+    from blocklab.reporting import browser
+
+    checkout, scratch = after_smoke
+    opened = []
+    monkeypatch.chdir(checkout)
+    monkeypatch.setattr(browser, "inspect_report", lambda html, **kw: opened.append(html) or {"title": "x"})
+    browser._inspect_main(argparse.Namespace(html=browser.REPORT, screenshot=None, width=800))
+    assert opened == [str(scratch / "reports/analysis.html")]
+    assert "no reports/analysis.html here: the smoke's" in capsys.readouterr().err
+
+
+def test_the_eta_counts_each_jobs_start():
+    """Every job starts a Python that imports torch: the tiny configuration's time is mostly that, so the ETA counts
+    it for each job left, on the lanes side by side (a start measured here is a positive time)."""
+    from blocklab.params import load_params
+    from blocklab.status import eta_line, job_start_seconds, pipeline_eta
+
+    config = load_params(PROJECT / "configs/tiny.yaml")
+    bare = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir")
+    timed = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir",
+                         jobs=10, job_start_s=3.0)
+    assert timed["seconds"] == pytest.approx(bare["seconds"] + 10 * 3.0 / 2)
+    assert "10 job(s) at 3.0 s each to start" in eta_line(timed)
+    assert job_start_seconds() > 0
+
+
+def test_every_word_a_judge_gives_a_run_is_in_the_one_outcome_vocabulary():
+    """The sweep's, the lab's and the dynamics study's outcome words, read from the judges themselves, each map onto
+    settings.OUTCOMES; a word no judge gives is refused, naming the allowed ones."""
+    import math
+
+    import pandas as pd
+
+    from blocklab.lab import outcomes as lab
+    from blocklab.settings import OUTCOME_WORDS, OUTCOMES, outcome
+    from blocklab.studies.dynamics import plan as dynamics
+    from blocklab.training.sweep import classify
+
+    chance = math.log(64)
+    curves = {"learned": [4.1, 0.1], "stuck": [4.1, 4.0], "collapsed": [4.1, 0.1, 3.0], "partial": [4.1, 2.0]}
+    assert {word: classify(pd.Series([x for x in curve]), 64) for word, curve in curves.items()} == {
+        word: word for word in curves}
+    assert set(OUTCOME_WORDS["sweep"]) == {*curves, "diverged"}
+    assert set(OUTCOME_WORDS["lab"]) == set(lab.OUTCOMES)
+    assert set(OUTCOME_WORDS["dynamics"]) == set(dynamics.OUTCOMES)
+    assert {outcome(j, w) for j, words in OUTCOME_WORDS.items() for w in words} == set(OUTCOMES)
+    assert outcome("lab", lab.outcome([1, 2], [0.1 * chance - 0.01, 4.0], 64, None)["outcome"]) == "collapsed"
+    assert outcome("lab", "never") == outcome("sweep", "stuck") == outcome("dynamics", "never learned")
+    with pytest.raises(ValueError, match="lab: learned, never"):
+        outcome("lab", "stuck")
