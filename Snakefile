@@ -20,8 +20,14 @@ if workflow.is_main_process:
 
     say_interrupt_in_one_line()
 
+# params.yaml read by blocklab first (its size, its values with YAML aliases expanded, a repeated key): a file that
+# would hold Snakemake's own reader for minutes is refused in a second; a parameter error is one line, exit status 2
+from blocklab.pipeline import in_one_line
+from blocklab.params import read_params_file
+
+in_one_line(read_params_file, PARAMS_FILE)
 configfile: "params.yaml"
-check_config(config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
+in_one_line(check_config, config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
 
 
 include: "workflow/rules/doc000.smk"

@@ -37,28 +37,103 @@ def load_params(path: str | Path = "params.yaml", studies: bool = True) -> dict:
     return validate_params(read_params_file(path), source=str(path), studies=studies)
 
 
+# What a parameter file may hold, checked before anything walks it: params.yaml is 12 KiB of 377 values. A file of
+# megabytes, a list of 200,000 seeds or a YAML "billion laughs" (anchors whose aliases expand to 10^9 values while the
+# text stays a few lines) would otherwise hold every reader (the schema, Snakemake's config, DVC) for minutes.
+MAX_PARAMS_BYTES = 2 << 20
+MAX_PARAMS_VALUES = 100_000
+
+
 def read_params_file(path: str | Path) -> object:
-    """A parameter file's YAML, a repeated key refused (naming it and its line), not yet validated."""
+    """A parameter file's YAML, a repeated key refused (naming it and its line), not yet validated; a file over
+    MAX_PARAMS_BYTES, or whose values (YAML aliases expanded) number over MAX_PARAMS_VALUES, refused before it is
+    read further, naming the size or the key that holds them."""
     path = Path(path)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise ParamsError(f"parameter file {str(path)!r} {what}")
+    if (size := path.stat().st_size) > MAX_PARAMS_BYTES:
+        raise ParamsError(f"{path}: the file is {size / (1 << 20):.1f} MiB; allowed: a parameter file of at most "
+                          f"{MAX_PARAMS_BYTES >> 20} MiB (the default params.yaml is 12 KiB)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ParamsError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    loader = _UniqueKeyLoader(text)
     try:
-        params = yaml.load(text, Loader=_UniqueKeyLoader)
+        node = loader.get_single_node()
+        if node is not None and (problem := _too_many_values(node)):
+            raise ParamsError(f"{path}: {problem}")
+        params = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
+    except RecursionError:
+        raise ParamsError(f"{path}: not valid parameters: nested too deep (lists or mappings inside each other "
+                          "thousands of levels down)") from None
+    finally:
+        loader.dispose()
     return params
+
+
+def _too_many_values(root: yaml.Node) -> str | None:
+    """Where a composed YAML document holds over MAX_PARAMS_VALUES values with its aliases expanded (each alias counts
+    what it stands for, as every reader sees it): the key that holds them, descending through mappings while one
+    key holds more than the limit; None when the document is within it. Counted once per distinct node (aliases
+    share theirs), so a bomb of 10^9 values is counted in microseconds."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:  # an anchor that contains an alias of itself: infinitely many values
+            return math.inf
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(v) for v in node.value)
+        else:
+            total = 1
+        open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    if size(root) <= MAX_PARAMS_VALUES:
+        return None
+    node, path = root, []
+    while isinstance(node, yaml.MappingNode):
+        biggest = max(node.value, key=lambda kv: size(kv[1]))
+        if size(biggest[1]) <= MAX_PARAMS_VALUES or not isinstance(biggest[0], yaml.ScalarNode):
+            break
+        path.append(biggest[0].value)
+        node = biggest[1]
+    held = size(node)
+    count = f"{held:,} values" if held != math.inf else "an unbounded number of values (an anchor inside itself)"
+    aliased = " with its YAML aliases (*name) expanded" if _has_alias(node) else ""
+    return (f"{_key(path)}: holds {count}{aliased}; allowed: at most {MAX_PARAMS_VALUES:,} values in a parameter file "
+            "(the default params.yaml has under 400; a seed list, e.g. sweep.seeds, names a few seeds)")
+
+
+def _has_alias(root) -> bool:
+    """Whether a composed node shares a node with another place (YAML anchors and aliases)."""
+    seen, todo = set(), [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            return True
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            todo += [n for kv in node.value for n in kv]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += node.value
+    return False
 
 
 def validate_params(params, source: str = "params.yaml", studies: bool = True) -> dict:
     """Schema first (types, names, ranges), then the checks a schema cannot express: this module's, then each
     registered study's (``studies.checks.CHECKS``: functions of params giving (key, message) pairs), all in one
     message. Returns ``params``."""
-    from .studies.checks import CHECKS  # the plans: this level, and they never import this module
     if not isinstance(params, dict):
         got = "an empty file" if params is None else f"a {type(params).__name__} ({params!r:.40})"
         raise ParamsError(f"{source}: expected a mapping of sections at the top level (device: ..., sweep: ...), got {got}")
@@ -72,6 +147,8 @@ def validate_params(params, source: str = "params.yaml", studies: bool = True) -
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ParamsError(f"{source}: {_describe(best)}{_and_more([_key(e.absolute_path) for e in errors if e is not best])}")
+    # the studies' checks import torch (seconds): after the schema, so that a malformed file is refused at once
+    from .studies.checks import CHECKS  # the plans: this level, and they never import this module
     problems = _cross_field_problems(params) + [problem for check in (CHECKS if studies else ()) for problem in check(params)]
     if problems:
         (key, message), rest = problems[0], problems[1:]
@@ -115,8 +192,9 @@ def _allowed_at(path: tuple) -> str:
     return words if words != "a value" else "a finite number"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML silently keeps the last of two equal keys, so a repeated section would drop the first one unseen."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML silently keeps the last of two equal keys, so a repeated section would drop the first one unseen.
+    libyaml's parser where PyYAML has it (a 2 MiB file composed in a fraction of a second, not half a minute)."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -171,6 +249,8 @@ def _allowed(sub: dict) -> str:
         words = f"a list, each entry {_allowed(sub['items'])}"
         if "minItems" in sub:
             words = f"{words}, at least {sub['minItems']} entries"
+        if "maxItems" in sub:
+            words = f"{words}, at most {sub['maxItems']:,} entries"
     elif kind == "object" and sub.get("properties"):
         words = f"a mapping with keys {sorted(sub['properties'])}"
     elif kind == "string" and sub.get("minLength"):
@@ -200,6 +280,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{key}: {value!r} is out of range; allowed: {_allowed(error.schema)}"
     if rule in ("minItems", "minProperties"):
         return f"{key}: has {len(value)} entries; allowed: at least {expected}"
+    if rule in ("maxItems", "maxProperties"):
+        return f"{key}: has {len(value):,} entries; allowed: at most {expected:,}"
     if rule == "minLength":
         return f"{key}: {value!r} is too short; allowed: {_allowed(error.schema)}"
     if rule == "uniqueItems":
@@ -311,6 +393,31 @@ def training_cost(model: dict, task: dict, steps: int) -> tuple[int, float, int]
     return memory, steps * (flops / FLOPS_CEILING + STEP_OVERHEAD_S), ffn
 
 
+def _cost_keys(model: dict, task: dict):
+    """(key, section, name, value) of every size the memory estimate grows with."""
+    yield from (("copy_task.vocab_size", "task", "vocab_size", task["vocab_size"]),
+                ("copy_model.d_model", "model", "d_model", model["d_model"]),
+                ("copy_model.n_layers", "model", "n_layers", model["n_layers"]),
+                ("copy_task.batch_size", "task", "batch_size", task["batch_size"]),
+                ("copy_task.seq_len", "task", "seq_len", task["seq_len"]))
+
+
+def _largest_fitting(model: dict, task: dict, section: str, name: str, available: int) -> int:
+    """The largest value >= 1 of ``section``'s ``name`` (others unchanged) whose training job fits in ``available``
+    bytes; 0 where even 1 does not. Bisection: the estimate grows with every one of these sizes."""
+    def fits(value: int) -> bool:
+        changed = ({**model, name: value}, task) if section == "model" else (model, {**task, name: value})
+        return training_cost(*changed, 1)[0] <= available
+
+    low, high = 0, (model if section == "model" else task)[name]
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    if section == "model" and name == "d_model" and low:  # a width the heads divide
+        low -= low % model["n_heads"]
+    return low
+
+
 def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
@@ -325,20 +432,19 @@ def _cost_problems(params) -> list[tuple[str, str]]:
                          f"(>= {0.5 / model['d_model']:.3g} at d_model={model['d_model']})"))
     available = machine_memory()
     if memory > available:
-        widest = model["d_model"]
-        while widest > 1 and training_cost({**model, "d_model": widest}, task, 1)[0] > available:
-            widest //= 2
-        base = training_cost({**model, "n_layers": 0}, task, 1)[0]
-        per_layer = training_cost({**model, "n_layers": 1}, task, 1)[0] - base
-        deepest = max(0, (available - base) // per_layer)
-        # the key whose change to fit is the smaller one, by factor
-        too_wide = deepest == 0 or model["d_model"] / max(widest, 1) <= model["n_layers"] / deepest
-        key = "copy_model.d_model" if too_wide else "copy_model.n_layers"
-        problems.append((key, f"one training job needs an estimated {_gib(memory)} (d_model={model['d_model']}, "
-                         f"n_layers={model['n_layers']}, batch {task['batch_size']} x {2 * task['seq_len']} tokens: "
-                         f"weights, Adam and activations) and this machine has {_gib(available)}; allowed: a "
-                         f"configuration whose estimate fits (here d_model <= {widest} at n_layers={model['n_layers']}, "
-                         f"or n_layers <= {deepest} at d_model={model['d_model']})"))
+        # the keys one of which, changed alone, brings the estimate within the machine, each at its largest value that
+        # fits; the key blamed is the one that must shrink least (by factor): the one that drives the estimate
+        fits = [(key, value, largest) for key, value, largest in
+                ((key, value, _largest_fitting(model, task, section, name, available))
+                 for key, section, name, value in _cost_keys(model, task)) if largest]
+        fits.sort(key=lambda fit: fit[1] / fit[2])
+        key = fits[0][0] if fits else "copy_model.d_model"
+        advice = (" or ".join(f"{k} <= {largest:,} (now {value:,})" for k, value, largest in fits[:3]) + ", the others "
+                  "as they are") if fits else "smaller values of copy_model.d_model, n_layers and copy_task's sizes together"
+        problems.append((key, f"one training job needs an estimated {_gib(memory)} (copy_task.vocab_size="
+                         f"{task['vocab_size']:,}, copy_model.d_model={model['d_model']:,}, n_layers={model['n_layers']:,}, "
+                         f"batch {task['batch_size']:,} x {2 * task['seq_len']:,} tokens: weights, Adam and activations) and "
+                         f"this machine has {_gib(available)}; allowed: a configuration whose estimate fits, here {advice}"))
     if seconds > MAX_SECONDS:
         problems.append(("sweep.steps", f"{sweep['steps']} steps need an estimated {seconds / 86400:,.0f} days a run "
                          f"even at {FLOPS_CEILING:.0e} floating-point operations a second and {STEP_OVERHEAD_S * 1e6:.0f} µs a step; allowed: a step count "

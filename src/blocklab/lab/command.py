@@ -6,9 +6,12 @@
 
 Everything is checked first (the profile, the seeds, the block: built at the lab's width, read by the reviewer, one
 forward through the whole stack), then ``spec.json`` is written to the output folder and ``workflow/rules/lab.smk``
-trains the runs in it (``--cores``; ``--slurm`` uses profiles/slurm). A finished run is cached; a killed run resumes
-from its checkpoint; a changed spec retrains. Exit status: 2 bad options, 3 a block that cannot be built, called or
-trained on the copy task (nothing runs), 1 a failed job.
+trains the runs in it (``--cores``; ``--slurm`` uses profiles/slurm). Before anything trains it prints the cost, from
+a few steps timed here; each run prints a progress line (s/step, ETA) to the terminal and its train.log, the lab a line
+for the whole lab. A finished run is cached; a killed run resumes from its checkpoint; a changed spec retrains. Ctrl-C
+saves every running job's current step, ends every job and prints the one command that resumes (exit 130). Runs from
+any folder (the project's params.yaml). Exit status: 2 bad options, 3 a block that cannot be built, called or trained
+on the copy task (nothing runs), 1 a failed job, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -38,13 +41,16 @@ def _register_front(subparsers) -> None:
     p.add_argument("block", nargs="?", choices=list(NORM_POSITIONS), metavar="BLOCK",
                    help=f"a built-in norm position: one of {', '.join(NORM_POSITIONS)}")
     p.add_argument("--module", help="your block: FILE.py:Class or package.module:Class (imported and run: it is your "
-                   "code); built as the reviewer builds it (`blocklab review --help`)")
+                   "code); built as the reviewer builds it (`blocklab review --help`), given the stack's depth where its "
+                   "constructor takes n_layers, num_layers or depth; a transformers layer class (LlamaDecoderLayer, "
+                   "GPT2Block) is built inside its own model from its config, as --hf-config does")
     p.add_argument("--kwargs", help="JSON of extra constructor arguments for --module")
     p.add_argument("--hf-config", help="a transformers model type (llama, qwen2, gpt2, ...): its causal LM at the copy "
                    "task's size")
     p.add_argument("--profile", default="document", choices=["document", "quick", "lr-sweep", "tiny"],
-                   help="document (default: params.yaml's setup, hours), quick (minutes: batch 16, 400 steps, no "
-                   "warm-up arm), tiny (tests)")
+                   help="document (default: params.yaml's setup; about 36 min a run on an idle core, hours under "
+                   "load), quick (about 10 min a run idle: batch 16, 400 steps, no warm-up arm), tiny (tests, seconds);"
+                   " the lab prints its own estimate, from steps timed here, before anything trains")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the profile's)")
     p.add_argument("--warmups", nargs="+", type=int, help="warm-up steps compared (default: the profile's)")
     p.add_argument("--out", required=True, type=Path, help="output folder (runs, lab.csv, rates.csv, lab.png, "

@@ -26,7 +26,7 @@ PROFILE_TRADES = {
     "quick": "batch 16 instead of the default and 400 steps instead of 1,200, no warm-up arm, seeds 0 and 1: whether "
              "the block starts at all at 24 blocks and lr 1e-3 (in the recorded batch-16 runs without warm-up, seed 0, "
              "pre-norm fell below a tenth of chance at step 166 and post-norm stayed at chance for 1,200 steps: "
-             f"{SENSITIVITY}/choices), in minutes; it cannot see a collapse after warm-up, nor compare with the "
+             f"{SENSITIVITY}/choices), in about 10 min a run on an idle core; it cannot see a collapse after warm-up, nor compare with the "
              "recorded default runs",
     "lr-sweep": "batch 16 instead of the default and 300 steps instead of 1,200, no warm-up arm, seeds 0-2: the "
                 "document's depth, width and heads, short enough that a block's learning-rate sensitivity (five "
@@ -434,7 +434,9 @@ def read_block(block: Block, setup: Setup) -> dict:
     # (DeepNorm's alpha h + F(h) included) ends normalised, so the stack gets no final norm; the residual findings
     read_rest = structure.get("reviewable") or structure.get("rest_read")
     placement = structure.get("norm_placement") if read_rest else None
-    ends_normalised = placement == "post"
+    # a block whose stream leaves it just normalised needs no final norm (config.NormPosition.ends_normalised, for the
+    # placements the reviewer names: post, pre, sandwich)
+    ends_normalised = placement in POSITIONS and POSITIONS[placement].ends_normalised
     residual = [f.message for f in review.findings if f.check == "residual" and f.severity in ("flag", "warn")]
     return {"norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
             "how": Builder(obj, block.kwargs).how, "reviewable": bool(structure.get("reviewable")),
