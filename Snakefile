@@ -55,11 +55,12 @@ if workflow.is_main_process:
 
     set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
 
-    # once, at the start: the training left and its ETA, from the measured step cost (blocklab.status.pipeline_eta)
-    from blocklab.status import eta_line, pipeline_eta
+    remove_damaged_outputs(dry_run=dry_run(workflow), log=logger.warning)
 
     logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1)))
 
+    # and a damaged figure, sidecar, report or table (unlike its checksum record) is removed, so that it is made again
+    from blocklab.pipeline import remove_damaged_outputs
 PIPELINE_TARGETS = [
     SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
     DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
@@ -80,7 +81,8 @@ rule all:
         "logs/verified.txt",
 
 
-# The last step: every finished run and table checked against its checksums, then the outputs recorded in dvc.lock
+# The last step: every finished run, table, figure, sidecar and the report checked against its checksums, then the
+# outputs recorded in dvc.lock
 # (`dvc commit`; inside `dvc repro` DVC records them itself), so that `dvc repro` / `dvc exp run` after `snakemake`
 # keep everything Snakemake made, and nothing damaged is recorded as the truth.
 rule verify_and_record:
@@ -90,4 +92,4 @@ rule verify_and_record:
         "logs/verified.txt",
     localrule: True
     shell:
-        "blocklab verify data --dvc-cache --record-dvc pipeline > {output}"
+        "blocklab verify data figs reports --dvc-cache --record-dvc pipeline > {output}"

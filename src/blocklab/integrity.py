@@ -321,31 +321,61 @@ def _snapshot_loss_problems(directory: Path) -> list[str]:
 # ---- blocklab verify -------------------------------------------------------------------------------------------------
 
 
+def _is_run(meta: Path) -> bool:
+    """Whether a meta.json is a finished run's: its loss table beside it, or in a runs/ folder, or recording
+    artifacts (a run whose loss.csv is gone is still a run, and then a damaged one)."""
+    if (meta.parent / "loss.csv").is_file() or "runs" in meta.parent.parts:
+        return True
+    try:
+        return "artifacts" in meta.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True  # unreadable: verify_run says what is wrong with it
+
+
+def _covered(root: Path) -> tuple[list[Path], set[Path]]:
+    """(finished runs, recorded snapshots) under ``root``: what their own records cover."""
+    if not root.is_dir():
+        return [], set()
+    snapshots = {p.parent for p in root.rglob(MANIFEST)}
+    runs = [m.parent for m in sorted(root.rglob("meta.json")) if not any(s in m.parents for s in snapshots) and _is_run(m)]
+    return runs, snapshots
+
+
+def recorded_files(root: str | Path) -> list[Path]:
+    """Every file under ``root`` with a checksum record beside it (``NAME.sha256``: tables, figures, their sidecars,
+    the report; ``io.recorded_path``), outside finished runs and recorded snapshots, which their own records cover;
+    a record whose file is gone is listed too (the file then fails its check as missing)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    runs, snapshots = _covered(root)
+    covered = set(runs) | snapshots
+    return [record.with_name(record.name[: -len(RECORD_SUFFIX)]) for record in sorted(root.rglob("*" + RECORD_SUFFIX))
+            if record.parent not in runs and not any(c in record.parents for c in covered)]
+
+
 def verify_tree(path: str | Path) -> tuple[int, list[str]]:
-    """Verify every finished run (a directory with meta.json and loss.csv), table with a checksum record
-    (``NAME.sha256``, written by ``io.write_table``) and snapshot (a directory with a manifest, or the path itself when
-    it holds nothing else, which is then refused) under ``path``: (how many were checked, the failures' messages)."""
+    """Verify every finished run (a directory with meta.json: all the artifacts it records must be there), file with a
+    checksum record (``NAME.sha256``: tables, figures, sidecars, the report) and snapshot (a directory with a manifest,
+    or the path itself when it holds nothing else, which is then refused) under ``path``: (how many were checked, the
+    failures' messages)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    checked, failures, runs = 0, [], set()
-    snapshots = {p.parent for p in path.rglob(MANIFEST)} if path.is_dir() else set()
-    for meta in sorted(path.rglob("meta.json")) if path.is_dir() else []:
-        if (meta.parent / "loss.csv").is_file() and not any(s in meta.parents for s in snapshots):
-            checked += 1
-            runs.add(meta.parent)
-            try:
-                verify_run(meta.parent)
-            except DamagedArtifact as err:
-                failures.append(str(err))
-    for record in sorted(path.rglob("*" + RECORD_SUFFIX)) if path.is_dir() else []:
-        if record.parent not in runs and not any(s in record.parents for s in snapshots):  # a run's meta.json covers it
-            checked += 1
-            table = record.with_name(record.name[: -len(RECORD_SUFFIX)])
-            try:
-                check_table(table)
-            except DamagedArtifact as err:
-                failures.append(str(err))
+    checked, failures = 0, []
+    runs, snapshots = _covered(path)
+    for run in runs:
+        checked += 1
+        try:
+            verify_run(run)
+        except DamagedArtifact as err:
+            failures.append(str(err))
+    for table in recorded_files(path):
+        checked += 1
+        try:
+            check_table(table)
+        except DamagedArtifact as err:
+            failures.append(str(err))
     if not checked and not snapshots and path.is_dir():
         snapshots = {path}  # a snapshot without a manifest: refused by verify_snapshot, naming --record
     for snapshot in sorted(snapshots):

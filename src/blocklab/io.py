@@ -84,15 +84,40 @@ def _error(code: int, message: str) -> OutputError:
     return error
 
 
-# atomic_path's temporary files: ".<name>.<8 random characters>.tmp<suffix>" beside the final name. A SIGKILL in the
-# moment between writing and renaming leaves one behind: .dvcignore keeps DVC from recording it with a directory it
-# tracks, and remove_stale_temps (the pipeline's start, when no run of the directory is alive) removes it.
+# atomic_path's temporary files: ".<name>.<host>-<pid>.<8 random characters>.tmp<suffix>" beside the final name (host:
+# 8 hex digits of this machine's name; pid: the writing process). A SIGKILL in the moment between writing and renaming
+# leaves one behind: .dvcignore keeps DVC from recording it with a directory it tracks, and remove_stale_temps (the
+# pipeline's start, when no run of the directory is alive) removes it.
 TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp(\.[^./]*)?$")
+_TEMP_WRITER = re.compile(r"\.([0-9a-f]{8})-(\d+)\.[a-z0-9_]{8}\.tmp(\.[^./]*)?$")
+
+
+def _host_tag() -> str:
+    import socket
+    import zlib
+
+    return f"{zlib.crc32(socket.gethostname().encode('utf-8')):08x}"
+
+
+def _writer_alive(name: str) -> bool | None:
+    """Whether the process that writes temporary file ``name`` lives: None where the name does not say (an older
+    temporary file, or one written on another machine of a cluster)."""
+    found = _TEMP_WRITER.search(name)
+    if not found or found.group(1) != _host_tag():
+        return None
+    try:
+        os.kill(int(found.group(2)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # a live process of another user (or a pid this system cannot hold: kept, to be safe)
+    return True
 
 
 def remove_stale_temps(*roots: str | os.PathLike, older_than_s: float = 600.0) -> list[str]:
-    """Remove every atomic_path temporary file under ``roots`` last written over ``older_than_s`` ago (a write in
-    progress, even one of a command started by hand, renames its file within seconds). Returns them."""
+    """Remove every atomic_path temporary file under ``roots`` whose writer, named in it, is dead (a process of this
+    machine), or that was last written over ``older_than_s`` ago (a write in progress, even one of a command started by
+    hand or on another machine, renames its file within seconds). Returns them."""
     import time
 
     removed, now = [], time.time()
@@ -101,15 +126,21 @@ def remove_stale_temps(*roots: str | os.PathLike, older_than_s: float = 600.0) -
             continue
         for folder, _, files in os.walk(root):
             for name in files:
+                if not TEMP_NAME.match(name):
+                    continue
                 path = Path(folder) / name
+                alive = _writer_alive(name)
                 try:
-                    stale = TEMP_NAME.match(name) and now - path.stat().st_mtime > older_than_s
+                    stale = alive is False or now - path.stat().st_mtime > older_than_s
                 except OSError:  # renamed or removed meanwhile
                     continue
                 if stale:
                     path.unlink(missing_ok=True)
                     removed.append(str(path))
     return sorted(removed)
+
+
+_HOST = _host_tag()
 
 
 @contextlib.contextmanager
@@ -119,7 +150,8 @@ def atomic_path(path: str | os.PathLike):
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}-{os.getpid()}.",
+                                   suffix=".tmp" + path.suffix)
     except OSError as err:
         raise output_error(err, path) from err
     os.close(fd)
@@ -186,20 +218,31 @@ def _sha256(path) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def recorded_path(path, record: bool = True):
+    """``atomic_path``, then the file's checksum record beside it (``NAME.sha256``), as for a table: for the figures,
+    their sidecars and the report, which no reader of the pipeline opens again, so that `blocklab verify` (the
+    pipeline's last step, before DVC records them) finds a flipped byte. ``record=False``: no record, and a stale one
+    of an earlier write removed."""
+    with atomic_path(path) as tmp:
+        yield tmp
+        digest = _sha256(tmp)
+    if record:
+        with atomic_path(table_record_path(path)) as tmp:
+            tmp.write_text(f"{digest}  {Path(path).name}\n", encoding="utf-8")
+    else:
+        table_record_path(path).unlink(missing_ok=True)
+
+
 def write_table(frame: pd.DataFrame, path, record: bool = True) -> None:
     """CSV or parquet by suffix, then its checksum record (``NAME.sha256``; ``record=False`` for a file that another
     record covers, such as a run's loss.csv, recorded in its meta.json): a kill between the two leaves a table whose
     record does not match, which Snakemake reruns as an incomplete job and every reader refuses."""
-    with atomic_path(path) as tmp:
+    with recorded_path(path, record) as tmp:
         if Path(path).suffix == ".parquet":
             frame.to_parquet(tmp, index=False, compression="zstd")
         else:
             frame.to_csv(tmp, index=False)
-        digest = _sha256(tmp)
-    if not record:
-        return
-    with atomic_path(table_record_path(path)) as tmp:
-        tmp.write_text(f"{digest}  {Path(path).name}\n", encoding="utf-8")
 
 
 def table_problem(path) -> str | None:
@@ -219,11 +262,13 @@ def table_problem(path) -> str | None:
 
 
 def check_table(path) -> None:
-    """``DamagedArtifact`` when a table differs from its checksum record, naming the repair."""
+    """``DamagedArtifact`` when a recorded file (a table, a figure, its sidecar, the report) differs from its checksum
+    record, naming the repair."""
     if (problem := table_problem(path)) is not None:
-        raise DamagedArtifact(f"{path}: damaged table: {problem}; to repair, delete it (`rm {path}`) and rerun the "
-                              "pipeline (`snakemake --cores N` makes it again from its runs), or restore the good copy "
-                              "with `dvc checkout` where DVC holds it")
+        kind = "table" if Path(path).suffix in (".csv", ".parquet") else "file"
+        raise DamagedArtifact(f"{path}: damaged {kind}: {problem}; to repair, rerun the pipeline (`snakemake --cores N` "
+                              "or `dvc repro` removes it at the start and makes it again from its inputs; or delete it, "
+                              f"`rm {path}`, and rerun), or restore the good copy with `dvc checkout` where DVC holds it")
 
 
 def read_table(path) -> pd.DataFrame:

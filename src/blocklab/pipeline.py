@@ -5,6 +5,7 @@ The DAG itself is defined once, in the Snakefile and workflow/rules/*.smk; dvc.y
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -40,13 +41,27 @@ def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
     # the file first, with the loader that refuses a repeated key (Snakemake's keeps the last one without a word, and
     # every job, reading the file itself, would then refuse it)
     on_disk = read_params_file(params_file)
-    validate_params(config, source="snakemake config")
+    validate_params(on_disk, source=params_file)
     if config != on_disk:
         raise ParamsError(
             f"the Snakemake config differs from {params_file}; edit {params_file} (or use `dvc exp run -S key=value`) "
             "instead of --config/--configfile overrides, so that DVC and every command see the same parameters"
         )
     return config
+
+
+def in_one_line(check, *args):
+    """For the Snakefile: ``check(*args)``, a parameter error ending Snakemake with its one line and exit status 2, as
+    every blocklab command (not Snakemake's "ParamsError in file ..." and the lines of its traceback)."""
+    import sys
+
+    from .config import ConfigError
+
+    try:
+        return check(*args)
+    except ConfigError as err:
+        print(f"blocklab: error: {' '.join(str(err).split())}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def package_modules(root: str | Path = _SOURCE) -> dict[str, Path]:
@@ -178,6 +193,48 @@ def resume_first(*checkpoints: str):
 RUN_LOCK = ".snakemake/blocklab-run.lock"
 OUTPUT_DIRS = ("data", "figs", "reports", "logs")  # where the pipeline writes (dvc.yaml's outs, and logs/)
 _held_run_locks: list = []  # the open lock files; never closed: the kernel releases them when the process ends
+_alone: list = []  # [True] once hold_run_lock found no other run of the directory alive
+
+
+RUN_OWNERS = "blocklab-run.owners"  # beside RUN_LOCK: one JSON line a run that held it (pid, host, start, command)
+
+
+def _this_run() -> dict:
+    import socket
+    import sys
+    import time
+
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200]}
+
+
+def live_run_line(owners: str | Path) -> str:
+    """One line for a run that finds another run of its directory alive (it holds RUN_LOCK): which one, from
+    RUN_OWNERS, checked alive, and what to do: wait, or stop it, and `--unlock` only once it is dead."""
+    import socket
+
+    alive = []
+    try:
+        lines = Path(owners).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            run = json.loads(line)
+            if run.get("host") != socket.gethostname() or run.get("pid") == os.getpid():
+                continue
+            os.kill(int(run["pid"]), 0)
+        except (ValueError, KeyError, TypeError, ProcessLookupError):
+            continue
+        except PermissionError:
+            pass  # alive, another user's
+        alive.append(run)
+    who = ("; ".join(f"pid {r['pid']}, `{r['command']}` since {r['since']}" for r in alive)
+           if alive else "a process of this directory holds " + RUN_LOCK)
+    return (f"blocklab: another run of this directory is alive ({who}): if Snakemake refuses to start below "
+            f"(\"Directory cannot be locked\"), wait for that run to finish, or stop it (Ctrl-C in its terminal, or "
+            f"`kill {' '.join(str(r['pid']) for r in alive) or 'PID'}`) and start again; do not run `snakemake --unlock` "
+            "while it lives (a run that died holds no lock, and the next start removes what it left by itself)")
 
 
 def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
@@ -193,10 +250,12 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
     dot.mkdir(exist_ok=True)
     handle = open(dot / Path(RUN_LOCK).name, "a+")  # Python opens it close-on-exec: jobs do not inherit the lock
     removed = []
+    owners = dot / RUN_OWNERS
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass  # another run of this directory is alive: its locks are real
+    except BlockingIOError:  # another run of this directory is alive: its locks are real
+        if log is not None:
+            log(live_run_line(owners))
     except OSError as error:  # a file system without flock (some network mounts): cannot tell, so touch nothing
         handle.close()
         if log is not None:
@@ -212,9 +271,13 @@ def hold_run_lock(workdir: str | Path = ".", log=None) -> list[str]:
         temps = remove_stale_temps(*(Path(workdir) / name for name in OUTPUT_DIRS))
         if temps and log is not None:
             log(f"blocklab: removed {len(temps)} temporary file(s) a killed run left: {', '.join(temps)}")
+        _alone.append(True)
+        owners.unlink(missing_ok=True)  # the runs it names are all dead
     # Shared from here on (waits only while another starting run holds it exclusively for its few-ms cleanup).
     fcntl.flock(handle, fcntl.LOCK_SH)
     _held_run_locks.append(handle)
+    with open(owners, "a", encoding="utf-8") as listed:  # who holds it, for a run refused meanwhile (live_run_line)
+        listed.write(json.dumps(_this_run()) + "\n")
     if removed and log is not None:
         log(f"blocklab: no run of this directory is alive; removed the Snakemake locks a killed run left: {', '.join(removed)}")
     return removed
@@ -315,6 +378,45 @@ def set_aside_damaged_runs(meta_files, dry_run: bool, log=None) -> list[str]:
             f"{len(unsealed)} finished run(s) have a meta.json without its own checksum ({META_SEAL}), e.g. "
             f"{unsealed[0]}: written before meta.json recorded one, or damaged; `blocklab verify --seal data` checks "
             "their artifacts and records it (nothing is trained again), or `rm -r` a run to train it again")
+    return found
+
+
+# ---- damaged figures, sidecars, report and tables: made again -----------------------------------------------------------
+# Nothing in the pipeline reads a figure, its sidecar or the report again, so a flipped byte there would wait for the
+# last step's `blocklab verify`, which Snakemake skips when it has nothing to do, while `dvc repro` then records the
+# damaged file in dvc.lock. So the main process checks every file with a checksum record (``io.recorded_path``) under
+# the output folders before the DAG is planned, and removes a damaged one with its record: the rule that made it makes
+# it again (a figure's sidecar goes with its picture, the picture being the rule's output), and the last step verifies.
+RECORDED_DIRS = ("data", "figs", "reports")
+
+
+def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log=None) -> list[str]:
+    """Remove every damaged recorded file (and its record) under RECORDED_DIRS of ``workdir``, outside finished runs
+    and recorded snapshots (their own checks), so that Snakemake makes it again; in a dry run only say so. Only when
+    no other run of the directory is alive (``hold_run_lock``): a live one may be between a file and its record.
+    Returns the damage found, one line each."""
+    from .integrity import recorded_files
+    from .io import table_problem, table_record_path
+
+    if not _alone:
+        return []
+    found = []
+    for root in RECORDED_DIRS:
+        for path in recorded_files(Path(workdir) / root):
+            if (problem := table_problem(path)) is None:
+                continue
+            found.append(f"{path}: {problem}")
+            # a sidecar (NAME.json beside NAME.png) is remade with its picture, the output Snakemake knows
+            picture = path.with_suffix(".png")
+            doomed = [path, picture] if path.suffix == ".json" and picture.is_file() else [path]
+            if log is not None:
+                log(f"blocklab: {path} is damaged ({problem}); "
+                    + ("a run without -n removes it to make it again" if dry_run else
+                       f"removed ({', '.join(d.name for d in doomed)}) to be made again"))
+            if not dry_run:
+                for doomed_file in doomed:
+                    doomed_file.unlink(missing_ok=True)
+                    table_record_path(doomed_file).unlink(missing_ok=True)
     return found
 
 

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
-from ..io import atomic_path, data_layout  # noqa: E402
+from ..io import RECORD_SUFFIX, data_layout, recorded_path  # noqa: E402
 
 LANGS = ("ko", "en")
 
@@ -38,24 +38,29 @@ def text(lang: str, ko: str, en: str) -> str:
 
 def relative_sidecar(sidecar, data) -> dict:
     """Rewrite a figure's JSON sidecar (``save``) so that its sources name the data/ layout (``data_layout``), not the
-    absolute paths of the machine that drew it; returns the record."""
+    absolute paths of the machine that drew it: a copy kept in git (the gallery), so without the checksum records of
+    the figure and its sidecar (git checks what it keeps; docs/ holds pages and pictures only). Returns the record."""
     sidecar = Path(sidecar)
     record = json.loads(sidecar.read_text(encoding="utf-8"))
     record["sources"] = [data_layout(s, data) for s in record["sources"]]
-    with atomic_path(sidecar) as tmp:
+    with recorded_path(sidecar, record=False) as tmp:
         tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for picture in sidecar.parent.glob(f"{sidecar.stem}.*{RECORD_SUFFIX}"):
+        picture.unlink()
     return record
 
 
-def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None) -> Path:
-    """Write the figure atomically, plus ``<name>.json`` saying which data files and parameters made it."""
+def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None, record: bool = True) -> Path:
+    """Write the figure atomically, plus ``<name>.json`` saying which data files and parameters made it, each with its
+    checksum record (``NAME.sha256``, ``io.recorded_path``) that `blocklab verify` checks; ``record=False`` for a
+    figure kept in git (docs/)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with recorded_path(path, record) as tmp:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     from .. import provenance
 
-    record = {"figure": path.name, "sources": [str(s) for s in sources], "params": params or {}, **provenance.code_version()}
-    with atomic_path(path.with_suffix(".json")) as tmp:
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    sidecar = {"figure": path.name, "sources": [str(s) for s in sources], "params": params or {}, **provenance.code_version()}
+    with recorded_path(path.with_suffix(".json"), record) as tmp:
+        tmp.write_text(json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

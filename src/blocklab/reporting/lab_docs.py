@@ -254,7 +254,7 @@ def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi:
         folder.mkdir(parents=True, exist_ok=True)
         fig = lab_fixes_figure(curves, FIXES, lang)
         sources = [records.RUNS, *GALLERY_SWEEP[1:]]
-        style.save(fig, path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs})
+        style.save(fig, path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs}, record=False)  # in git
     return stale
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..io import atomic_path, check_table, data_layout, read_table
+from ..io import check_table, data_layout, read_table, recorded_path
 from ..params import load_params
 from ..pipeline import FIGURES
 from ..settings import CopyModel, CopyTask, Sweep
@@ -542,7 +542,7 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
     Path(figs).mkdir(parents=True, exist_ok=True)
     # papermill writes the executed notebook as it goes, for minutes: into a scratch folder of the system's temporary
     # directory, removed when the render ends, so that a render killed even by SIGKILL leaves nothing in reports/ (or
-    # in what DVC records of it); the results are then written in a moment each, by atomic_path
+    # in what DVC records of it); the results are then written in a moment each, by recorded_path
     with tempfile.TemporaryDirectory(prefix="blocklab-render-") as scratch, \
             tempfile.TemporaryDirectory(prefix="blocklab-kernel-") as sockets:
         executed = Path(scratch) / Path(out_notebook).name
@@ -551,9 +551,9 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
             config=kernel_config(sockets),
         )
         body = export_html(executed)
-        with atomic_path(out_notebook) as tmp_nb:
+        with recorded_path(out_notebook) as tmp_nb:  # each with its checksum record, which `blocklab verify` checks
             shutil.copyfile(executed, tmp_nb)
-        with atomic_path(out_html) as tmp_html:
+        with recorded_path(out_html) as tmp_html:
             tmp_html.write_text(body, encoding="utf-8")
 
 

@@ -1,0 +1,287 @@
+"""More faults, injected on the tiny configuration: every output the pipeline writes is under a checksum record that
+`blocklab verify` reads (figures, their sidecars, the report, as tables); every artifact a finished run records must
+be there; parameter files that would hold every reader for minutes are refused at once, naming the key or the size;
+the key blamed is the one that drives the estimate; a run refused by a live one is told to wait; the temporary file
+of a killed write goes at the next start. docs/reproducibility.md, "Faults", has the table these tests back."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blocklab.integrity import DamagedArtifact, run_record, seal_meta, verify_run, verify_tree
+from blocklab.io import atomic_path, recorded_path, table_record_path, write_table
+from blocklab.params import MAX_PARAMS_BYTES, MAX_PARAMS_VALUES, ParamsError, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+TINY_TEXT = TINY.read_text(encoding="utf-8")
+
+
+def blocklab(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blocklab.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def flip_a_byte(path: Path, at: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    at = len(data) // 2 if at is None else at
+    data[at] ^= 0x80
+    path.write_bytes(bytes(data))
+
+
+# ---- figures, sidecars and the report: the same records as tables ------------------------------------------------------
+
+
+def draw_outputs(root: Path) -> dict[str, Path]:
+    """A figure with its sidecar (the figure writer of every figure) and a report, as the pipeline writes them."""
+    import matplotlib.pyplot as plt
+
+    from blocklab.figures.style import save
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 1, 2])
+    figure = save(fig, root / "figs" / "problem11_norm_warmup.png", dpi=30, sources=["data/sweep/summary.csv"],
+                  params={"lang": "ko"})
+    report = root / "reports" / "analysis.html"
+    with recorded_path(report) as tmp:
+        tmp.write_text("<html><body>보고서</body></html>\n", encoding="utf-8")
+    write_table(__import__("pandas").DataFrame({"run": ["a"], "final_loss": [1.0]}), root / "data/sweep/summary.csv")
+    return {"figure": figure, "sidecar": figure.with_suffix(".json"), "report": report,
+            "table": root / "data/sweep/summary.csv"}
+
+
+def test_every_figure_sidecar_and_report_has_a_record_that_verify_checks(tmp_path):
+    outputs = draw_outputs(tmp_path)
+    for path in outputs.values():
+        record = table_record_path(path).read_text(encoding="utf-8").split()
+        assert record[1] == path.name and len(record[0]) == 64, record
+        assert not [p.name for p in path.parent.iterdir() if p.name.startswith(".")], "no temporary file left"
+    for folder in ("figs", "reports", "data"):
+        assert verify_tree(tmp_path / folder)[1] == [], folder
+    done = blocklab("verify", "data", "figs", "reports", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("verified 4 of 4 "), done.stdout
+
+
+@pytest.mark.parametrize("which", ["figure", "sidecar", "report"])
+def test_a_flipped_byte_in_a_figure_sidecar_or_report_fails_verify_naming_it(tmp_path, which):
+    outputs = draw_outputs(tmp_path)
+    damaged = outputs[which]
+    flip_a_byte(damaged)
+    folder = damaged.parent.name
+    checked, failures = verify_tree(tmp_path / folder)
+    assert len(failures) == 1 and failures[0].startswith(f"{tmp_path / folder / damaged.name}: damaged file: "
+                                                         f"{damaged.name} has another sha256"), failures
+    done = blocklab("verify", "data", "figs", "reports", cwd=tmp_path)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and f"{folder}/{damaged.name}: damaged file" in done.stderr
+    assert "verified 3 of 4" in done.stdout
+
+
+def test_the_pipeline_start_removes_a_damaged_figure_and_its_sidecar_so_that_it_is_drawn_again(tmp_path, monkeypatch):
+    from blocklab.pipeline import hold_run_lock, remove_damaged_outputs
+
+    outputs = draw_outputs(tmp_path)
+    flip_a_byte(outputs["sidecar"])  # the sidecar is no rule's output: its picture goes with it
+    flip_a_byte(outputs["report"], at=3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("blocklab.pipeline._alone", [])
+    said = []
+    assert remove_damaged_outputs(log=said.append) == [] and not said, "another run may be alive: nothing touched"
+    hold_run_lock()  # alone: no other run of the directory
+    found = remove_damaged_outputs(dry_run=True, log=said.append)
+    assert len(found) == 2 and all(p.is_file() for p in outputs.values()), "a dry run only says so"
+    assert any("a run without -n removes it" in line for line in said)
+    said.clear()
+    remove_damaged_outputs(log=said.append)
+    gone = [outputs[k] for k in ("figure", "sidecar", "report")]
+    assert not any(p.exists() or table_record_path(p).exists() for p in gone)
+    assert outputs["table"].is_file(), "what is whole stays"
+    assert len(said) == 2 and "problem11_norm_warmup.json is damaged" in said[0] + said[1]
+
+
+def test_gallery_copies_keep_no_records(tmp_path):
+    """docs/ holds pages and pictures only: a figure copied there for git (``relative_sidecar``) drops its records."""
+    from blocklab.figures.style import relative_sidecar
+
+    outputs = draw_outputs(tmp_path)
+    relative_sidecar(outputs["sidecar"], tmp_path / "data")
+    assert not list((tmp_path / "figs").glob("*.sha256"))
+    assert json.loads(outputs["sidecar"].read_text(encoding="utf-8"))["sources"] == ["data/sweep/summary.csv"]
+
+
+# ---- every artifact a finished run records must be there ---------------------------------------------------------------
+
+
+def finished_run(run: Path) -> Path:
+    """A finished run as write_run leaves it: three artifacts, then meta.json recording them."""
+    run.mkdir(parents=True)
+    (run / "loss.csv").write_text("step,loss\n1,4.1\n2,4.0\n", encoding="utf-8")
+    (run / "diagnostics.parquet").write_bytes(b"PAR1" + bytes(range(64)) + b"PAR1")
+    (run / "model.safetensors").write_bytes(b"\x08\x00" + bytes(200))
+    meta = seal_meta({"run": run.name, **run_record(run, ("loss.csv", "diagnostics.parquet", "model.safetensors"), 2)})
+    (run / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    verify_run(run)
+    return run
+
+
+@pytest.mark.parametrize("gone", ["model.safetensors", "loss.csv", "diagnostics.parquet"])
+def test_a_missing_artifact_of_a_finished_run_fails_verify_naming_it_and_is_counted(tmp_path, gone):
+    runs = [finished_run(tmp_path / "data/sweep/runs" / name) for name in ("pre-w0-s0", "post-w0-s0")]
+    assert verify_tree(tmp_path / "data") == (2, [])
+    (runs[0] / gone).unlink()
+    checked, failures = verify_tree(tmp_path / "data")
+    assert checked == 2, "a run whose artifact is gone is still counted"
+    assert len(failures) == 1 and failures[0].startswith(f"{runs[0]}: damaged finished run: {gone} is missing")
+    done = blocklab("verify", cwd=tmp_path)
+    assert done.returncode == 3 and f"{gone} is missing" in done.stderr and "verified 1 of 2" in done.stdout
+
+
+# ---- parameter files that would hold every reader: refused at once, naming the key or the size ------------------------
+
+
+def _levels(name: str, depth: int = 9) -> list[str]:
+    """YAML anchors 10 aliases wide, ``depth`` deep: 10^depth values once expanded, a few hundred bytes of text."""
+    return [f"&{name}0 [a, a, a, a, a, a, a, a, a, a]"] + [
+        f"&{name}{k} [" + ", ".join([f"*{name}{k - 1}"] * 10) + "]" for k in range(1, depth)]
+
+
+BOMB_TOP = "".join(f"x{k}: {level}\n" for k, level in enumerate(_levels("x"))) + TINY_TEXT
+BOMB_SUBJECTS = TINY_TEXT.replace("  subjects: [국어, 영어, 수학]", "  subjects: [" + ", ".join(_levels("s")) + "]")
+SEEDS = TINY_TEXT.replace("  seeds: [0, 1]\n  steps: 60",
+                          "  seeds: [" + ", ".join(map(str, range(200_000))) + "]\n  steps: 60")
+HUGE = TINY_TEXT + ("# " + "x" * 98 + "\n") * (MAX_PARAMS_BYTES // 100 + 10)
+# level k of _levels is a list of 10 of level k-1: 1 + 10 x level(k-1) values with level 0 = 11, so k + 2 ones (level 8:
+# 1,111,111,111, of which 10^9 leaves); problem9.subjects holds levels 0..8 in one list: 11 + 111 + ... + 1,111,111,111 + 1
+HANGING = {  # name: (text, what the one line says)
+    "anchor-bomb-top-level": (BOMB_TOP, "x8: holds 1,111,111,111 values with its YAML aliases (*name) expanded; "
+                                        f"allowed: at most {MAX_PARAMS_VALUES:,} values"),
+    "anchor-bomb-in-subjects": (BOMB_SUBJECTS, "problem9.subjects: holds 1,234,567,900 values with its YAML aliases"),
+    "200000-seeds": (SEEDS, f"sweep.seeds: holds 200,001 values; allowed: at most {MAX_PARAMS_VALUES:,} values"),
+    "2-MiB-file": (HUGE, f"the file is 2.0 MiB; allowed: a parameter file of at most {MAX_PARAMS_BYTES >> 20} MiB"),
+}
+
+
+def test_the_hanging_inputs_are_what_they_claim():
+    assert BOMB_SUBJECTS != TINY_TEXT and SEEDS != TINY_TEXT and len(HUGE.encode()) > MAX_PARAMS_BYTES
+    bomb = yaml.compose(BOMB_TOP, Loader=yaml.CSafeLoader)
+    x8 = next(v for k, v in bomb.value if k.value == "x8")
+    assert len(x8.value) == 10 and x8.value[0] is next(v for k, v in bomb.value if k.value == "x7"), "aliases shared"
+
+
+@pytest.mark.parametrize("name", list(HANGING))
+def test_a_file_that_would_hang_every_reader_is_refused_naming_the_key_or_the_size(tmp_path, name):
+    text, says = HANGING[name]
+    (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ParamsError) as err:
+        load_params(tmp_path / "params.yaml")
+    assert str(err.value).startswith(f"{tmp_path / 'params.yaml'}: ") and says in str(err.value), str(err.value)
+    # the command line too, and `sweep train` (once 30-60 s): the timeout guards against a hang, it measures nothing
+    done = blocklab("sweep", "train", "--params", "params.yaml", "--norm", "pre", "--warmup", "0", "--seed", "0",
+                    "--out-dir", "run", cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_anchor_inside_itself_is_refused():
+    with pytest.raises(ParamsError, match=r"a: holds an unbounded number of values \(an anchor inside itself\)"):
+        from blocklab.params import read_params_file
+
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"blocklab-recursive-{os.getpid()}.yaml"
+        path.write_text("a: &a [1, *a]\n", encoding="utf-8")
+        try:
+            read_params_file(path)
+        finally:
+            path.unlink()
+
+
+def test_a_long_seed_list_under_the_value_limit_is_refused_by_the_schema(tmp_path):
+    (tmp_path / "p.yaml").write_text(TINY_TEXT.replace("  seeds: [0, 1]\n  steps: 60", "  seeds: ["
+                                     + ", ".join(map(str, range(5000))) + "]\n  steps: 60"), encoding="utf-8")
+    with pytest.raises(ParamsError, match=r"sweep\.seeds: has 5,000 entries; allowed: at most 1,000"):
+        load_params(tmp_path / "p.yaml")
+
+
+# ---- the key blamed is the one that drives the estimate, and the advice can be followed -----------------------------
+
+
+@pytest.mark.parametrize("key,value", [("copy_task.vocab_size", 10 ** 9), ("copy_model.d_model", 2 ** 20),
+                                       ("copy_model.n_layers", 10 ** 7)])
+def test_the_memory_estimate_blames_the_key_that_drives_it(tmp_path, key, value):
+    from blocklab.params import _largest_fitting, machine_memory, training_cost
+
+    params = yaml.safe_load(TINY_TEXT)
+    section, name = key.split(".")
+    params[section][name] = value
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(ParamsError) as err:
+        load_params(tmp_path / "p.yaml")
+    message = str(err.value)
+    assert message.split(": ")[1] == key, message
+    assert "<= 0" not in message and "d_model <= 1 " not in message, "advice a person can follow"
+    # the advice holds: the value it names fits this machine, the next one does not (the estimate's own function)
+    largest = int(message.split(f"{key} <= ")[1].split(" ")[0].replace(",", ""))
+    model, task = params["copy_model"], params["copy_task"]
+
+    def cost(v):
+        return training_cost({**model, name: v} if section == "copy_model" else model,
+                             {**task, name: v} if section == "copy_task" else task, 1)[0]
+
+    assert cost(largest) <= machine_memory() < cost(largest + (model["n_heads"] if name == "d_model" else 1))
+    assert _largest_fitting(model, task, "task" if section == "copy_task" else "model", name, machine_memory()) == largest
+
+
+# ---- a run refused by a live one: told to wait, not to unlock -----------------------------------------------------------
+
+
+HOLD = "from blocklab.pipeline import hold_run_lock; [print(line, flush=True) for line in hold_run_lock(log=print)]"
+
+
+def test_a_second_run_is_told_which_run_lives_and_to_wait_and_the_locks_go_once_it_is_dead(tmp_path):
+    first = subprocess.Popen([sys.executable, "-c", HOLD + "; print('held', flush=True); import time; time.sleep(60)"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    lock = tmp_path / ".snakemake" / "locks" / "0.output.lock"
+    try:
+        assert first.stdout.readline().strip() == "held"
+        lock.parent.mkdir()
+        lock.write_text("x")  # what Snakemake writes while it runs
+        said = subprocess.run([sys.executable, "-c", HOLD], cwd=tmp_path, capture_output=True, text=True).stdout
+        assert lock.is_file(), "a live run's locks stay"
+        assert said.count("\n") == 1 and f"another run of this directory is alive (pid {first.pid}, " in said, said
+        assert f"`kill {first.pid}`" in said and "do not run `snakemake --unlock` while it lives" in said
+    finally:
+        first.kill()
+        first.wait()
+    said = subprocess.run([sys.executable, "-c", HOLD], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert not lock.exists() and "no run of this directory is alive; removed the Snakemake locks" in said, said
+
+
+# ---- the temporary file of a killed write: removed at the next start -----------------------------------------------------
+
+
+def test_a_temporary_file_whose_writer_died_is_removed_at_the_next_start_however_fresh(tmp_path, monkeypatch):
+    from blocklab.pipeline import hold_run_lock
+
+    monkeypatch.chdir(tmp_path)
+    script = ("import os, sys; from blocklab.io import atomic_path\n"
+              "with atomic_path('figs/dynamics_collapse.png') as tmp:\n"
+              "    tmp.write_bytes(b'half'); print(tmp, flush=True); os.kill(os.getpid(), 9)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL
+    left = Path(done.stdout.strip())
+    assert left.is_file() and left.name.startswith(".dynamics_collapse.png.") and left.name.endswith(".tmp.png")
+    with atomic_path("figs/loss_curves.png") as live:  # a write in progress, by a live process: kept
+        live.write_bytes(b"writing")
+        said = []
+        hold_run_lock(log=said.append)
+        assert not left.exists() and live.exists()
+    assert said and f"removed 1 temporary file(s) a killed run left: {left.relative_to(tmp_path)}" in said[-1], said
