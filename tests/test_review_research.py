@@ -216,3 +216,26 @@ def test_the_score_scale_is_measured(name, divisor, rule):
     assert (scale["divisor"], scale["rule"]) == (pytest.approx(divisor), rule)
     said = [f for f in r.findings if f.value == "1/head_dim"]
     assert len(said) == (rule == "1/head_dim") and r.exit_status == EXIT_PASS
+
+
+# --- types that did not build ----------------------------------------------------------------------------------
+
+
+def test_hunyuan_dense_builds_with_its_head_dim_left_to_the_width():
+    # HunYuanDenseV1Config() leaves head_dim None; its attention computes head_dim ** -0.5 and applies
+    # apply_rotary_pos_emb before query_layernorm / key_layernorm: MHA 32/32 (num_key_value_heads defaults to the
+    # heads), RoPE, QK-norm
+    from blocklab.review import review_architecture
+
+    r = review_architecture("hunyuan_v1_dense")
+    s = r.facts["structure"]
+    assert (s["attention"], s["query_heads"], s["position"], s["qk_norm"]) == ("MHA", 32, "rope", True)
+    assert r.exit_status == EXIT_PASS
+
+
+def test_mobilebert_builds_and_says_what_it_could_not_read():
+    from blocklab.review import review_architecture
+
+    r = review_architecture("mobilebert")
+    (cannot,) = [f for f in r.findings if f.severity == "cannot"]
+    assert "tiny build failed" not in cannot.message and r.severity_of("parameters") == "pass"

@@ -690,7 +690,34 @@ class LayerAnalysis:
         first order in the angle, so even the slowest pair shows through a float32 softmax."""
         if not heads.get("measured") or heads["head_dim"] < max(c.inp.shape[-2] for c in g.ins):
             return None
-        roles, offsets, hd = heads["roles"], heads["v_offsets"], heads["head_dim"]
+        fraction = self._rotary_probe(g, heads, heads["roles"])
+        before_norm = self._roles_before_qk_norm(g, heads["roles"])
+        if not fraction and before_norm is not None:
+            # a QK-norm after the rotation (HunYuan, nanochat: rope, then norm) hides it from edits after the norm:
+            # the same probe on the projections' outputs, before both (a norm keeps a zero feature zero)
+            fraction = self._rotary_probe(g, heads, before_norm)
+        return fraction
+
+    def _roles_before_qk_norm(self, g: SubLayer, roles: dict) -> dict | None:
+        """The query/key roles of the QK-norms' features moved to the projection features that feed them one to
+        one (the same count, in the same order); None where there is no such QK-norm."""
+        _, feeds = self.mixing_inputs(g)
+        moved = {k: list(r) for k, r in roles.items()}
+        changed = False
+        for key, norms in feeds.items():
+            for n in norms:
+                if n.key not in moved or key not in moved:
+                    continue
+                normed = [f for f, r in enumerate(moved[key]) if r == "normed"]
+                if len(normed) == len(moved[n.key]):
+                    for f, role in zip(normed, moved[n.key]):
+                        moved[key][f] = role
+                    moved[n.key] = ["none"] * len(moved[n.key])
+                    changed = True
+        return moved if changed else None
+
+    def _rotary_probe(self, g: SubLayer, heads: dict, roles: dict) -> float:
+        offsets, hd = heads["v_offsets"], heads["head_dim"]
 
         def edit(key, out):
             if key not in roles:

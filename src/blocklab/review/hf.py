@@ -42,8 +42,10 @@ HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels")
 OTHER_HEAD_DIMS = ("linear_key_head_dim", "linear_value_head_dim", "qk_rope_head_dim", "qk_nope_head_dim",
                    "v_head_dim", "mamba_d_head", "mamba_d_state", "state_size", "ssm_state_size", "d_state")
 SSM_STATE_KEYS = ("mamba_d_state", "ssm_state_size", "state_size", "d_state")  # a state-space layer's state width
-RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "laurel_rank")  # low-rank bottlenecks (MLA's, Gemma 3n's LAuReL):
-# scaled with the width, at least 4
+RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "laurel_rank", "embedding_size")  # low-rank bottlenecks (MLA's,
+# Gemma 3n's LAuReL, a factorised embedding's): scaled with the width, at least 4
+BOTTLENECK_KEYS = ("intra_bottleneck_size", "true_hidden_size")  # MobileBERT's attention and FFN run at this width,
+# with the heads: HEADS heads of HEAD_DIM at the tiny size (scaled with the width, its heads would be 2 wide)
 PER_LAYER_KEYS = ("hidden_size_per_layer_input",)  # Gemma 3n's per-layer input width: scaled with the width
 VOCAB_KEYS = ("vocab_size_per_layer_input",)  # a second embedding table's vocabulary (Gemma 3n): to VOCAB
 HEAD_COUNT_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads")  # scaled with the heads
@@ -122,6 +124,12 @@ def validate(config, source: str):
     if heads and kv and heads % kv:
         raise ConfigError(f"--hf-config {source}: num_key_value_heads={kv} does not divide "
                           f"num_attention_heads={heads}")
+    d = _int_attr(config, "hidden_size")
+    if "head_dim" in vars(config) and config.head_dim is None and d and heads and not isinstance(
+            getattr(type(config), "head_dim", None), property):
+        # a config whose class defaults head_dim to None (HunYuan dense) and whose attention reads it as it is:
+        # the width each head has when the heads tile the model width, as most modelling code defaults it
+        config.head_dim = d // heads
     return config
 
 
@@ -181,6 +189,9 @@ def shrink(config, attention: str = "eager"):
     for key in RANK_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, max(4, round(getattr(config, key) * WIDTH / d)))
+    for key in BOTTLENECK_KEYS:
+        if _int_attr(config, key):
+            setattr(tiny, key, HEADS * HEAD_DIM)
     for key in HEAD_COUNT_KEYS:
         if _int_attr(config, key):
             setattr(tiny, key, max(1, round(getattr(config, key) * HEADS / heads)))
