@@ -79,7 +79,8 @@ def estimate(spec, out: Path, per_step: float, start_s: float, cores: int, timed
     return (f"blocklab lab: cost ≈ {clock(total)} on this machine: {len(todo)} run(s) to train"
             f"{' (resuming ' + ', '.join(resumed) + ')' if resumed else ''}, {steps:,} steps at {per_step:.3g} s/step "
             f"(timed here on {timed} steps of the built stack, one thread as each job trains), {lanes} at a time "
-            f"(--cores {cores}), plus ≈ {start_s:.0f} s start-up a job (this command's own); more under other load")
+            f"(--cores {cores}), plus ≈ {start_s:.0f} s start-up a job (this command's own), at the machine's "
+            "present load")
 
 
 def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int]) -> str:
