@@ -40,10 +40,10 @@ def _register_front(subparsers) -> None:
                               description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("block", nargs="?", choices=list(NORM_POSITIONS), metavar="BLOCK",
                    help=f"a built-in norm position: one of {', '.join(NORM_POSITIONS)}")
-    p.add_argument("--module", help="your block: FILE.py:Class or package.module:Class (imported and run: it is your "
-                   "code); built as the reviewer builds it (`blocklab review --help`), given the stack's depth where its "
-                   "constructor takes n_layers, num_layers or depth; a transformers layer class (LlamaDecoderLayer, "
-                   "GPT2Block) is built inside its own model from its config, as --hf-config does")
+    p.add_argument("--module", help="your block: FILE.py:Class or package.module:Class (imported and run: it is "
+                   "your code); built as the reviewer builds it (`blocklab review --help`), given the stack's depth "
+                   "where its constructor takes n_layers, num_layers or depth; a transformers layer class "
+                   "(LlamaDecoderLayer, GPT2Block) is built inside its own model from its config, as --hf-config does")
     p.add_argument("--kwargs", help="JSON of extra constructor arguments for --module")
     p.add_argument("--hf-config", help="a transformers model type (llama, qwen2, gpt2, ...): its causal LM at the copy "
                    "task's size")

@@ -26,8 +26,8 @@ PROFILE_TRADES = {
     "quick": "batch 16 instead of the default and 400 steps instead of 1,200, no warm-up arm, seeds 0 and 1: whether "
              "the block starts at all at 24 blocks and lr 1e-3 (in the recorded batch-16 runs without warm-up, seed 0, "
              "pre-norm fell below a tenth of chance at step 166 and post-norm stayed at chance for 1,200 steps: "
-             f"{SENSITIVITY}/choices), in about 10 min a run on an idle core; it cannot see a collapse after warm-up, nor compare with the "
-             "recorded default runs",
+             f"{SENSITIVITY}/choices), in about 10 min a run on an idle core; it cannot see a collapse after "
+             "warm-up, nor compare with the recorded default runs",
     "lr-sweep": "batch 16 instead of the default and 300 steps instead of 1,200, no warm-up arm, seeds 0-2: the "
                 "document's depth, width and heads, short enough that a block's learning-rate sensitivity (five "
                 "learning rates x three seeds, `--lr-sweep`) fits an afternoon; it cannot see a collapse after "
