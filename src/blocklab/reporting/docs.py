@@ -252,14 +252,30 @@ def _why_list(claims: pd.DataFrame) -> list[str]:
 
 
 ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24",
-              "p11c-post-norm-warm-fails", "p11c-post-norm-nowarm-learns-shallow-or-slow", "d000-depth-gap",
-              "d000-post-warm-collapse-rate")
+              "p11c-post-norm-warm-starts-at-24", "p11c-post-norm-warm-fails-at-high-lr",
+              "p11c-post-norm-nowarm-learns-shallow-or-slow", "d000-depth-gap", "d000-post-warm-collapse-rate")
+
+
+def _warmup_words(v: dict, compact: bool) -> str:
+    """What warm-up did for post-norm at 24 blocks, in as many words as the two rows' verdicts allow."""
+    starts, high = v["p11c-post-norm-warm-starts-at-24"], v["p11c-post-norm-warm-fails-at-high-lr"]
+    words = {"reproduced": "warm-up let post-norm start at lr 1e-3 in every setting tried (a run that started can still "
+                           "collapse later, a different failure)",
+             "not reproduced": "warm-up did not let post-norm start in every setting at lr 1e-3",
+             }.get(starts, f"whether warm-up lets post-norm start in every setting at lr 1e-3 these runs do not decide "
+                           f"({starts})")
+    words += {"reproduced": "; at lr 3e-3 it did not help: post-norm never started",
+              "not reproduced": "; at lr 3e-3 it let some post-norm run start",
+              }.get(high, f"; at lr 3e-3 post-norm with warm-up did not start in the runs recorded, too few to "
+                          f"decide ({high})")
+    return words
 
 
 def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", compact: bool = False) -> str:
     """Problem 11 (다), the chapter's central question, answered from the claims table only: the document's scoped
-    answer and the project's answer, each sentence a row (its id, measured value and verdict), and a conclusion
-    that follows the verdicts (it changes when they do)."""
+    answer and the project's answer, each sentence a row (its id, measured value and verdict, each run counted
+    once), and a conclusion scoped to the settings those rows measured that follows their verdicts (it changes when
+    they do)."""
     claims = _claims(data).set_index("id")
     missing = [i for i in ANSWER_11C if i not in claims.index]
     if missing:
@@ -272,31 +288,34 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", comp
 
     def said(i):
         return f"**{v[i]}** (`{i}`)" if compact else f"**{v[i]}** ([`{i}`]({link}))"
-    only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-warm-fails"))
+    only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24"))
     quote = "" if compact else f"\"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
     lines = [f"- The document's answer, scoped to its size: {quote}"
              f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
-             f"- Pre-norm, every run of the sensitivity study: {m['p11c-pre-norm-learns-everywhere']}: "
-             f"{said('p11c-pre-norm-learns-everywhere')}.",
-             f"- Post-norm without warm-up at 24 blocks and the document's learning rate: "
+             f"- Pre-norm, every run of the sensitivity study, each counted once: "
+             f"{m['p11c-pre-norm-learns-everywhere']}: {said('p11c-pre-norm-learns-everywhere')}.",
+             f"- Post-norm without warm-up at 24 blocks and lr 1e-3, in every batch, position and precision tried: "
              f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
-             f"- Post-norm with warm-up, the same cells: {m['p11c-post-norm-warm-fails']}: "
-             f"{said('p11c-post-norm-warm-fails')}; at the default, over nine seeds: "
-             f"{m['d000-post-warm-collapse-rate']} ({said('d000-post-warm-collapse-rate')} against the document's "
-             "1 of 3).",
+             f"- Post-norm with warm-up 400 at 24 blocks and lr 1e-3, the same settings: "
+             f"{m['p11c-post-norm-warm-starts-at-24']}: {said('p11c-post-norm-warm-starts-at-24')}; a run that started "
+             f"can still collapse: at the default, over nine seeds, {m['d000-post-warm-collapse-rate']} "
+             f"({said('d000-post-warm-collapse-rate')} against the document's 1 of 3).",
+             f"- Post-norm with warm-up 400 at 24 blocks and lr 3e-3: {m['p11c-post-norm-warm-fails-at-high-lr']}: "
+             f"{said('p11c-post-norm-warm-fails-at-high-lr')}.",
              f"- Post-norm without warm-up, shallower stacks or a smaller learning rate: "
              f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: {said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; "
              f"the gap grows with depth over all four depths: {said('d000-depth-gap')}."]
     if only_post and compact:
-        answer = ("So: at the same depth, learning rate and warm-up, only post-norm failed; warm-up did not remove it; "
-                  "pre-norm is the safer default in every setting tried.")
+        answer = (f"So: at 24 blocks and lr 1e-3 without warm-up, only post-norm failed; {_warmup_words(v, compact)}; "
+                  "pre-norm learned in every setting tried, on this one task.")
     elif only_post:
-        answer = ("So, from these rows: holding depth, learning rate and warm-up fixed, only post-norm failed (pre-norm "
-                  "learned in every one of those runs), and warm-up did not remove the failure: it is post-norm's, and "
-                  "pre-norm is the safer default in every setting tried. Depth and the learning rate change how often "
-                  "post-norm fails: without warm-up it learned in some shallower or slower cells ("
+        answer = ("So, from these rows: at 24 blocks and lr 1e-3 without warm-up, only post-norm failed, in every "
+                  "setting tried, while pre-norm learned in every run of the study. "
+                  f"{_warmup_words(v, compact)[0].upper()}{_warmup_words(v, compact)[1:]}. Depth and the learning rate "
+                  "change how often post-norm fails: without warm-up it learned in some shallower or slower cells ("
                   f"{v['p11c-post-norm-nowarm-learns-shallow-or-slow']}), and the gap grows with depth "
-                  f"({v['d000-depth-gap']}).")
+                  f"({v['d000-depth-gap']}). Pre-norm is the safer default in every setting tried; all of it is one "
+                  "task (the copy task) at one width.")
     else:
         answer = ("So, from these rows: the recorded runs do not show post-norm failing where pre-norm, at the same "
                   "depth, learning rate and warm-up, learned; no conclusion about post-norm as such follows from them.")
@@ -379,6 +398,32 @@ def reverse_copy(data: Path, root: Path) -> str:
                      f"{group['final_loss'].mean():.3f} ± {group['final_loss'].std():.3f} | "
                      f"{group['seq_accuracy'].mean():.1%} | {int(group['n_params'].iloc[0]):,} |")
     return "\n".join(lines) + "\n\n" + _note(f"{GALLERY}/reverse_copy/summary.csv")
+
+
+# docs/lab/cost.md's plan: each step's runs (fixes x warm-up x seeds), in the order they were trained.
+LAB_PLAN = ((1, "seed 0 without warm-up", 0, (0,)), (2, "seeds 1 and 2 without warm-up", 0, (1, 2)),
+            (3, "seed 3 without warm-up", 0, (3,)), (4, "seed 0 with warm-up 400", 400, (0,)))
+
+
+def lab_cost(data: Path, root: Path) -> str:
+    """What the stability lab's plan has cost so far, from its recorded runs (records/lab/runs, each run's meta.json):
+    per plan step, the runs recorded, their own wall time summed and its range, and the processors."""
+    from ..lab.records import RUNS, recorded
+
+    runs = recorded(root)
+    fixes = sorted(set(runs["block"])) if len(runs) else []
+    lines = ["| plan step | runs recorded | run-hours (each run's own wall time) | a run | processor |",
+             "| --- | --- | ---: | --- | --- |"]
+    for step, what, warmup, seeds in LAB_PLAN:
+        done = runs[(runs["warmup"] == warmup) & runs["seed"].isin(seeds)] if len(runs) else runs
+        hours = done["wall_time_s"].astype(float) / 3600
+        span = f"{hours.min():.2f}–{hours.max():.2f} h" if len(done) else "—"
+        cpus = ", ".join(sorted(set(done["cpu"].astype(str)))) if len(done) else "—"
+        lines.append(f"| {step}: {what} | {len(done)} | {hours.sum():.1f} | {span} | {cpus} |")
+    total = runs["wall_time_s"].astype(float).sum() / 3600 if len(runs) else 0.0
+    lines += ["", f"All recorded runs: {len(runs)}, {total:.1f} run-hours of their own wall time, over the fixes "
+              f"{', '.join(fixes) if fixes else '(none)'}."]
+    return "\n".join(lines) + "\n\n" + _note(f"{RUNS}/")
 
 
 def bench_latest(data: Path, root: Path) -> str:
@@ -848,6 +893,7 @@ GENERATORS = {
     "sensitivity-depth-lr": sensitivity_depth_lr,
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
+    "lab-cost": lab_cost,
     "diagnostics-cost": diagnostics_cost,
     "suite-timing": suite_timing,
     "dynamics-runs": dynamics_runs,
@@ -873,10 +919,19 @@ HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->
              re.compile(r"<[a-zA-Z][^>]*>"),               # HTML tags (an image's width="49%")
              re.compile(r"`[^`\n]*`"),                   # code spans: names, commands, values of keys
              re.compile(r"\]\([^)]*\)")]                 # link targets
-# What reads as a measured number: a decimal (4.16, 0.0104), a share (22 %), a count of runs (2 of 9), a factor
-# (×1.15) or a duration (50 min). Whole numbers alone (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
-HAND_NUMBER = re.compile(r"(?<![\w.\-])(\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%|\d+ of \d+|[×x]\s?\d+(?:\.\d+)?"
-                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b)")
+# What reads as a measured number: a number in scientific notation (5e-4, 2.3e-7), a decimal (4.16, 0.0104), a share
+# (22 %), a count of runs (2 of 9, 7/9), a factor (×1.15), a duration (50 min) or the step of an event (step 467: a
+# step that is not a multiple of 50; steps 100, 300, 1,200 are the documents' and the schedule's). Other whole numbers
+# (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
+HAND_NUMBER = re.compile(r"(?<![\w.\-/])(\d+(?:\.\d+)?e[-+]?\d+\b|\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%"
+                         r"|\d+ of \d+|\d+/\d+(?![\w/.])|[×x]\s?\d+(?:\.\d+)?"
+                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b|steps? \d{2,}\b(?![,.]\d))")
+
+
+def _measured(token: str) -> bool:
+    """False for a step of the schedule (a multiple of 50: step 100, step 1200); True for anything else matched."""
+    step = re.fullmatch(r"steps?(\d+)", token)
+    return step is None or int(step.group(1)) % 50 != 0
 
 
 def hand_numbers(text: str) -> list[str]:
@@ -884,13 +939,18 @@ def hand_numbers(text: str) -> list[str]:
     "2 h" and "2h" are one)."""
     for skip in HAND_SKIP:
         text = skip.sub(" ", text)
-    return [re.sub(r"\s+", "", m) for m in HAND_NUMBER.findall(text)]
+    found = [re.sub(r"\s+", "", m).replace("steps", "step") for m in HAND_NUMBER.findall(text)]
+    return [n for n in found if _measured(n)]
 
 
 def document_numbers(claims_yaml: dict | list) -> set[str]:
-    """Every number the documents write, as claims.yaml quotes them (a page may quote the document)."""
+    """Every number the documents write, as claims.yaml quotes them (a page may quote the document). The claims of
+    other sources (the project's findings, the literature's papers) are not the documents': their numbers are not
+    allowed by this."""
     found = set()
     for claim in claims_yaml:
+        if claim.get("source", "document") != "document":
+            continue
         for key in ("claim", "document_value"):
             found |= set(hand_numbers(str(claim.get(key, ""))))
         for part in [claim, *claim.get("parts", [])]:
