@@ -7,7 +7,8 @@ here. ``docs/`` holds pages and pictures only. Each location is named once, here
   figures (docs/gallery/) and every generated block of the pages are drawn from (``blocklab gallery`` writes them).
 - ``SENSITIVITY``, ``DYNAMICS``, ``INFERENCE``: the studies' snapshots of recorded runs, one directory each
   (``<study>.from_snapshots`` in params.yaml names them; ``blocklab <study> snapshot --out`` writes them).
-- ``LAB_RUNS``: the stability lab's recorded runs (its STATUS page stays in docs/lab/).
+- ``LAB_RUNS``: the stability lab's recorded runs (its STATUS page stays in docs/lab/); ``LAB_LR_RUNS``: its
+  learning-rate sensitivity study's.
 - ``REVIEWER``: the block reviewer's recorded tables (``blocklab review --table ... --json``), drawn in docs/reviewer.md.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ SENSITIVITY = f"{RECORDS}/sensitivity"
 DYNAMICS = f"{RECORDS}/dynamics"
 INFERENCE = f"{RECORDS}/inference"
 LAB_RUNS = f"{RECORDS}/lab/runs"
+LAB_LR_RUNS = f"{RECORDS}/lab/lr-sweep/runs"  # the learning-rate sensitivity study's recorded runs (lab.lrsweep)
 REVIEWER = f"{RECORDS}/reviewer"
 
 # Where `blocklab smoke` last ran: its scratch copy's directory, its configuration, when it started and finished (a

@@ -202,6 +202,10 @@ def register_jobs(subparsers) -> None:
     lr.add_argument("--out-dir", required=True, type=Path)
     lr.add_argument("--params", default="params.yaml", type=Path)
     lr.set_defaults(func=_job_lr_run)
+    lrr = subparsers.add_parser("lr-record", help="record finished runs of the LR-sensitivity study in git (loss.csv, "
+                                "meta.json, checked against their checksums) in records/lab/lr-sweep/runs")
+    lrr.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<block>-lr<lr>-w0-s<seed>)")
+    lrr.set_defaults(func=_job_lr_record)
     STATUS_PAGE = "docs/lab/STATUS.md"  # a page: docs/ holds pages, records/ the data
     rec = subparsers.add_parser("record", help="record finished runs in git (loss.csv, meta.json) and write STATUS.md")
     rec.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<norm>-w<warmup>-s<seed>)")
@@ -234,6 +238,15 @@ def _job_lr_run(args) -> int:
     from .lrsweep import train_builtin
 
     train_builtin(load_params(args.params, studies=False), args.norm, args.lr, args.seed, args.out_dir, args.profile)
+    return 0
+
+
+def _job_lr_record(args) -> int:
+    from .lrsweep import record
+
+    done = record(args.runs)
+    print(f"blocklab lab-job lr-record: {len(done)} finished run(s) recorded: {', '.join(done) or 'none'}",
+          file=sys.stderr)
     return 0
 
 

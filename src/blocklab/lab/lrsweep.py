@@ -20,6 +20,7 @@ The recorded study (``records/lab/lr-sweep``) runs the built-in blocks at the ``
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError
+from ..records import LAB_LR_RUNS
 
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 FINAL_WINDOW = 10
@@ -34,6 +36,10 @@ PROFILE = "lr-sweep"
 # the recorded study: the seven built-in blocks, in this order on every page
 BLOCKS = ("pre", "post", "deepnorm", "admin", "b2t", "rezero", "sandwich")
 SEEDS = (0, 1, 2)
+
+
+NAME = re.compile(r"^(?P<block>[a-z0-9]+)-lr(?P<lr>[0-9.e+-]+)-w(?P<warmup>\d+)-s(?P<seed>\d+)$")
+REPO = Path(__file__).resolve().parents[3]
 
 
 def run_name(block: str, lr: float, seed: int, warmup: int = 0) -> str:
@@ -100,17 +106,17 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def table(runs: pd.DataFrame, chance: float) -> pd.DataFrame:
-    """One row per block: the LR sensitivity's mean over seeds with its 95 % t interval, the seeds, the best learning
-    rate (of the mean curve) and the mean final loss at every learning rate. ``runs``: one row per run with
-    block, lr, seed, final_loss."""
+def table(runs: pd.DataFrame, chance: float, lrs=LRS) -> pd.DataFrame:
+    """One row per block: the LR sensitivity's mean over the seeds that have the whole grid ``lrs`` (``seeds``: how
+    many), with its 95 % t interval; the best learning rate (of the mean curve) and the mean final loss at every
+    learning rate recorded. ``runs``: one row per run with block, lr, seed, final_loss."""
     if runs.duplicated(["block", "lr", "seed"]).any():
         twice = runs[runs.duplicated(["block", "lr", "seed"], keep=False)].iloc[0]
         raise ConfigError(f"run {run_name(twice.block, twice.lr, int(twice.seed))} is counted twice")
     rows = []
     for block, part in runs.groupby("block", sort=False):
         wide = part.pivot(index="seed", columns="lr", values="final_loss").sort_index(axis=1)
-        complete = wide.dropna()
+        complete = wide.reindex(columns=sorted(lrs)).dropna()  # a seed counts once its whole grid is recorded
         per_seed = [sensitivity(row, chance) for _, row in complete.iterrows()]
         mean, low, high = t_interval(per_seed) if per_seed else (float("nan"),) * 3
         curve = wide.mean()
@@ -118,3 +124,87 @@ def table(runs: pd.DataFrame, chance: float) -> pd.DataFrame:
                      "per_seed": ", ".join(f"{v:.3f}" for v in per_seed), "best_lr": float(curve.idxmin()),
                      **{f"loss_lr{lr:g}": float(curve[lr]) for lr in curve.index}})
     return pd.DataFrame(rows)
+
+
+# ---- the recorded study ---------------------------------------------------------------------------------------------
+
+
+def record(runs: Path, to: Path | None = None) -> list[str]:
+    """Copy each finished run of ``runs`` (folders named by ``run_name``) into ``to`` (default: the records,
+    ``records.LAB_LR_RUNS``): its loss.csv and meta.json, read first with their checksums (``integrity.read_run``);
+    a run without meta.json (not finished) is left out. Returns the runs recorded."""
+    import shutil
+
+    from ..integrity import read_run
+    from .records import RECORDED_FILES
+
+    to = Path(to) if to is not None else REPO / LAB_LR_RUNS
+    done = []
+    for run_dir in sorted(p for p in Path(runs).iterdir() if p.is_dir() and NAME.match(p.name)):
+        if not (run_dir / "meta.json").is_file():
+            continue
+        read_run(run_dir)  # a damaged run is refused, not recorded
+        target = to / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in RECORDED_FILES:
+            shutil.copyfile(run_dir / name, target / name)
+        done.append(run_dir.name)
+    return done
+
+
+def recorded(root: Path | str = REPO) -> pd.DataFrame:
+    """One row a recorded run of the study: block, lr, warmup, seed, final loss (``final_loss``), whether it diverged,
+    its steps, wall time and processor; each read with its checksums (``lab.records.read_run``)."""
+    from .records import read_run
+
+    rows = []
+    folder = Path(root) / LAB_LR_RUNS
+    for run_dir in sorted(folder.iterdir()) if folder.is_dir() else []:
+        named = NAME.match(run_dir.name)
+        if not named or not (run_dir / "meta.json").is_file():
+            continue
+        meta, loss = read_run(run_dir)
+        planned = int(meta["sweep"]["steps"])
+        rows.append({"run": run_dir.name, "block": meta["norm"], "lr": float(meta["sweep"]["lr"]),
+                     "warmup": int(meta["warmup"]), "seed": int(meta["seed"]),
+                     "final_loss": final_loss(loss["step"], loss["loss"], meta["copy_task"]["vocab_size"],
+                                              meta.get("diverged_step"), planned),
+                     "diverged": meta.get("diverged_step") is not None, "steps": len(loss),
+                     "n_layers": int(meta["model_config"]["n_layers"]), "batch_size": int(meta["copy_task"]["batch_size"]),
+                     "wall_time_s": meta.get("wall_time_s"), "cpu": meta.get("libraries", {}).get("cpu") or ""})
+    return pd.DataFrame(rows, columns=["run", "block", "lr", "warmup", "seed", "final_loss", "diverged", "steps",
+                                       "n_layers", "batch_size", "wall_time_s", "cpu"])
+
+
+def losses(runs: pd.DataFrame, root: Path | str = REPO) -> pd.DataFrame:
+    """The per-step losses of recorded runs (rows of ``recorded``): step, loss, run, block, lr, seed."""
+    from .records import read_run
+
+    frames = [read_run(Path(root) / LAB_LR_RUNS / r.run)[1][["step", "loss"]].assign(run=r.run, block=r.block, lr=r.lr,
+                                                                                     seed=r.seed)
+              for r in runs.itertuples()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "loss", "run", "block",
+                                                                                      "lr", "seed"])
+
+
+def ranking(table_: pd.DataFrame, learned: list[str], failed: list[str]) -> tuple[str, str]:
+    """The check stated before any run (docs/lab.md): the profile ranks the blocks as the document profile's recorded
+    outcomes do if every block that learned in every recorded document-profile run without warm-up (``learned``) has
+    a lower mean LR sensitivity than every block that learned in none (``failed``); decisively if the 95 % intervals
+    do not overlap (every ``learned`` block's upper bound below every ``failed`` block's lower bound). Returns
+    (verdict, why): agrees decisively | agrees | disagrees | not yet (a block lacks its full grid over the seeds)."""
+    by = table_.set_index("block") if len(table_) else pd.DataFrame()
+    missing = [b for b in [*learned, *failed] if b not in by.index or by.loc[b, "seeds"] < len(SEEDS)]
+    if missing or not learned or not failed:
+        return "not yet", f"{', '.join(missing) or 'a group'} lack{'s' if len(missing) == 1 else ''} the full grid over seeds {list(SEEDS)}"
+    worst_learned = max(learned, key=lambda b: by.loc[b, "lr_sensitivity"])
+    best_failed = min(failed, key=lambda b: by.loc[b, "lr_sensitivity"])
+    means = (by.loc[worst_learned, "lr_sensitivity"], by.loc[best_failed, "lr_sensitivity"])
+    if means[0] >= means[1]:
+        return "disagrees", (f"{worst_learned} ({means[0]:.3f}) is not below {best_failed} ({means[1]:.3f})")
+    high = max(by.loc[b, "high"] for b in learned)
+    low = min(by.loc[b, "low"] for b in failed)
+    if high < low:
+        return "agrees decisively", f"every learning block's interval ends below {low:.3f}, the failing blocks' lowest bound"
+    return "agrees", (f"every learning block's mean is below every failing block's ({worst_learned} {means[0]:.3f} < "
+                      f"{best_failed} {means[1]:.3f}), the intervals overlap (up to {high:.3f} vs from {low:.3f})")
