@@ -23,7 +23,8 @@ EXIT_HELP = """exit status:
   0  pass (info notes only: deviations from the 2026 defaults)
   1  flags or warnings (e.g. FFN expansion below 2x, hard-coded widths, causal mask left to the caller,
      a head count that differs from the config's, a sub-layer without a residual)
-  2  reject (post-norm deeper than 12 blocks without warm-up; a decoder whose future leaks into its past)
+  2  reject (post-norm deeper than 12 blocks without warm-up; a decoder whose future leaks into its past, even
+     where the rest cannot be read: a measured leak outranks exit 4)
   3  bad arguments only: unknown model_type, unreadable or invalid config file (or value), unimportable module, a
      block that cannot be built or called, an unwritable --json path (unknown options are caught by the top-level
      parser, which exits 2)
@@ -83,7 +84,9 @@ def register(subparsers) -> None:
     what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
                       help="print a markdown table of these architectures against the 2026 checklist (with --json: "
                            "record it, for blocklab docs)")
-    p.add_argument("--role", choices=ROLES, help="encoder: block(x); decoder: masked block(x); cross: block(x, memory)")
+    p.add_argument("--role", choices=ROLES, help="encoder: block(x); decoder: masked block(x); cross: block(x, memory) "
+                                                 "(--module: required unless its forward takes is_causal or tgt_mask: "
+                                                 "then decoder)")
     p.add_argument("--attention", choices=hf.ATTENTION_BACKENDS, default="eager",
                    help="attention backend of a Hugging Face build (default eager; the verdict does not depend on it)")
     p.add_argument("--d-model", type=int, help=f"width to build the block at (default {DEFAULT_WIDTH})")

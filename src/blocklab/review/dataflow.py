@@ -276,6 +276,33 @@ def _combination(goal: torch.Tensor, terms: dict) -> dict | None:
                       for k, v in zip(names, per)}}
 
 
+def _value_or_gate(flat: torch.Tensor, f: int, role: str, offset: int | None) -> None:
+    """Feature f of a (batch, time, features) edit: a value becomes the one-hot code of its offset's position (the
+    writer then reads the attention weights), a per-token gate is held at GATE_VALUE; anything else is left."""
+    if role == "v":
+        flat[..., f] = (torch.arange(flat.shape[1]) == offset).to(flat.dtype)
+    elif role == "gate":
+        flat[..., f] = GATE_VALUE
+
+
+def _role_edit(roles: dict, offsets: dict, query, key_):
+    """A Tracer edit for the attention probes: each query feature set by query(flat, key, f), each key feature by
+    key_(flat, key, f), values and gates by _value_or_gate; calls with no roles left as they are."""
+    def edit(key, out):
+        if key not in roles:
+            return None
+        flat = out.view(out.shape[0], out.shape[1], -1)
+        for f, role in enumerate(roles[key]):
+            if role == "q":
+                query(flat, key, f)
+            elif role == "k":
+                key_(flat, key, f)
+            else:
+                _value_or_gate(flat, f, role, offsets.get((key, f)))
+        return out
+    return edit
+
+
 def _look_alike(patterns: torch.Tensor) -> str | None:
     """Weights that are no softmax's, with queries and keys silenced, each row the same weight on every visible key:
     'sigmoid' (one weight for every key of every row: each weight stands alone, sigmoid attention), 'sinks' (row i
@@ -614,25 +641,16 @@ class LayerAnalysis:
         queries = [(key, f) for key, rs in heads["roles"].items() for f, r in enumerate(rs) if r == "q"]
         if not queries or heads.get("maps_per_head", 1) != 1:
             return None
-        roles, offsets, first = heads["roles"], heads["v_offsets"], queries[0]
+        first = queries[0]
 
-        def edit(key, out):
-            if key not in roles:
-                return None
-            flat = out.view(out.shape[0], out.shape[1], -1)
-            for f, role in enumerate(roles[key]):
-                if role == "q":
-                    flat[..., f] = SCALE_PROBE if (key, f) == first else 0.0
-                elif role == "k":
-                    flat[..., f] = 0.0
-                    flat[1, -1, f] = SCALE_PROBE
-                elif role == "v":
-                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
-                elif role == "gate":
-                    flat[..., f] = GATE_VALUE
-            return out
+        def query(flat, key, f):
+            flat[..., f] = SCALE_PROBE if (key, f) == first else 0.0
 
-        traced, _ = self.tracer.inputs_of(self.batch(2), edit)
+        def key_(flat, key, f):
+            flat[..., f] = 0.0
+            flat[1, -1, f] = SCALE_PROBE
+
+        traced, _ = self.tracer.inputs_of(self.batch(2), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
         hd = heads["head_dim"]
         row = self.read_input(traced, g)[:, -1, :hd]  # head 0 (the first query feature's, in the usual layouts)
         last = min(row.shape[-1], max(c.inp.shape[-2] for c in g.ins)) - 1
@@ -647,29 +665,17 @@ class LayerAnalysis:
         random, values one-hot position codes, queries 0, a, b, a + b (small: a logit softcap stays linear): the
         largest spread of that difference along a row. A normalised linear attention (elu + 1 feature maps) spreads
         by ~1e-2; None where a weight is not positive (nothing to take the log of)."""
-        roles, offsets = heads["roles"], heads["v_offsets"]
         gen = torch.Generator().manual_seed(self.seed + 2)
         draws = {}
 
-        def edit(key, out):
-            if key not in roles:
-                return None
-            flat = out.view(out.shape[0], out.shape[1], -1)
-            for f, role in enumerate(roles[key]):
-                if role == "q":
-                    a, b = (CURVATURE_PROBE * torch.randn(out.shape[1], dtype=out.dtype, generator=gen)
-                            for _ in range(2))
-                    flat[..., f] = torch.stack([0 * a, a, b, a + b])
-                elif role == "k":
-                    k = draws.setdefault((key, f), torch.randn(out.shape[1], dtype=out.dtype, generator=gen))
-                    flat[..., f] = k
-                elif role == "v":
-                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
-                elif role == "gate":
-                    flat[..., f] = GATE_VALUE
-            return out
+        def query(flat, key, f):
+            a, b = (CURVATURE_PROBE * torch.randn(flat.shape[1], dtype=flat.dtype, generator=gen) for _ in range(2))
+            flat[..., f] = torch.stack([0 * a, a, b, a + b])
 
-        traced, _ = self.tracer.inputs_of(self.batch(4), edit)
+        def key_(flat, key, f):
+            flat[..., f] = draws.setdefault((key, f), torch.randn(flat.shape[1], dtype=flat.dtype, generator=gen))
+
+        traced, _ = self.tracer.inputs_of(self.batch(4), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
         hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
         w = torch.stack([self.read_input(traced, g)[:, :, h * hd:h * hd + length] for h in range(heads["heads"])])
         visible = w[:, 0] > VISIBLE  # (H, T, S)
@@ -717,26 +723,17 @@ class LayerAnalysis:
         return moved if changed else None
 
     def _rotary_probe(self, g: SubLayer, heads: dict, roles: dict) -> float:
-        offsets, hd = heads["v_offsets"], heads["head_dim"]
+        hd = heads["head_dim"]
 
-        def edit(key, out):
-            if key not in roles:
-                return None
-            flat = out.view(out.shape[0], out.shape[1], -1)
-            for f, role in enumerate(roles[key]):
-                if role == "q":  # element 0 keeps every query zero: the uniform attention the mask allows
-                    flat[..., f] = 0.0
-                    flat[1 + f % hd, :, f] = ROTARY_PROBE
-                elif role == "k":
-                    flat[..., f] = ROTARY_PROBE
-                    flat[1 + f % hd, :, f] = 0.0
-                elif role == "v":
-                    flat[..., f] = (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
-                elif role == "gate":
-                    flat[..., f] = GATE_VALUE
-            return out
+        def query(flat, key, f):  # element 0 keeps every query zero: the uniform attention the mask allows
+            flat[..., f] = 0.0
+            flat[1 + f % hd, :, f] = ROTARY_PROBE
 
-        traced, _ = self.tracer.inputs_of(self.batch(hd + 1), edit)
+        def key_(flat, key, f):
+            flat[..., f] = ROTARY_PROBE
+            flat[1 + f % hd, :, f] = 0.0
+
+        traced, _ = self.tracer.inputs_of(self.batch(hd + 1), _role_edit(roles, heads["v_offsets"], query, key_))
         o_in = self.read_input(traced, g)
         rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
         return len(rotated) / hd
