@@ -28,6 +28,10 @@ from blocklab.params import read_params_file
 in_one_line(read_params_file, PARAMS_FILE)
 configfile: "params.yaml"
 in_one_line(check_config, config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
+if workflow.is_main_process:  # its jobs refuse params.yaml if it is edited while they wait (blocklab.params.pin_params)
+    from blocklab.params import pin_params
+
+    pin_params(PARAMS_FILE)
 
 
 include: "workflow/rules/doc000.smk"

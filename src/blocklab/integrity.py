@@ -377,6 +377,12 @@ def verify_tree(path: str | Path) -> tuple[int, list[str]]:
         except DamagedArtifact as err:
             failures.append(str(err))
     if not checked and not snapshots and path.is_dir():
+        files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        if files and not any(p.name in ("runs.csv", "losses.csv") for p in files):
+            # figures or a report drawn before they had records (a snapshot has its runs' tables)
+            return 1, [f"{path}: none of its {len(files)} file(s) has a checksum record (NAME.sha256): drawn before "
+                       "figures and the report had one; the next `snakemake --cores N` (or `dvc repro`) draws them "
+                       "again with their records"]
         snapshots = {path}  # a snapshot without a manifest: refused by verify_snapshot, naming --record
     for snapshot in sorted(snapshots):
         checked += 1

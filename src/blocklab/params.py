@@ -34,7 +34,40 @@ def load_params(path: str | Path = "params.yaml", studies: bool = True) -> dict:
     checks, for a command that reads no study section (the lab), since they look for recorded runs relative to the
     working directory."""
     path = Path(path)
+    check_pinned(path)
     return validate_params(read_params_file(path), source=str(path), studies=studies)
+
+
+# A pipeline plans its jobs from params.yaml as it was when it started; a job reads the file again when it starts, maybe
+# an hour later. An edit in between would give a job other values than those its outputs are recorded under (Snakemake's
+# params trigger, dvc.lock), and runs of one sweep would mix two settings. So Snakemake's main process pins the file
+# (its path and sha256, in this variable, which its jobs inherit: ``pin_params``), and a job finding it changed refuses.
+PINNED_ENV = "BLOCKLAB_PARAMS_PINNED"
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pin_params(path: str | Path) -> None:
+    """Called by Snakemake's main process: the jobs it starts refuse ``path`` if it changes meanwhile."""
+    import os
+
+    os.environ[PINNED_ENV] = f"{_file_sha256(Path(path))}:{Path(path).resolve()}"
+
+
+def check_pinned(path: Path) -> None:
+    """``ParamsError`` when ``path`` is the file the running pipeline pinned and it has changed since."""
+    import os
+
+    digest, _, pinned = os.environ.get(PINNED_ENV, "").partition(":")
+    if not pinned or not path.is_file() or path.resolve() != Path(pinned) or _file_sha256(path) == digest:
+        return
+    raise ParamsError(f"{path}: changed while the pipeline runs (it planned its jobs with the version of sha256 "
+                      f"{digest[:12]}); this job does not start, and the jobs finished before the change are kept; once "
+                      "the run stops, run the same command again: what the change affects is made again with the new values")
 
 
 # What a parameter file may hold, checked before anything walks it: params.yaml is 12 KiB of 377 values. A file of

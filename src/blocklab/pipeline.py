@@ -388,11 +388,13 @@ def set_aside_damaged_runs(meta_files, dry_run: bool, log=None) -> list[str]:
 # the output folders before the DAG is planned, and removes a damaged one with its record: the rule that made it makes
 # it again (a figure's sidecar goes with its picture, the picture being the rule's output), and the last step verifies.
 RECORDED_DIRS = ("data", "figs", "reports")
+DRAWN_DIRS = ("figs", "reports")  # hold drawings only, each with its record: one without is drawn again
 
 
 def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log=None) -> list[str]:
     """Remove every damaged recorded file (and its record) under RECORDED_DIRS of ``workdir``, outside finished runs
-    and recorded snapshots (their own checks), so that Snakemake makes it again; in a dry run only say so. Only when
+    and recorded snapshots (their own checks), and every drawing without a record (``unrecorded_drawings``), so that
+    Snakemake makes it again (with its record); in a dry run only say so. Only when
     no other run of the directory is alive (``hold_run_lock``): a live one may be between a file and its record.
     Returns the damage found, one line each."""
     from .integrity import recorded_files
@@ -402,15 +404,18 @@ def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log
         return []
     found = []
     for root in RECORDED_DIRS:
-        for path in recorded_files(Path(workdir) / root):
-            if (problem := table_problem(path)) is None:
+        unrecorded = unrecorded_drawings(Path(workdir) / root)
+        for path in recorded_files(Path(workdir) / root) + unrecorded:
+            problem = ("unrecorded: drawn before drawings had a checksum record" if path in unrecorded else
+                       (damage := table_problem(path)) and f"damaged: {damage}")
+            if not problem:
                 continue
             found.append(f"{path}: {problem}")
             # a sidecar (NAME.json beside NAME.png) is remade with its picture, the output Snakemake knows
             picture = path.with_suffix(".png")
             doomed = [path, picture] if path.suffix == ".json" and picture.is_file() else [path]
             if log is not None:
-                log(f"blocklab: {path} is damaged ({problem}); "
+                log(f"blocklab: {path}: {problem}; "
                     + ("a run without -n removes it to make it again" if dry_run else
                        f"removed ({', '.join(d.name for d in doomed)}) to be made again"))
             if not dry_run:
@@ -418,6 +423,18 @@ def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log
                     doomed_file.unlink(missing_ok=True)
                     table_record_path(doomed_file).unlink(missing_ok=True)
     return found
+
+
+def unrecorded_drawings(root: Path) -> list[Path]:
+    """The files under a folder only drawings go to (figs/, reports/) that have no checksum record: drawn before they
+    had one (they are drawn again, with it), or their record removed."""
+    from .io import RECORD_SUFFIX, table_record_path
+
+    if root.name not in DRAWN_DIRS or not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.endswith(RECORD_SUFFIX)
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts)
+                  and not table_record_path(p).exists())
 
 
 def dry_run(workflow, argv=None) -> bool:
