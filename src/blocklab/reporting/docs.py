@@ -925,7 +925,7 @@ HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->
 # (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
 HAND_NUMBER = re.compile(r"(?<![\w.\-/])(\d+(?:\.\d+)?e[-+]?\d+\b|\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%"
                          r"|\d+ of \d+|\d+/\d+(?![\w/.])|[×x]\s?\d+(?:\.\d+)?"
-                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b|steps? \d{2,}\b(?![,.]\d))")
+                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b|steps?\s\d{2,}\b(?![,.]\d))")
 
 
 def _measured(token: str) -> bool:
