@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 
-from blocklab.config import NORM_POSITIONS, POSITIONS, ModelConfig
+from blocklab.config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
 from blocklab.model import blocks
 from blocklab.model.counting import decoder_lm_params
 from blocklab.model.layers import LayerNorm
@@ -32,7 +33,7 @@ def test_every_norm_position_builds_counts_and_trains_one_step(norm):
     torch.manual_seed(0)
     model = DecoderLM(cfg)
     assert sum(p.numel() for p in model.parameters()) == decoder_lm_params(cfg)
-    assert isinstance(model.norm, LayerNorm) == POSITIONS[norm].final_norm
+    assert isinstance(model.norm, LayerNorm) == NORM_POSITION_SPECS[norm].final_norm
     tokens = torch.randint(0, cfg.vocab_size, (4, cfg.max_len))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []

@@ -340,7 +340,7 @@ def test_the_recorded_studies_name_their_batch_so_another_default_batch_keeps_th
 
 def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
     from blocklab.params import schema
-    from blocklab.studies.cells import POSITIONS
+    from blocklab.config import POSITION_KINDS
 
     params = copy.deepcopy(TINY)
     params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32", "learned-b8-L3-lr0.001-fp32"]
@@ -350,7 +350,7 @@ def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
     assert sorted(extra["run"]) == sorted(grid[(grid["family"] == "choices")
                                                & (grid["setting"] == "learned-b8-L3-lr0.001-fp32")]["run"])
     assert len(planned) == len(grid) + len(extra)  # the grid's own cell, named again, is planned once
-    assert tuple(schema()["$defs"]["position"]["enum"]) == POSITIONS
+    assert tuple(schema()["$defs"]["position"]["enum"]) == POSITION_KINDS
 
 
 def test_a_candidate_cell_is_trained_and_recorded_before_params_name_it(snake_project, tmp_path, capsys):

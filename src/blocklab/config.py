@@ -12,8 +12,10 @@ class NormPosition:
     closed-form counts, the stack's final norm, the figures' colours and labels and the stability lab read this.
 
     ``norms`` per residual sub-layer; ``gate``: a learned scale inside the residual ("scalar", "vector", or "" for
-    none); ``ends_normalised``: the stream leaving a block has just been normalised; ``final_norm``: the stack puts one
-    norm after its last block (GPT-2's ln_f); ``fixes_post``: a fix from the literature for post-norm's instability.
+    none); ``ends_normalised``: the stream leaving a block has just been normalised (the stability lab gives a user's
+    block whose placement the reviewer names a final norm when it does not: lab/spec.py); ``final_norm``: the stack
+    puts one norm after its last block (GPT-2's ln_f); ``fixes_post``: a fix from the literature for post-norm's
+    instability; ``label_ko``, ``label_en``: its name in the figures and the report (``label``).
     """
 
     name: str
@@ -28,10 +30,15 @@ class NormPosition:
     label_en: str
     fixes_post: bool = False
 
+    def label(self, lang: str) -> str:
+        """Its name in ``lang`` (ko | en), as the figures and the report write it."""
+        return self.label_en if lang == "en" else self.label_ko
 
-# The order is the figures' order. Adding a position: a line here, its residual class in model/blocks.py, and its name
-# in params.schema.yaml's enum (tests/test_layout.py checks the three agree).
-POSITIONS = {p.name: p for p in (
+
+# The norm positions by name (not the position signals: POSITION_KINDS). The order is the figures' order. Adding a
+# position: a line here, its residual class in model/blocks.py, and its name in params.schema.yaml's enum
+# (tests/test_layout.py checks the three agree); the figures and the report take its colour and labels from here.
+NORM_POSITION_SPECS = {p.name: p for p in (
     NormPosition("post", "LN(h + F(h))", "Vaswani et al. 2017", 1, "", True, False, "#c0392b", "뒤 정규화", "post-norm"),
     NormPosition("pre", "h + F(LN(h))", "Xiong et al. 2020 (GPT-2's layout)", 1, "", False, True, "#1f6f8b",
                  "앞 정규화", "pre-norm"),
@@ -46,9 +53,9 @@ POSITIONS = {p.name: p for p in (
     NormPosition("sandwich", "h + LN(F(LN(h)))", "Ding et al. 2021 (CogView sandwich); Kim et al. 2025 (Peri-LN)",
                  2, "", False, True, "#2c7fb8", "샌드위치 정규화", "sandwich (Peri-LN)", True),
 )}
-NORM_POSITIONS = tuple(POSITIONS)
+NORM_POSITIONS = tuple(NORM_POSITION_SPECS)
 FFN_KINDS = ("relu", "gelu", "swiglu")
-POSITION_KINDS = ("learned", "sinusoidal", "rope", "none")
+POSITION_KINDS = ("learned", "sinusoidal", "rope", "none")  # the position signals (params.schema.yaml's $defs.position)
 INIT_SCHEMES = ("default", "xavier")
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
 import pandas as pd
 
-from ..config import POSITIONS
+from ..config import NORM_POSITION_SPECS
 from . import style
 from .doc000 import norm_label, warmup_label
 from .style import text
@@ -30,11 +31,11 @@ def lab_fixes_figure(curves: pd.DataFrame, fixes, lang: str = "ko", vocab_size: 
             ref = curves[(curves["source"] == "reference") & (curves["warmup"] == warmup)]
             for norm in REFERENCES:
                 for k, (_, run) in enumerate(ref[ref["block"] == norm].groupby("seed")):
-                    ax.plot(run["step"], run["loss"], color=POSITIONS[norm].colour, lw=0.8, alpha=0.5,
+                    ax.plot(run["step"], run["loss"], color=NORM_POSITION_SPECS[norm].colour, lw=0.8, alpha=0.5,
                             label=norm_label(norm, lang) if k == 0 else None)
             mine = curves[(curves["source"] == "lab") & (curves["block"] == fix) & (curves["warmup"] == warmup)]
             for k, (seed, run) in enumerate(mine.groupby("seed")):
-                ax.plot(run["step"], run["loss"], color=POSITIONS[fix].colour, lw=1.6,
+                ax.plot(run["step"], run["loss"], color=NORM_POSITION_SPECS[fix].colour, lw=1.6,
                         label=text(lang, f"{norm_label(fix, lang)} (시드 {mine['seed'].nunique()}개)",
                                    f"{norm_label(fix, lang)} ({mine['seed'].nunique()} seed"
                                    f"{'s' if mine['seed'].nunique() != 1 else ''})") if k == 0 else None)
@@ -52,5 +53,53 @@ def lab_fixes_figure(curves: pd.DataFrame, fixes, lang: str = "ko", vocab_size: 
     fig.suptitle(text(lang, "문헌의 뒤 정규화 고치기, 문서의 설정 (블록 24벌, 학습률 1e-3): 기록된 실행과 앞·뒤 정규화",
                       "The literature's fixes for post-norm at the document's setup (24 blocks, lr 1e-3): recorded runs "
                       "beside pre- and post-norm"), fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang: str = "ko", vocab_size: int = 64):
+    """The learning-rate sweep side by side: one panel a block, its final loss (the mean of the last steps) against
+    the learning rate (log axes), one line a seed and the mean over seeds thick; a diverged run marked x at chance
+    (ln V, dotted), where the measure counts it; each panel's title gives its LR sensitivity with the 95 % interval.
+    ``runs``: block, lr, seed, final_loss, diverged; ``table``: ``lab.lrsweep.table``'s rows."""
+    style.setup(lang)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(2.6 * len(blocks), 3.1), sharex=True, sharey=True, squeeze=False)
+    chance = math.log(vocab_size)
+    by = table.set_index("block") if len(table) else pd.DataFrame()
+    for ax, block in zip(axes[0], blocks):
+        mine = runs[runs["block"] == block]
+        colour = NORM_POSITION_SPECS[block].colour
+        for seed, run in mine.groupby("seed"):
+            run = run.sort_values("lr")
+            ax.plot(run["lr"], run["final_loss"], color=colour, lw=0.8, alpha=0.6, marker="o", ms=3,
+                    ls=("-", "--", ":", "-.")[int(seed) % 4])
+            bad = run[run["diverged"]]
+            ax.plot(bad["lr"], bad["final_loss"], "x", color="black", ms=6)
+        if len(mine):
+            mean = mine.groupby("lr")["final_loss"].mean()
+            ax.plot(mean.index, mean.values, color=colour, lw=2.2,
+                    label=text(lang, f"시드 {mine['seed'].nunique()}개의 평균", f"mean of {mine['seed'].nunique()} seeds"))
+            ax.legend(fontsize=7, loc="lower left")
+        else:
+            ax.text(0.5, 0.5, text(lang, "아직 기록 없음", "not recorded yet"), transform=ax.transAxes, ha="center",
+                    va="center", color="grey")
+        ax.axhline(chance, color="grey", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # no mathtext minus (NanumGothic)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        style.log_y(ax)
+        title = norm_label(block, lang)
+        if block in by.index and by.loc[block, "seeds"] >= 2:
+            r = by.loc[block]
+            title += f"\n{text(lang, '민감도', 'sensitivity')} {r.lr_sensitivity:.2f} [{r.low:.2f}, {r.high:.2f}]"
+        elif block in by.index and by.loc[block, "seeds"] == 1:
+            title += f"\n{text(lang, '민감도', 'sensitivity')} {by.loc[block, 'lr_sensitivity']:.2f} " \
+                     f"({text(lang, '시드 1개', 'one seed')})"
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(text(lang, "학습률", "learning rate"))
+    axes[0][0].set_ylabel(text(lang, "마지막 손실 (로그 축)", "final loss (log scale)"))
+    fig.suptitle(text(lang, "학습률 민감도 (Wortsman 외 2023): 학습률마다의 마지막 손실, 블록별",
+                      "Learning-rate sensitivity (Wortsman et al. 2023): the final loss at each learning rate, per block"),
+                 fontsize=11)
     fig.tight_layout()
     return fig

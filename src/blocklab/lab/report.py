@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
-from ..config import POSITIONS  # noqa: E402
+from ..config import NORM_POSITION_SPECS  # noqa: E402
 from ..io import read_table  # noqa: E402
 from ..records import GALLERY  # noqa: E402
 from .outcomes import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
@@ -81,7 +81,7 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
     fig, axes = plt.subplots(1, len(warmups) + 1, figsize=(4.6 * (len(warmups) + 1), 3.8), squeeze=False)
     chance = math.log(spec.setup.vocab_size)
     label = spec.block.label
-    colour = POSITIONS[label].colour if label in POSITIONS else "#111111"
+    colour = NORM_POSITION_SPECS[label].colour if label in NORM_POSITION_SPECS else "#111111"
     for ax, warmup in zip(axes[0], warmups):
         shown = [chance]
         if reference is not None:
@@ -90,8 +90,8 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
                     continue
                 part = reference[(reference["norm"] == norm) & (reference["warmup"] == warmup)]
                 for k, (_, run) in enumerate(part.groupby("seed")):
-                    ax.plot(run["step"], run["loss"], color=POSITIONS[norm].colour, lw=0.8, alpha=0.45,
-                            label=f"{POSITIONS[norm].label_en} (recorded)" if k == 0 else None)
+                    ax.plot(run["step"], run["loss"], color=NORM_POSITION_SPECS[norm].colour, lw=0.8, alpha=0.45,
+                            label=f"{NORM_POSITION_SPECS[norm].label_en} (recorded)" if k == 0 else None)
                     shown += run["loss"].tolist()
         part = curves[curves["warmup"] == warmup]
         for k, seed in enumerate(sorted(spec.setup.seeds)):
@@ -118,7 +118,7 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
     ax = axes[0][-1]
     for kind, part in gradnorms.groupby("block_kind", sort=False):
         mean = part.groupby("block")["grad_norm"].mean()
-        c = colour if kind == label else POSITIONS[kind].colour if kind in POSITIONS else "grey"
+        c = colour if kind == label else NORM_POSITION_SPECS[kind].colour if kind in NORM_POSITION_SPECS else "grey"
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=c, label=f"{kind} (mean of {part['seed'].nunique()})")
     _scale(ax, gradnorms["grad_norm"].tolist())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..config import NORM_POSITIONS, POSITIONS, ConfigError, ModelConfig
+from ..config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
 from ..model.layers import LearnedPosition, make_norm
 from ..params import load_params
 from ..settings import CopyModel, CopyTask, Sweep
@@ -271,7 +271,7 @@ def params_sha256(path) -> str:
 
 
 def builtin_read(name: str) -> dict:
-    position = POSITIONS[name]
+    position = NORM_POSITION_SPECS[name]
     return {"norm_placement": name, "final_norm": position.final_norm, "formula": position.formula,
             "paper": position.paper, "how": f"built-in norm position {name!r} (blocklab.model.blocks)"}
 
@@ -436,7 +436,7 @@ def read_block(block: Block, setup: Setup) -> dict:
     placement = structure.get("norm_placement") if read_rest else None
     # a block whose stream leaves it just normalised needs no final norm (config.NormPosition.ends_normalised, for the
     # placements the reviewer names: post, pre, sandwich)
-    ends_normalised = placement in POSITIONS and POSITIONS[placement].ends_normalised
+    ends_normalised = placement in NORM_POSITION_SPECS and NORM_POSITION_SPECS[placement].ends_normalised
     residual = [f.message for f in review.findings if f.check == "residual" and f.severity in ("flag", "warn")]
     return {"norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
             "how": Builder(obj, block.kwargs).how, "reviewable": bool(structure.get("reviewable")),

@@ -1,7 +1,7 @@
 """Closed-form parameter counts from a configuration, term by term as document 004 writes them."""
 from __future__ import annotations
 
-from ..config import POSITIONS, ModelConfig
+from ..config import NORM_POSITION_SPECS, ModelConfig
 
 
 def norm_params(cfg: ModelConfig) -> int:
@@ -27,8 +27,8 @@ def ffn_params(cfg: ModelConfig) -> int:
 
 
 def residual_params(cfg: ModelConfig) -> int:
-    """What one residual wrapper holds besides its sub-layer: its norms and its gate (config.POSITIONS)."""
-    position = POSITIONS[cfg.norm_position]
+    """What one residual wrapper holds besides its sub-layer: its norms and its gate (config.NORM_POSITION_SPECS)."""
+    position = NORM_POSITION_SPECS[cfg.norm_position]
     gate = {"": 0, "scalar": 1, "vector": cfg.d_model}[position.gate]
     return position.norms * norm_params(cfg) + gate
 
@@ -49,7 +49,7 @@ def _embedding_params(cfg: ModelConfig) -> int:
 
 
 def _final_norm_params(cfg: ModelConfig) -> int:
-    return norm_params(cfg) if POSITIONS[cfg.norm_position].final_norm else 0
+    return norm_params(cfg) if NORM_POSITION_SPECS[cfg.norm_position].final_norm else 0
 
 
 def decoder_lm_params(cfg: ModelConfig) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..config import NORM_POSITION_SPECS
 from ..settings import CopyModel, CopyTask, Sweep
 from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
@@ -185,8 +186,7 @@ def _p10c(data: Data, t: dict, lang: str) -> dict:
         c = data.table("probe/copy.csv")
         last = c[c["layer"] == c["layer"].max()]
         by = last.groupby(["state", "norm"])["mean_token_norm"].mean()
-        norm_label = {n: texts()["labels"][f"norm_{n}"][lang] for n in ("post", "pre")}
-        pick = lambda state: ", ".join(f"{norm_label[n]} {num(v, 1)}" for n, v in by.loc[state].items())  # noqa: E731
+        pick = lambda state: ", ".join(f"{norm_label(n, lang)} {num(v, 1)}" for n, v in by.loc[state].items())  # noqa: E731
         if {"init", "trained"} <= set(by.index.get_level_values(0)):
             copy = t["copy"][lang].format(layers=int(c["layer"].max()), init=pick("init"), trained=pick("trained"))
     qwen = "" if lm["model"].str.contains("qwen", case=False).any() else t["qwen_missing"][lang]
@@ -196,10 +196,16 @@ def _p10c(data: Data, t: dict, lang: str) -> dict:
 # ---- document 000: problem 11 ----------------------------------------------------------------------------------------
 
 
+def norm_label(norm: str, lang: str) -> str:
+    """A norm position's name in ``lang``, from its declaration (config.NORM_POSITION_SPECS), so that every position
+    ``sweep.norms`` may list is named in the report; a value that is no position (a table's "none") as it is."""
+    return NORM_POSITION_SPECS[norm].label(lang) if norm in NORM_POSITION_SPECS else str(norm)
+
+
 def _case(lang: str, norm: str, warmup: int) -> str:
     labels = texts()["labels"]
     when = labels["no_warmup"][lang] if warmup == 0 else labels["warmup"][lang].format(steps=warmup)
-    return f"{labels['norm_' + norm][lang]} · {when}"
+    return f"{norm_label(norm, lang)} · {when}"
 
 
 def _outcomes(runs: pd.DataFrame, lang: str) -> str:
@@ -551,8 +557,7 @@ def _e2(data: Data, t: dict, lang: str) -> dict:
     judged = verdict(norms)
     depth = 12 if 12 in set(judged["depth"]) else int(judged["depth"].max())
     rows = judged[judged["depth"] == depth].sort_values("norm")
-    labels = texts()["labels"]
-    items = [t["item"][lang].format(norm=labels[f"norm_{r.norm}"][lang], first=num(r.input_norm, 2),
+    items = [t["item"][lang].format(norm=norm_label(r.norm, lang), first=num(r.input_norm, 2),
                                     last=num(r.last_norm, 2), growth=num(r.growth, 2),
                                     verdict=t["explodes" if r.explodes else "bounded"][lang]) for r in rows.itertuples()]
     pre = rows[rows["norm"] == "pre"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import POSITIONS
+from ..config import NORM_POSITION_SPECS
 from ..io import read_table
 from ..lab import records
 from ..lab.outcomes import outcome
@@ -22,7 +22,7 @@ from .verdicts import wilson
 
 GALLERY_SWEEP = (f"{GALLERY}/params.yaml", f"{GALLERY}/sweep/summary.csv",
                  f"{GALLERY}/sweep/losses.csv")
-FIXES = tuple(name for name, p in POSITIONS.items() if p.fixes_post)
+FIXES = tuple(name for name, p in NORM_POSITION_SPECS.items() if p.fixes_post)
 
 
 def _note(*sources: str) -> str:
@@ -60,7 +60,7 @@ def runs_table(data: Path, root: Path) -> pd.DataFrame:
     if same:
         frames.insert(0, reference_runs(data))
     table = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[-1]
-    order = {name: i for i, name in enumerate(POSITIONS)}
+    order = {name: i for i, name in enumerate(NORM_POSITION_SPECS)}
     return table.sort_values(["warmup", "block", "seed"], key=lambda c: c.map(order) if c.name == "block" else c,
                              ignore_index=True)
 

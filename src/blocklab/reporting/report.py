@@ -246,7 +246,7 @@ class Report:
             labels = self.texts["labels"]["outcome"]
             frame = frame.assign(outcome=frame["outcome"].map(lambda o: labels.get(o, {self.lang: o})[self.lang]))
         if "norm" in frame:
-            frame = frame.assign(norm=frame["norm"].map(lambda n: self.texts["labels"].get(f"norm_{n}", {self.lang: n})[self.lang]))
+            frame = frame.assign(norm=frame["norm"].map(lambda n: answers_mod.norm_label(n, self.lang)))
         if name == "audit":
             labels = self.texts["labels"]["audit"]
             frame = frame.assign(verdict_code=frame["verdict"].map({"right": REPRODUCED, "rough": PARTLY, "wrong": NOT_REPRODUCED}),

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..config import ConfigError
+from ..config import POSITION_KINDS, ConfigError
 from ..settings import CopyModel, CopyTask, Sweep, run_name  # noqa: F401 (run_name: the plans take it from here)
 
 CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
-POSITIONS = ("learned", "sinusoidal", "rope", "none")  # as params.schema.yaml's $defs.position
 SWEEP_RUNS = "data/sweep/runs"  # the main sweep's runs: a study's run identical to one of them is that run
 
 
@@ -99,8 +98,9 @@ def cell_problems(names, key: str) -> list[tuple[str, str]]:
         except ConfigError as why:
             problems.append((f"{key}[{i}]", str(why).replace("--cell=", "")))
             continue
-        if position not in POSITIONS:
-            problems.append((f"{key}[{i}]", f"{name!r}: unknown position {position!r}; allowed: {', '.join(POSITIONS)}"))
+        if position not in POSITION_KINDS:
+            problems.append((f"{key}[{i}]", f"{name!r}: unknown position {position!r}; allowed: "
+                             f"{', '.join(POSITION_KINDS)}"))
     return problems
 
 
