@@ -58,13 +58,16 @@ if workflow.is_main_process:
     from blocklab.pipeline import dry_run, set_aside_damaged_runs
 
     set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
+    # and a damaged figure, sidecar, report or table (unlike its checksum record) is removed, so that it is made again
+    from blocklab.pipeline import remove_damaged_outputs
 
     remove_damaged_outputs(dry_run=dry_run(workflow), log=logger.warning)
 
+    # once, at the start: the training left and its ETA, from the measured step cost (blocklab.status.pipeline_eta)
+    from blocklab.status import eta_line, pipeline_eta
+
     logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1)))
 
-    # and a damaged figure, sidecar, report or table (unlike its checksum record) is removed, so that it is made again
-    from blocklab.pipeline import remove_damaged_outputs
 PIPELINE_TARGETS = [
     SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
     DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
