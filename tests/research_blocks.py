@@ -396,3 +396,50 @@ class EinsumAttentionBlock(_Block):
     def forward(self, x):
         h = x + self.attend(self.ln1(x))
         return h + self.mlp(self.ln2(h))
+
+
+# --- nanochat (Karpathy's nanochat gpt.py, abridged): functional norms, RoPE then a QK-norm, relu^2 MLP ----------
+
+
+def _rms(x):
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def _rotary(x, cos, sin):
+    d = x.shape[3] // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos], 3).to(x.dtype)
+
+
+class NanochatBlock(nn.Module):
+    """x + attn(rms(x)), x + mlp(rms(x)) with F.rms_norm (no norm module); c_q, c_k, c_v (4 query heads, 2 K/V
+    heads of 16), RoPE on halves (rotary tables held by the block: nanochat keeps them in the model), then a
+    functional RMS QK-norm, causal SDPA; MLP c_proj(relu(c_fc x)^2), 4x; no biases."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2):
+        super().__init__()
+        self.h, self.kv, self.hd = n_heads, n_kv_heads, d_model // n_heads
+        self.c_q = nn.Linear(d_model, n_heads * self.hd, bias=False)
+        self.c_k = nn.Linear(d_model, n_kv_heads * self.hd, bias=False)
+        self.c_v = nn.Linear(d_model, n_kv_heads * self.hd, bias=False)
+        self.c_proj = nn.Linear(d_model, d_model, bias=False)
+        self.c_fc, self.mlp_proj = nn.Linear(d_model, 4 * d_model, bias=False), nn.Linear(4 * d_model, d_model, bias=False)
+        inv = 1.0 / 10000 ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd)
+        freqs = torch.outer(torch.arange(256, dtype=torch.float32), inv)
+        self.register_buffer("cos", freqs.cos()[None, :, None, :], persistent=False)
+        self.register_buffer("sin", freqs.sin()[None, :, None, :], persistent=False)
+
+    def attn(self, x):
+        B, T, C = x.shape
+        q = self.c_q(x).view(B, T, self.h, self.hd)
+        k = self.c_k(x).view(B, T, self.kv, self.hd)
+        v = self.c_v(x).view(B, T, self.kv, self.hd)
+        cos, sin = self.cos[:, :T].to(x.dtype), self.sin[:, :T].to(x.dtype)
+        q, k = _rms(_rotary(q, cos, sin)), _rms(_rotary(k, cos, sin))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, -1))
+
+    def forward(self, x):
+        x = x + self.attn(_rms(x))
+        return x + self.mlp_proj(F.relu(self.c_fc(_rms(x))).square())

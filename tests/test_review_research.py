@@ -239,3 +239,15 @@ def test_mobilebert_builds_and_says_what_it_could_not_read():
     r = review_architecture("mobilebert")
     (cannot,) = [f for f in r.findings if f.severity == "cannot"]
     assert "tiny build failed" not in cannot.message and r.severity_of("parameters") == "pass"
+
+
+def test_nanochat_with_functional_norms_and_rope_before_its_qk_norm():
+    # NanochatBlock: x + attn(F.rms_norm(x)), x + mlp(F.rms_norm(x)); c_q 4 heads, c_k/c_v 2 of 16; RoPE on halves,
+    # then F.rms_norm on q and k (no module anywhere); causal SDPA; relu(c_fc x)^2, 4x
+    r = review("NanochatBlock")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["norm_placement"], s["norm_kind"]) == ("attention", "pre", "rmsnorm")
+    assert (s["attention"], s["query_heads"], s["kv_heads"], s["position"]) == ("GQA", 4, 2, "rope")
+    assert (s["ffn"], s["ffn_ratio"], s["causal"]) == ("relu2", 4.0, True)
+    assert s["evidence"]["norm_placement"]["attention"]["input_norm"] == ["rms_norm()"]
+    assert r.exit_status == EXIT_PASS

@@ -23,6 +23,7 @@ STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query
 LAYER_KEYS = ("mixer", "position", "attention", "query_heads", "kv_heads", "sliding_window", "qk_norm", "ffn",
               "ffn_ratio", "moe")
 MIXERS = ("attention", "linear-attention", "sigmoid-attention", "conv", "ssm", "recurrent")
+FUNCTIONAL_KINDS = {"rms_norm()": "rmsnorm", "layer_norm()": "layernorm"}  # norms without a module (dataflow)
 LOOK_ALIKES = {"sigmoid": "sigmoid-attention", "normalised-linear": "linear-attention"}
 
 
@@ -120,7 +121,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         position = (absolute or {}).get("kind") or "none"
     placements = {"attention": a.norm_placement(attn), "ffn": a.norm_placement(ffn)}
     norms = {c.name: c for c in a.norm_calls if any(c.name in p["norms"] for p in placements.values())}
-    kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in norms.values()})
+    kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in norms.values()}
+                   | {FUNCTIONAL_KINDS[n] for p in placements.values() for n in p["norms"] if n in FUNCTIONAL_KINDS})
     # parallel: the FFN and the attention read the same input; either reading the other's output is sequential
     parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins) and \
         not any(a.depends.get((ffn.out.key, c.key)) for c in attn.ins)

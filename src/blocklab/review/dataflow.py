@@ -46,10 +46,12 @@ GATE_VALUE = 1.0  # a per-token gate on the attention output, held at one value 
 FIT_BATCH = 4  # independent inputs for a linear fit: 4 x 6 tokens per feature for a handful of coefficients
 FIT_TOL = 1e-8  # relative: an exact linear combination fits to round-off (~1e-14); a near miss does not
 COEF_TOL, COEF_DIGITS = 1e-6, 6  # a coefficient below COEF_TOL is no term of the sum
-CURVATURE_PROBE = 0.3  # query amplitude of the log-linearity probe: logits ~0.3, where Gemma 2's tanh softcap at 50
-# bends them by ~1e-7
-CURVATURE_TOL = 1e-3  # spread of log-weight differences along a row: softmax ~1e-12, softcapped ~1e-6, elu + 1 ~1e-2
+CURVATURE_TOL = 1e-2  # spread of log-weight sums along a row: softmax ~1e-12, under Gemma 2's tanh softcap at 50 (unit
+# RMS queries and keys: logits ~1) ~1e-4, elu + 1 linear attention ~1e-1
 SCALE_PROBE = 2.0  # logit of the scale probe: 4 / scale (1 at head_dim 16 under 1/sqrt(d)), far below a softcap
+FUNCTIONAL_TOL = 1e-4  # a norm recomputed with another eps (1e-5, 1e-6, float eps) inside agrees to ~1e-5
+FUNCTIONAL_NORMS = {"rms_norm()": lambda t: torch.nn.functional.rms_norm(t, (t.shape[-1],)),
+                    "layer_norm()": lambda t: torch.nn.functional.layer_norm(t, (t.shape[-1],))}
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
 
@@ -484,7 +486,7 @@ class LayerAnalysis:
                 and c.module.weight.dim() == 2 and out_width(c.module) < in_width(c.module)
                 and any(self.depends.get((c.key, d.key)) for d in g.ins if d.index > c.index)]
         norms = [n for n in self.norm_calls if any(self.depends.get((c.key, n.key)) for c in down)
-                 and any(_same(n.out, d.inp) for d in g.ins)]
+                 and any(_same(n.out.flatten(2), d.inp.flatten(2)) for d in g.ins)]  # (B, T, 1, r): DeepSeek's
         return down + norms
 
     def heads(self, g: SubLayer) -> dict:
@@ -660,20 +662,34 @@ class LayerAnalysis:
         return SCALE_PROBE ** 2 / shift.item() if shift.item() > 0 else None
 
     def _log_curvature(self, g: SubLayer, heads: dict) -> float | None:
-        """Softmax weights are exp(q.k + bias) / Z(q): log w(a + b) - log w(a) - log w(b) + log w(0) is the same for
-        every key of a row (only the Z terms are left), whatever the bias, mask, rotation or temperature. Keys
-        random, values one-hot position codes, queries 0, a, b, a + b (small: a logit softcap stays linear): the
-        largest spread of that difference along a row. A normalised linear attention (elu + 1 feature maps) spreads
-        by ~1e-2; None where a weight is not positive (nothing to take the log of)."""
+        """Softmax weights are exp(q.k + bias) / Z(q): log w(u) + log w(-u) - log w(v) - log w(-v) is the same for
+        every key of a row (q.k and the bias cancel, only the Z terms are left), whatever the bias, mask, rotation
+        or temperature. Every query and key head-slice has zero mean and unit RMS (u, -u, v, -v alike), so a
+        QK-norm without a module of its own (nanochat's F.rms_norm after RoPE) leaves them as they are; values are
+        one-hot position codes. The largest spread of that sum along a row: a normalised linear attention (elu + 1
+        feature maps) spreads by ~1e-1; None where a weight is not positive (nothing to take the log of)."""
         gen = torch.Generator().manual_seed(self.seed + 2)
-        draws = {}
+        hd, drawn = heads["head_dim"], {}
+
+        def unit(rows: int, key, role: str) -> torch.Tensor:
+            """(rows, features) draws for the key's features of this role: each head_dim chunk zero-mean, RMS 1."""
+            if (key, role) not in drawn:
+                idx = [f for f, r in enumerate(heads["roles"][key]) if r == role]
+                t = torch.zeros(rows, len(heads["roles"][key]), dtype=torch.float64)
+                for start in range(0, len(idx), hd):
+                    chunk = idx[start:start + hd]
+                    z = torch.randn(rows, len(chunk), dtype=torch.float64, generator=gen)
+                    z = z - z.mean(-1, keepdim=True) if len(chunk) > 1 else z
+                    t[:, chunk] = z / z.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
+                drawn[(key, role)] = t
+            return drawn[(key, role)]
 
         def query(flat, key, f):
-            a, b = (CURVATURE_PROBE * torch.randn(flat.shape[1], dtype=flat.dtype, generator=gen) for _ in range(2))
-            flat[..., f] = torch.stack([0 * a, a, b, a + b])
+            u, v = unit(2, key, "q")[:, f].to(flat.dtype)
+            flat[..., f] = torch.stack([u, -u, v, -v])[:, None]
 
         def key_(flat, key, f):
-            flat[..., f] = draws.setdefault((key, f), torch.randn(flat.shape[1], dtype=flat.dtype, generator=gen))
+            flat[..., f] = unit(flat.shape[1], key, "k")[:, f].to(flat.dtype)
 
         traced, _ = self.tracer.inputs_of(self.batch(4), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
         hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
@@ -682,7 +698,7 @@ class LayerAnalysis:
         if (w.transpose(0, 1)[:, visible] <= 0).any():
             return None
         logs = w.clamp_min(1e-300).log()
-        d = logs[:, 3] - logs[:, 1] - logs[:, 2] + logs[:, 0]  # (H, T, S)
+        d = logs[:, 0] + logs[:, 1] - logs[:, 2] - logs[:, 3]  # (H, T, S)
         spread = 0.0
         for row, seen in zip(d.flatten(0, 1), visible.flatten(0, 1)):
             if seen.sum() > 1:
@@ -882,7 +898,8 @@ class LayerAnalysis:
         stream_in = self.stream_input(g)
         inner = [n for n in self.norm_calls if stream_in.index < n.index < g.out.index]
         stream = [n for n in self.norm_calls if n not in inner]
-        before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)]
+        before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)] \
+            or self.functional_norm(g)
         # a norm of the writer's output is an output norm, unless it is the next sub-layer's input norm: a block
         # whose sub-layer output replaces the stream (no residual) feeds it straight into the next pre-norm
         later_inputs = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
@@ -903,6 +920,19 @@ class LayerAnalysis:
         if placement == "post":  # the sum the norm reads: its coefficients (DeepNorm's alpha, Admin's omega, B2T's x)
             out["post_sum"] = self.stream_sum(next(n.key for n in sums if n.name == post[0]), g)
         return out
+
+    def functional_norm(self, g: SubLayer) -> list[str]:
+        """A pre-norm with no module of its own (nanochat's F.rms_norm(x)): the in-projections read rms_norm() or
+        layer_norm() without weights of the stream, the layer's input x plus the outputs of the writers before g
+        (or x alone: a parallel block). Compared to FUNCTIONAL_TOL: the eps inside is the user's."""
+        stream_in = self.stream_input(g)
+        earlier = [o.out.out for o in self.sublayers if o.out.index < g.out.index and o.out.out.shape == self.x.shape]
+        candidates = [self.x, self.x + sum(earlier)] if earlier else [self.x]
+        for name, norm in FUNCTIONAL_NORMS.items():
+            for t in candidates:
+                if t.shape == stream_in.inp.shape and _rel(stream_in.inp, norm(t)) < FUNCTIONAL_TOL:
+                    return [name]
+        return []
 
     def qk_norm(self, g: SubLayer) -> list[str]:
         keys = [c.key for c in g.ins]
