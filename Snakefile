@@ -37,8 +37,16 @@ if workflow.is_main_process:  # its jobs refuse params.yaml if it is edited whil
 include: "workflow/rules/doc000.smk"
 include: "workflow/rules/doc004.smk"
 include: "workflow/rules/probe.smk"
+# What `all` asks of each study, registered by its own rules: STUDY_TARGETS[study] = {"outputs": its tables and
+# figures, "plan": its plan table, "runs": a function giving its aggregation's inputs (runs, snapshots), and
+# optionally "always" / "always_runs": targets wanted whether or not the study is in the report}.
+STUDY_TARGETS = {}
 for _study in STUDIES:  # the registered studies (blocklab.studies.protocol), each with its rules, in that order
     include: f"workflow/rules/{_study}.smk"
+_unregistered = [s for s in STUDIES if s not in STUDY_TARGETS]
+if _unregistered:
+    raise ValueError(f"workflow/rules/{_unregistered[0]}.smk sets no STUDY_TARGETS[{_unregistered[0]!r}] (the Snakefile says what it holds)")
+IN_REPORT = [s for s in STUDIES if config[s]["in_report"]]  # the studies whose tables and figures `all` makes
 include: "workflow/rules/report.smk"
 
 
@@ -46,10 +54,8 @@ include: "workflow/rules/report.smk"
 # again by the same command, and what depends on it is remade (Snakemake would otherwise find the tables present and
 # do nothing).
 RUN_TARGETS = sorted({path for path in [*[f"{run}/meta.json" for run in SWEEP_RUNS + REVERSE_RUNS],
-                                       *(sensitivity_aggregate_inputs(config) if config["sensitivity"]["in_report"] else []),
-                                       *(dynamics_aggregate_inputs(config) if config["dynamics"]["in_report"] else []),
-                                       *(inference_aggregate_inputs(config) if config["inference"]["in_report"] else []),
-                                       *(inference_aggregate_inputs(config, inference_holdout_plan(config)) if HOLDOUT_OUTPUTS else [])]
+                                       *[p for s in IN_REPORT for p in STUDY_TARGETS[s]["runs"]()],
+                                       *[p for s in STUDIES for p in STUDY_TARGETS[s].get("always_runs", list)()]]
                       if isinstance(path, str) and path.startswith("data/") and path.endswith("/meta.json")})
 
 # A damaged finished run (its files unlike its checksums) is trained again too: the main process sets its meta.json
@@ -63,16 +69,19 @@ if workflow.is_main_process:
 
     remove_damaged_outputs(dry_run=dry_run(workflow), log=logger.warning)
 
-    # once, at the start: the training left and its ETA, from the measured step cost (blocklab.status.pipeline_eta)
-    from blocklab.status import eta_line, pipeline_eta
 
-    logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1)))
+
+# Once, when the jobs are about to start (not on a dry run): the training and the jobs left and their ETA, from the
+# measured step cost and a job's start measured now (blocklab.status.pipeline_eta).
+onstart:
+    from blocklab.status import eta_line, job_start_seconds, pipeline_eta
+
+    logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1,
+                                         jobs=len(workflow.dag), job_start_s=job_start_seconds())))
 
 PIPELINE_TARGETS = [
-    SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else SENSITIVITY_PLAN,
-    DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else DYNAMICS_PLAN,
-    INFERENCE_OUTPUTS if config["inference"]["in_report"] else INFERENCE_PLAN,
-    HOLDOUT_OUTPUTS,
+    *[STUDY_TARGETS[s]["outputs"] if s in IN_REPORT else STUDY_TARGETS[s]["plan"] for s in STUDIES],
+    *[STUDY_TARGETS[s].get("always", []) for s in STUDIES],
     expand("figs/{figure}.png", figure=FIGURES),
     "reports/analysis.html",
     "data/claims/claims.csv",

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from blocklab import smoke
 from blocklab.records import GALLERY, SMOKE
@@ -95,6 +96,8 @@ def test_smoke_help_describes_it():
 def after_smoke(tmp_path):
     """A checkout with no data/ whose last smoke's scratch copy has a finished run, a claims table and a report."""
     checkout, scratch = tmp_path / "checkout", tmp_path / "scratch"
+    (checkout / "data").mkdir(parents=True)  # a fresh clone's data/ holds its README only
+    (checkout / "data/README.md").write_text("what the pipeline writes here\n")
     run = scratch / "data/sweep/runs/pre-w0-s0"
     run.mkdir(parents=True)
     (run / "loss.csv").write_text("step,loss,lr\n1,4.2,0.001\n60,0.125,0.001\n")
@@ -119,17 +122,18 @@ def test_status_and_claims_show_the_smoke_where_the_checkout_has_no_data(after_s
     result = blocklab("status", cwd=checkout)
     assert result.returncode == 0, result.stderr
     first, *rest = result.stdout.splitlines()
-    assert first.startswith("no data here: the smoke's") and str(scratch) in first
+    assert first.startswith("no data/sweep/runs here: the smoke's") and str(scratch) in first
     row = next(line for line in rest if line.startswith("data/sweep/runs/pre-w0-s0"))
     assert "finished" in row and "60/60" in row and "0.125" in row
     result = blocklab("claims", cwd=checkout)
     assert result.returncode == 0, result.stderr
     assert str(scratch / "data/claims/claims.csv") in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "d000-post-nowarm-stuck" in result.stdout
-    shutil.rmtree(scratch)  # the scratch copy removed: the one-line failure of a checkout without data, as before
-    for command in ("status", "claims"):
-        result = blocklab(command, cwd=checkout)
-        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    shutil.rmtree(scratch)  # the scratch copy removed: the checkout's own state, as before
+    result = blocklab("status", cwd=checkout)
+    assert result.returncode == 0 and "smoke" not in result.stdout and "no training run on disk" in result.stdout
+    result = blocklab("claims", cwd=checkout)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_report_inspect_opens_the_smokes_report_where_the_checkout_has_none(after_smoke, monkeypatch, capsys):
@@ -183,3 +187,27 @@ def test_every_word_a_judge_gives_a_run_is_in_the_one_outcome_vocabulary():
     assert outcome("lab", "never") == outcome("sweep", "stuck") == outcome("dynamics", "never learned")
     with pytest.raises(ValueError, match="lab: learned, never"):
         outcome("lab", "stuck")
+
+
+def test_a_finished_smoke_records_its_copy_and_its_metrics_for_dvc(tmp_path, monkeypatch, capsys):
+    """The checkout records where the smoke ran and when it finished, and holds a copy of its metrics, which dvc.yaml
+    lists, so that `dvc metrics show` in the checkout shows them; the last lines say so."""
+    dest, checkout = tmp_path / "scratch", tmp_path / "checkout"
+
+    class Finished:
+        def wait(self):
+            (dest / "data/claims").mkdir(parents=True)
+            (dest / "data/claims/metrics.json").write_text('{"verdicts": {"reproduced": 3}}')
+            return 0
+
+    monkeypatch.setattr(smoke, "make_scratch_project", lambda dest, config: dest)
+    monkeypatch.setattr(smoke, "PROJECT", checkout)
+    monkeypatch.setattr(smoke, "start_snakemake", lambda dest, cores: Finished())
+    assert smoke._main(argparse.Namespace(keep=dest, config="configs/tiny.yaml", cores=2)) == 0
+    record = json.loads((checkout / SMOKE).read_text())
+    assert record["project"] == str(dest.resolve()) and record["finished"] and record["wall_s"] >= 0
+    from blocklab.records import SMOKE_METRICS
+
+    assert json.loads((checkout / SMOKE_METRICS).read_text()) == {"verdicts": {"reproduced": 3}}
+    assert SMOKE_METRICS in yaml.safe_load((PROJECT / "dvc.yaml").read_text())["metrics"]
+    assert SMOKE_METRICS in capsys.readouterr().out.splitlines()[-1]

@@ -26,6 +26,7 @@ REVIEWER = f"{RECORDS}/reviewer"
 # JSON file under the checkout, ignored by git). `blocklab status`, `blocklab claims` and `blocklab report inspect` read
 # it when the project's own data/ is absent, and show the smoke's result, saying so.
 SMOKE = ".blocklab/smoke.json"
+SMOKE_METRICS = ".blocklab/smoke/metrics.json"  # its data/claims/metrics.json, which dvc.yaml lists for `dvc metrics show`
 
 
 def last_smoke(root=".") -> dict | None:

@@ -23,7 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .records import SMOKE
+from .records import SMOKE, SMOKE_METRICS
 
 PROJECT = Path(__file__).resolve().parents[2]
 RESUME_ENV = "BLOCKLAB_RESUME"  # read by blocklab.pipeline.kept_line: the command a Ctrl-C line names
@@ -93,6 +93,14 @@ def _record(checkout: Path, **fields) -> None:
         pass
 
 
+def _copy_metrics(source: Path, target: Path) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    except OSError:
+        pass
+
+
 def _size(folder: Path) -> str:
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     return f"{total / 1e6:.0f} MB"
@@ -132,11 +140,12 @@ def _main(args) -> int:
         wall = time.monotonic() - clock
         _record(PROJECT, project=str(dest), config=args.config, started=started,
                 finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=round(wall))
+        _copy_metrics(dest / "data/claims/metrics.json", PROJECT / SMOKE_METRICS)
         print(f"\nsmoke run finished in {dest} ({wall // 60:.0f} min {wall % 60:.0f} s, {_size(dest)})"
               f"\n  report:  {dest / 'reports/analysis.html'}\n  figures: {dest / 'figs'}/"
               f"\n  claims:  {dest / 'data/claims/claims.csv'}"
               "\n  here, until the pipeline's own data/ exists, `blocklab status`, `blocklab claims` and `blocklab "
-              f"report inspect` show it; DVC's view: `cd {dest} && dvc metrics show`")
+              f"report inspect` show it; `dvc metrics show` shows its metrics as {SMOKE_METRICS}")
     return status
 
 

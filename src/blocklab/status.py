@@ -23,6 +23,7 @@ from . import records
 LOG_LINE = re.compile(r": step (\d+)/(\d+) loss (\S+)(?: lr \S+ (\S+) s/step ETA (\S+))?")
 RUNNING_S = 300  # a log written to in the last five minutes: the run is taken to be training now
 STUDIES = ("sensitivity", "dynamics", "inference")
+SWEEP_RUNS = "data/sweep/runs"
 
 
 def _last_line(path: Path) -> str:
@@ -248,10 +249,11 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> int:
-    smoke = records.smoke_copy("data", args.root) if args.params is None else None
-    if smoke is not None:  # a fresh checkout after `make smoke`: the smoke's runs, said so first
+    # a checkout without runs (a fresh clone's data/ holds a README) after `make smoke`: the smoke's, said so first
+    smoke = records.smoke_copy(SWEEP_RUNS, args.root) if args.params is None and not run_dirs(args.root / "data") else None
+    if smoke is not None:
         print(smoke[1] + ":")
-        args.root = smoke[0].parent
+        args.root = smoke[0].parents[len(Path(SWEEP_RUNS).parts) - 1]
     if not (args.root / "data").is_dir():
         raise FileNotFoundError(f"no data/ under {args.root.resolve()}: run this in the project directory, or give "
                                 "--root (the pipeline writes data/: `make run`, `snakemake --cores 2`; `make smoke`, "

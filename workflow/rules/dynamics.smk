@@ -6,6 +6,8 @@ from blocklab.studies.dynamics.detectors import TABLES as DETECTOR_TABLES
 
 DYNAMICS_OUTPUTS = [DYNAMICS_PLAN, *DYNAMICS_TABLES.values(), *DETECTOR_TABLES.values(),
                     *expand("figs/{figure}.png", figure=DYNAMICS_FIGURES)]
+STUDY_TARGETS["dynamics"] = {"outputs": DYNAMICS_OUTPUTS, "plan": DYNAMICS_PLAN,
+                             "runs": lambda: dynamics_aggregate_inputs(config)}  # what `all` asks (Snakefile)
 
 
 rule dynamics_plan:

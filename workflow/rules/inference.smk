@@ -62,6 +62,10 @@ rule inference:
 # The held-out runs: the default cell's fitted cases at inference.holdout_seeds, seeds no fitting run used;
 # the claims judge the five fitted numbers on them. Part of `all` whenever holdout seeds are set (recorded runs are read).
 HOLDOUT_OUTPUTS = [INFERENCE_HOLDOUT] if config["inference"].get("holdout_seeds") else []
+STUDY_TARGETS["inference"] = {  # what `all` asks (Snakefile): the held-out runs whether or not the study is in the report
+    "outputs": INFERENCE_OUTPUTS, "plan": INFERENCE_PLAN, "runs": lambda: inference_aggregate_inputs(config),
+    "always": HOLDOUT_OUTPUTS,
+    "always_runs": lambda: inference_aggregate_inputs(config, inference_holdout_plan(config)) if HOLDOUT_OUTPUTS else []}
 
 
 rule aggregate_holdout:

@@ -40,9 +40,7 @@ rule metrics:
 rule report:
     input:
         ANALYSIS_DATA,
-        SENSITIVITY_OUTPUTS if config["sensitivity"]["in_report"] else [],
-        DYNAMICS_OUTPUTS if config["dynamics"]["in_report"] else [],
-        INFERENCE_OUTPUTS if config["inference"]["in_report"] else [],
+        [STUDY_TARGETS[s]["outputs"] for s in IN_REPORT],
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
         figure_code=code_closure("reporting/report", "reporting/answers", "studies/inference/aggregate", "figures/style", "figures/doc000", "figures/doc004",

@@ -5,6 +5,8 @@ from blocklab.studies.cells import CELL_PATTERN
 from blocklab.studies.sensitivity.plan import PLAN as SENSITIVITY_PLAN, FIGURES as SENSITIVITY_FIGURES, GRADNORM as SENSITIVITY_GRADNORM, TABLES as SENSITIVITY_TABLES, aggregate_inputs as sensitivity_aggregate_inputs, run_identity
 
 SENSITIVITY_OUTPUTS = [SENSITIVITY_PLAN, *SENSITIVITY_TABLES.values(), *expand("figs/{figure}.png", figure=SENSITIVITY_FIGURES)]
+STUDY_TARGETS["sensitivity"] = {"outputs": SENSITIVITY_OUTPUTS, "plan": SENSITIVITY_PLAN,
+                                "runs": lambda: sensitivity_aggregate_inputs(config)}  # what `all` asks (Snakefile)
 
 
 # The plan (every cell, run and directory) is cheap and made by every pipeline run, so data/sensitivity exists for DVC
