@@ -22,7 +22,7 @@ from tiny_dag import snake_project  # noqa: E402,F401
 # per process that runs a test needing it, so every test of one module runs on one process, and every module using the
 # tiny DAG (`snake_project`: the whole pipeline, minutes) on one process too. These are those modules (a test elsewhere
 # that asks for it stops the collection: add its module here).
-TINY_DAG_MODULES = {"test_diagnostics.py", "test_pipeline.py", "test_precision.py", "test_probe.py", "test_report.py",
+TINY_DAG_MODULES = {"test_diagnostics.py", "test_faults_e2e.py", "test_pipeline.py", "test_precision.py", "test_probe.py", "test_report.py",
                     "test_sensitivity.py"}
 
 

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from blocklab.integrity import DamagedArtifact, run_record, seal_meta, verify_run, verify_tree
+from blocklab.integrity import run_record, seal_meta, verify_run, verify_tree
 from blocklab.io import atomic_path, recorded_path, table_record_path, write_table
 from blocklab.params import MAX_PARAMS_BYTES, MAX_PARAMS_VALUES, ParamsError, load_params
 
