@@ -251,3 +251,32 @@ def test_nanochat_with_functional_norms_and_rope_before_its_qk_norm():
     assert (s["ffn"], s["ffn_ratio"], s["causal"]) == ("relu2", 4.0, True)
     assert s["evidence"]["norm_placement"]["attention"]["input_norm"] == ["rms_norm()"]
     assert r.exit_status == EXIT_PASS
+
+
+def test_what_cannot_be_read_is_named():
+    # MoEBlock: experts = ModuleList of 4 MLPs, each called on the tokens whose top-2 router scores chose it
+    r = review("MoEBlock")
+    assert r.facts["structure"]["hand_written_experts"] == {"container": "experts", "experts": 4, "per_token": 2}
+    assert r.exit_status == EXIT_CANNOT and "4 experts in 'experts', 2 per token" in r.findings[0].message
+    # EinsumAttentionBlock: q, k, v and the output from torch.einsum on w_qkv (3, d, h, hd) and w_o (h, hd, d)
+    r = review("EinsumAttentionBlock")
+    (cannot,) = [f.message for f in r.findings if f.severity == "cannot"]
+    assert r.exit_status == EXIT_CANNOT and "'w_qkv'" in cannot and "'w_o'" in cannot and "einsum" in cannot
+
+
+def test_the_lab_passes_a_blocks_own_mask_argument():
+    # CallerMaskBlock.forward(x, mask=None) adds the mask to its scores: the lab must pass it, or it trains a leak
+    import torch
+
+    from blocklab.lab.spec import CallBlock
+
+    read, _ = _lab_page("CallerMaskBlock")
+    assert read["mask"] == "mask"
+    import research_blocks
+
+    torch.manual_seed(0)
+    wrapped = CallBlock(research_blocks.CallerMaskBlock(16, 2), read["mask"], read["seq_first"])
+    x = torch.randn(1, 5, 16)
+    later = x.clone()
+    later[:, 3:] += 1.0
+    assert torch.allclose(wrapped(x)[:, :3], wrapped(later)[:, :3])

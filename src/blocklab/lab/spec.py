@@ -414,6 +414,7 @@ def read_block(block: Block, setup: Setup) -> dict:
     called is a ConfigError here, before any run."""
     from ..review.build import TORCH_LAYERS, Builder
     from ..review.judge import review_module
+    from ..review.probe import GENERIC_MASKS
 
     obj = load_target(block.source, block.search_path)
     review = review_module(obj, "decoder", d_model=setup.d_model, kwargs=block.kwargs, subject=block.source)
@@ -427,7 +428,12 @@ def read_block(block: Block, setup: Setup) -> dict:
                               " a caller-side mask): on the copy task it would read the answer")
         module = Builder(obj, block.kwargs).build(setup.d_model)
         params = _forward_params(module)
-        mask = next((m for m in ("tgt_mask", "src_mask", "is_causal") if m in params), None)
+        # the argument the reviewer passed its mask in (a block's own `mask` too); CallBlock passes torch's additive
+        # float mask, so a block causal only with a boolean one cannot be trained here
+        mask = next((m for m in ("tgt_mask", "src_mask", "is_causal", *GENERIC_MASKS) if m in params), None)
+        if masked.get("style", "additive") != "additive":
+            raise ConfigError(f"{block.source}: the block is causal only with a boolean mask in {mask!r}; the lab "
+                              "passes an additive float mask (0 / -inf): take one in the block")
     built = Builder(obj, block.kwargs).build(setup.d_model)
     seq_first = isinstance(built, TORCH_LAYERS) and not getattr(built.self_attn, "batch_first", True)
     # the reviewer's reading (as `blocklab review` says it): post-norm of any sum of the stream and a sub-layer

@@ -54,14 +54,14 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
                    and sorted(p.shape)[-2] > 1  # not a per-head gain shaped (heads, 1, 1)
                    and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
-    memory = getattr(a.driver, "memory_seq", None)
-    subsets = sorted({c.name.rpartition(".")[0] or c.name for c in a.calls if c.inp.dim() >= 2
-                      and c.inp.shape[-2] not in (a.seq, memory)})
-    routed_note = (f"; modules called on a subset of the tokens, chosen by content (a mixture of experts written "
-                   f"by hand? its experts are not read): {subsets[:4]}") if subsets else ""
+    hand_moe = _hand_written_experts(a)
+    routed_note = (f"; routed experts written by hand: {hand_moe['experts']} experts in '{hand_moe['container']}'"
+                   + (f", {hand_moe['per_token']} per token" if hand_moe["per_token"] else "")
+                   + ", each called on the tokens routed to it: their FFN is not read (one module applying every "
+                   "expert, with 3-D weights, is)") if hand_moe else ""
     unprojected = next((g for g in selfs if g.unprojected), None)
-    if unprojected is not None and subsets:
-        return {"reviewable": False, "attention_found": True, "ffn_found": False, "routed_subsets": subsets,
+    if unprojected is not None and hand_moe:
+        return {"reviewable": False, "attention_found": True, "ffn_found": False, "hand_written_experts": hand_moe,
                 "reason": f"the sub-layers after the attention could not be told apart{routed_note}"}
     if unprojected is not None:
         first = unprojected.unprojected[0]
@@ -84,6 +84,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
                      "with an earlier layer), which mixes none of the layer's own input")
         return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
+                **({"hand_written_experts": hand_moe} if hand_moe else {}),
                 "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint}{routed_note})"}
     cross = [g for g in a.attentions if g.cross]
     routed = [g for g in a.ffns if g.experts]
@@ -178,6 +179,29 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim")),
         },
     }
+
+
+def _hand_written_experts(a: LayerAnalysis) -> dict | None:
+    """Modules of one container (a ModuleList 'experts.0', 'experts.1', ...) called on subsets of the tokens chosen
+    by content: routed experts written by hand. How many (the container's length), and how many per token when every
+    token is routed alike (the rows the experts' first calls read, over the tokens)."""
+    memory = getattr(a.driver, "memory_seq", None)
+    tokens = a.x.shape[0] * a.seq
+    firsts = {}
+    for c in a.calls:
+        if c.inp.dim() >= 2 and c.inp.shape[-2] not in (a.seq, memory):
+            parts = c.name.split(".")
+            at = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+            if at:
+                firsts.setdefault((".".join(parts[:at]), parts[at]), c)
+    if not firsts:
+        return None
+    container = max({k for k, _ in firsts}, key=lambda k: sum(1 for c, _ in firsts if c == k))
+    rows = sum(c.inp[..., 0].numel() for (k, _), c in firsts.items() if k == container)
+    module = dict(a.driver.layer.named_modules()).get(container)
+    return {"container": container, "experts": len(module) if hasattr(module, "__len__") else
+            len({i for k, i in firsts if k == container}),
+            "per_token": rows // tokens if rows % tokens == 0 else None}
 
 
 def _scale_facts(scale: float | None, head_dim: int | None) -> dict | None:
