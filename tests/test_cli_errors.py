@@ -142,10 +142,17 @@ def test_report_inspect_without_a_report_fails_in_one_line(tmp_path):
 
 def test_status_and_claims_read_what_is_on_disk(tmp_path):
     """`blocklab status`: every run under data/ and the main sweep's planned runs, with step and loss; `blocklab
-    claims`: the claims table, one claim a line, with the verdict counts; both fail in one line without data."""
+    claims`: the claims table, one claim a line, with the verdict counts; without data, status fails in one line and
+    claims shows the recorded full run's table in a project (one line says so), or fails in one line elsewhere."""
     for command in ("status", "claims"):
         result = blocklab(command, cwd=tmp_path)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    fresh = tmp_path / "fresh"  # a fresh clone: no data/claims, the gallery's table recorded
+    (fresh / GALLERY / "claims").mkdir(parents=True)
+    (fresh / GALLERY / "claims/claims.csv").write_bytes((PROJECT / GALLERY / "claims/claims.csv").read_bytes())
+    result = blocklab("claims", cwd=fresh)
+    assert result.returncode == 0 and "d000-post-nowarm-stuck" in result.stdout, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and f"{GALLERY}/claims/claims.csv" in result.stderr
     (tmp_path / "params.yaml").write_text(Path(TINY).read_text(encoding="utf-8"), encoding="utf-8")
     done = tmp_path / "data/sweep/runs/pre-w0-s0"
     done.mkdir(parents=True)

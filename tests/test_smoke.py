@@ -152,14 +152,14 @@ def test_the_eta_counts_each_jobs_start():
     """Every job starts a Python that imports torch: the tiny configuration's time is mostly that, so the ETA counts
     it for each job left, on the lanes side by side (a start measured here is a positive time)."""
     from blocklab.params import load_params
-    from blocklab.status import eta_line, job_start_seconds, pipeline_eta
+    from blocklab.status import JOB_OVER_START, eta_line, job_start_seconds, pipeline_eta
 
     config = load_params(PROJECT / "configs/tiny.yaml")
     bare = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir")
     timed = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir",
                          jobs=10, job_start_s=3.0)
-    assert timed["seconds"] == pytest.approx(bare["seconds"] + 10 * 3.0 / 2)
-    assert "10 job(s) at 3.0 s each to start" in eta_line(timed)
+    assert timed["seconds"] == pytest.approx(bare["seconds"] + 10 * 3.0 * JOB_OVER_START / 2)
+    assert f"10 job(s) at about {3.0 * JOB_OVER_START:.0f} s each" in eta_line(timed)
     assert job_start_seconds() > 0
 
 

@@ -136,7 +136,10 @@ def format_status(rows: list[dict]) -> str:
 # (params.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
 # cores / threads_per_run side by side. Every job also starts a Python that imports torch and pandas: seconds each on
 # 2 idle cores, half a minute on loaded ones, and most of the tiny configuration's time (its runs train for seconds);
-# Snakemake's start measures it once (job_start_seconds) and counts it for each job left.
+# Snakemake's start measures that start once (job_start_seconds) and counts JOB_OVER_START times it for each job left.
+# JOB_OVER_START: the tiny DAG's jobs took 487 CPU seconds in all (56 jobs: 8.7 s each, the smoke of 2026-12-06 on an
+# Intel Xeon, 2 shared cores) where that start took 2.65 (pandas, torch and the training code imported).
+JOB_OVER_START = 3.3
 GALLERY = Path(__file__).resolve().parents[2] / records.GALLERY
 
 
@@ -210,7 +213,7 @@ def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", 
     lanes = max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
     measured = measured_step_seconds(root, config)
     seconds = None if measured is None else steps * measured[0] / min(lanes, max(left, 1))
-    starts = (jobs or 0) * (job_start_s or 0) / lanes
+    starts = (jobs or 0) * (job_start_s or 0) * JOB_OVER_START / lanes
     return {"runs": left, "steps": steps, "lanes": lanes, "seconds": seconds if seconds is None else seconds + starts,
             "step_s": None if measured is None else measured[0], "basis": None if measured is None else measured[1],
             "jobs": jobs, "job_start_s": job_start_s}
@@ -223,17 +226,19 @@ def _clock(seconds: float) -> str:
 
 def eta_line(eta: dict) -> str:
     jobs = eta.get("jobs") is not None and eta.get("job_start_s") is not None
-    starts = f"{eta['jobs']} job(s) at {eta['job_start_s']:.1f} s each to start (measured now)" if jobs else ""
+    starts = (f"{eta['jobs']} job(s) at about {eta['job_start_s'] * JOB_OVER_START:.0f} s each ({JOB_OVER_START} x a "
+              f"job's start measured now, {eta['job_start_s']:.1f} s)" if jobs else "")
     if not eta["runs"]:
         return ("blocklab: no training run left to do; "
-                + (f"{starts}: about {_clock(eta['jobs'] * eta['job_start_s'] / eta['lanes'])}, and the jobs' own "
-                   "work" if jobs else "the rest of the pipeline takes minutes"))
+                + (f"{starts} on {eta['lanes']} lane(s): about "
+                   f"{_clock(eta['jobs'] * eta['job_start_s'] * JOB_OVER_START / eta['lanes'])}" if jobs
+                   else "the rest of the pipeline takes minutes"))
     what = f"{eta['runs']} training run(s) left, {eta['steps']:,} steps on {eta['lanes']} lane(s)"
     if eta["seconds"] is None:
         return f"blocklab: {what}; no measured step cost yet (the first runs' logs will give their ETA)"
     if jobs:
-        return (f"blocklab: {what}, {starts}: about {_clock(eta['seconds'])} at {eta['step_s']:.3g} s a step "
-                f"({eta['basis']}), and the other jobs' own work; `blocklab status` shows each run")
+        return (f"blocklab: {what}, {starts}: about {_clock(eta['seconds'])} in all, training at {eta['step_s']:.3g} "
+                f"s a step ({eta['basis']}); `blocklab status` shows each run")
     return (f"blocklab: {what}: about {_clock(eta['seconds'])} of training at {eta['step_s']:.3g} s a step "
             f"({eta['basis']}), then minutes for the rest; `blocklab status` shows each run")
 
