@@ -342,7 +342,7 @@ HAND_PAGES = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.m
               if _rel(p) not in WRITTEN_BY_A_COMMAND]
 RULE_CONVENTIONS = {"95%", "99%", "5%", "0.975", "1.96", "0.8", "0.2", "0.05"}  # the rules' levels; the learned threshold
 # tests/hand_numbers.yaml's size when it was last shrunk: the allow-list may only shrink (lower this with it).
-HAND_NUMBERS_AT_MOST = 620
+HAND_NUMBERS_AT_MOST = 617
 
 
 def _allowed() -> dict:

@@ -426,6 +426,19 @@ def lab_cost(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(f"{RUNS}/")
 
 
+def depth_seed1_runs(data: Path, root: Path) -> str:
+    """What the depth grid's seed 1 took, from its snapshot's runs table: the runs, their recorded run time and its
+    range, and how many stopped early once learned."""
+    source = f"{SENSITIVITY}/depth_lr-s1/runs.csv"
+    runs = read_table(root / source)
+    wall = runs["wall_time_s"].astype(float)
+    early = int(runs["stop_reason"].fillna("").astype(str).str.startswith("early stop").sum())
+    shortest = f"{wall.min():.0f} s" if wall.min() < 60 else f"{wall.min() / 60:.0f} min"
+    return (f"Their recorded run time: {wall.sum() / 3600:.2f} run-hours for the {len(runs)} ({shortest} to "
+            f"{wall.max() / 60:.0f} min a run); {early} of them stopped early once learned, the other "
+            f"{len(runs) - early} trained all their steps without learning.\n\n" + _note(source))
+
+
 def bench_latest(data: Path, root: Path) -> str:
     """The latest recorded `blocklab bench` run: each lane's step time and its ratio to the fastest baseline."""
     runs = sorted((root / "performance" / "measured").glob("*.json"))
@@ -894,6 +907,7 @@ GENERATORS = {
     "reverse-copy": reverse_copy,
     "bench-latest": bench_latest,
     "lab-cost": lab_cost,
+    "depth-seed1-runs": depth_seed1_runs,
     "diagnostics-cost": diagnostics_cost,
     "suite-timing": suite_timing,
     "dynamics-runs": dynamics_runs,
