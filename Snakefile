@@ -58,6 +58,7 @@ RUN_TARGETS = sorted({path for path in [*[f"{run}/meta.json" for run in SWEEP_RU
                                        *[p for s in STUDIES for p in STUDY_TARGETS[s].get("always_runs", list)()]]
                       if isinstance(path, str) and path.startswith("data/") and path.endswith("/meta.json")})
 
+REMADE = []  # what the main process removed as damaged: made again even where it is an intermediate table
 # A damaged finished run (its files unlike its checksums) is trained again too: the main process sets its meta.json
 # aside before the DAG is planned (blocklab.pipeline.set_aside_damaged_runs), so the run is missing like a removed one.
 if workflow.is_main_process:
@@ -67,7 +68,7 @@ if workflow.is_main_process:
     # and a damaged figure, sidecar, report or table (unlike its checksum record) is removed, so that it is made again
     from blocklab.pipeline import remove_damaged_outputs
 
-    remove_damaged_outputs(dry_run=dry_run(workflow), log=logger.warning)
+    REMADE = remove_damaged_outputs(dry_run=dry_run(workflow), log=logger.warning)  # targets of `all` (below)
 
 
 
@@ -94,6 +95,7 @@ rule all:
     default_target: True
     input:
         PIPELINE_TARGETS,
+        REMADE,
         "logs/verified.txt",
 
 

@@ -38,14 +38,20 @@ def test_a_flipped_sidecar_is_drawn_again_by_the_readme_command_in_a_path_with_a
                                                                                                      tmp_path):
     project = copy_project(snake_project, tmp_path / "내 프로젝트 a b" / "proj")
     sidecar = project / "figs" / "problem11_norm_warmup.json"
-    whole = sidecar.read_bytes()
+    whole, picture = json.loads(sidecar.read_text(encoding="utf-8")), sidecar.with_suffix(".png").read_bytes()
     flip_a_byte(sidecar, at=2)  # no longer valid UTF-8
+    table = project / "data" / "problem9" / "scores.csv"  # an intermediate table: Snakemake alone would not remake it
+    table_bytes = table.read_bytes()
+    flip_a_byte(table)
     assert blocklab("verify", "data", "figs", "reports", cwd=project).returncode == 3
     done = snakemake(project)
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "problem11_norm_warmup.json: damaged" in line]
     assert len(said) == 1 and "removed (problem11_norm_warmup.json, problem11_norm_warmup.png)" in said[0], said
-    assert sidecar.read_bytes() == whole, "drawn again, byte-identical"
+    again = json.loads(sidecar.read_text(encoding="utf-8"))  # its paths name this copy's folder: the rest is the same
+    assert {k: again[k] for k in ("figure", "params")} == {k: whole[k] for k in ("figure", "params")}
+    assert sidecar.with_suffix(".png").read_bytes() == picture, "drawn again, byte-identical"
+    assert table.read_bytes() == table_bytes, "made again, byte-identical"
     assert blocklab("verify", "data", "figs", "reports", cwd=project).returncode == 0
 
 

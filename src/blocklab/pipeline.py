@@ -393,16 +393,17 @@ DRAWN_DIRS = ("figs", "reports")  # hold drawings only, each with its record: on
 
 def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log=None) -> list[str]:
     """Remove every damaged recorded file (and its record) under RECORDED_DIRS of ``workdir``, outside finished runs
-    and recorded snapshots (their own checks), and every drawing without a record (``unrecorded_drawings``), so that
-    Snakemake makes it again (with its record); in a dry run only say so. Only when
-    no other run of the directory is alive (``hold_run_lock``): a live one may be between a file and its record.
-    Returns the damage found, one line each."""
+    and recorded snapshots (their own checks), and every drawing without a record (``unrecorded_drawings``); in a dry
+    run only say so. Returns what Snakemake must make again (a sidecar's picture, the output Snakemake knows, for a
+    sidecar), which the Snakefile makes targets of ``all``: Snakemake would not remake a removed intermediate table
+    whose dependants exist. Only when no other run of the directory is alive (``hold_run_lock``): a live one may be
+    between a file and its record."""
     from .integrity import recorded_files
     from .io import table_problem, table_record_path
 
     if not _alone:
         return []
-    found = []
+    remake = []
     for root in RECORDED_DIRS:
         unrecorded = unrecorded_drawings(Path(workdir) / root)
         for path in recorded_files(Path(workdir) / root) + unrecorded:
@@ -410,10 +411,10 @@ def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log
                        (damage := table_problem(path)) and f"damaged: {damage}")
             if not problem:
                 continue
-            found.append(f"{path}: {problem}")
             # a sidecar (NAME.json beside NAME.png) is remade with its picture, the output Snakemake knows
             picture = path.with_suffix(".png")
             doomed = [path, picture] if path.suffix == ".json" and picture.is_file() else [path]
+            remake.append(Path(os.path.relpath(picture if len(doomed) == 2 else path, workdir)).as_posix())
             if log is not None:
                 log(f"blocklab: {path}: {problem}; "
                     + ("a run without -n removes it to make it again" if dry_run else
@@ -422,7 +423,7 @@ def remove_damaged_outputs(workdir: str | Path = ".", dry_run: bool = False, log
                 for doomed_file in doomed:
                     doomed_file.unlink(missing_ok=True)
                     table_record_path(doomed_file).unlink(missing_ok=True)
-    return found
+    return sorted(set(remake))
 
 
 def unrecorded_drawings(root: Path) -> list[Path]:
