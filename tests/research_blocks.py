@@ -443,3 +443,12 @@ class NanochatBlock(nn.Module):
     def forward(self, x):
         x = x + self.attn(_rms(x))
         return x + self.mlp_proj(F.relu(self.c_fc(_rms(x))).square())
+
+
+class ZeroSinkAttentionBlock(SinkAttentionBlock):
+    """SinkAttentionBlock with its sink logits zero at init, as gpt-oss initialises them."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        with torch.no_grad():
+            self.sinks.zero_()

@@ -280,3 +280,13 @@ def test_the_lab_passes_a_blocks_own_mask_argument():
     later = x.clone()
     later[:, 3:] += 1.0
     assert torch.allclose(wrapped(x)[:, :3], wrapped(later)[:, :3])
+
+
+def test_sinks_zero_at_init_are_still_sinks_and_not_called_a_gate():
+    # ZeroSinkAttentionBlock: sinks = zeros(4) at init: probed nonzero, read as softmax with sinks
+    r = review("ZeroSinkAttentionBlock")
+    # LayerNorm biases are zero at init too (facts only); the text names the gate-sized parameters
+    assert r.facts["zero_at_init"] == ["sinks", "ln1.bias", "ln2.bias"]
+    assert r.facts["structure"]["evidence"]["mixer"]["weights"] == "sinks"
+    (said,) = [f.message for f in r.findings if f.check == "zero at init"]
+    assert "attention sink" in said and r.exit_status == EXIT_PASS

@@ -63,8 +63,9 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         gates = [n for n in probe.refilled if params[n].numel() < width]
         if gates:
             review.add("zero at init", "info", f"{', '.join(gates[:4])}{' ...' if len(gates) > 4 else ''}: zero at "
-                       "init, a gate that silences what it multiplies (ReZero's alpha): probed nonzero, so the "
-                       "structure read is the trained block's (facts.zero_at_init lists every zero parameter)", gates)
+                       "init (a gate such as ReZero's alpha silences what it multiplies; a value such as an "
+                       "attention sink's logit only starts at zero): probed nonzero, so the structure read is the "
+                       "trained block's (facts.zero_at_init lists every zero parameter)", gates)
     review.facts["layout"] = "(time, batch, d_model)" if probe.call.seq_first else "(batch, time, d_model)"
     if probe.call.seq_first:
         review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
