@@ -362,21 +362,9 @@ def verify_tree(path: str | Path) -> tuple[int, list[str]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    checked, failures = 0, []
     runs, snapshots = _covered(path)
-    for run in runs:
-        checked += 1
-        try:
-            verify_run(run)
-        except DamagedArtifact as err:
-            failures.append(str(err))
-    for table in recorded_files(path):
-        checked += 1
-        try:
-            check_table(table)
-        except DamagedArtifact as err:
-            failures.append(str(err))
-    if not checked and not snapshots and path.is_dir():
+    checks = [(verify_run, run) for run in runs] + [(check_table, table) for table in recorded_files(path)]
+    if not checks and not snapshots and path.is_dir():
         files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
         if files and not any(p.name in ("runs.csv", "losses.csv") for p in files):
             # figures or a report drawn before they had records (a snapshot has its runs' tables)
@@ -384,13 +372,14 @@ def verify_tree(path: str | Path) -> tuple[int, list[str]]:
                        "figures and the report had one; the next `snakemake --cores N` (or `dvc repro`) draws them "
                        "again with their records"]
         snapshots = {path}  # a snapshot without a manifest: refused by verify_snapshot, naming --record
-    for snapshot in sorted(snapshots):
-        checked += 1
+    checks += [(verify_snapshot, snapshot) for snapshot in sorted(snapshots)]
+    failures = []
+    for check, item in checks:
         try:
-            verify_snapshot(snapshot)
+            check(item)
         except DamagedArtifact as err:
             failures.append(str(err))
-    return checked, failures
+    return len(checks), failures
 
 
 def register(subparsers) -> None:
