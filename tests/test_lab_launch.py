@@ -73,8 +73,11 @@ def test_a_lock_no_process_holds_is_removed_and_one_a_process_works_beside_is_ke
 
 
 def _start(command, cwd):
+    """As a terminal starts a command in the foreground: its own process group, SIGINT at its default (a test run
+    started in the background by a shell would pass SIGINT on ignored)."""
     return subprocess.Popen(command, cwd=cwd, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "MPLBACKEND": "Agg"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _until(predicate, what, proc, limit=300):

@@ -219,6 +219,8 @@ def kept_line(spec, out: Path) -> str:
             finished += 1
         elif (run / "checkpoint.pt").is_file():
             kept.append(f"{run.name} at step {_checkpoint_step(run / 'checkpoint.pt')} of {spec.setup.steps}")
+    left = locks(out)  # this run's were removed; one older than it is not this run's to remove
+    lock = f"a lock older than this run is left in {left[0].parent}" if left else "no lock is left"
     return (f"blocklab lab: interrupted; kept {finished} finished run(s) and {len(kept)} checkpoint(s)"
-            f"{' (' + ', '.join(kept) + ')' if kept else ''}; no job is left running and no lock is left; resume "
+            f"{' (' + ', '.join(kept) + ')' if kept else ''}; no job is left running and {lock}; resume "
             f"with: {resume_command()}")
