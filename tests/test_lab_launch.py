@@ -217,3 +217,13 @@ def test_the_labs_figure_marks_diverged_runs_labels_chance_and_keeps_identical_s
     mine = {line.get_label(): line for line in first.get_lines() if "this lab" in line.get_label()}
     assert mine["Mine seed 0 (this lab)"].get_linestyle() != mine["Mine seed 1 (this lab)"].get_linestyle()
     assert all(float(t).is_integer() for t in grad.get_xticks())
+
+
+def test_a_dry_run_from_another_folder_plans_and_prices_without_creating_the_output_folder(tmp_path):
+    out = tmp_path / "lab"
+    done = subprocess.run([sys.executable, "-m", "blocklab.cli", "lab", "--module",
+                           f"{ROOT / 'tests' / 'lab_blocks.py'}:TinyPreNormBlock", "--profile", "tiny", "--out",
+                           str(out), "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 run(s) to train, 24 steps at" in done.stderr and "lab_run" in done.stdout + done.stderr
+    assert not out.exists() and not (tmp_path / "params.yaml").exists()
