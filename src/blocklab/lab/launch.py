@@ -36,7 +36,7 @@ def clock(seconds: float) -> str:
 
 def start_up_s() -> float:
     """Seconds since this process started: what a job spends before its first step (Python, torch, the block)."""
-    import psutil
+    import psutil  # installed with Snakemake, which requires it
 
     return max(0.0, time.time() - psutil.Process().create_time())
 
