@@ -211,7 +211,9 @@ class Tracer:
                 h.remove()
         return found
 
-    def run(self, x, edit=None) -> tuple[list[Call], torch.Tensor]:
+    def run(self, x, edit=None, clone: bool = False) -> tuple[list[Call], torch.Tensor]:
+        """``clone``: keep copies of the hooked outputs, not the tensors themselves, which the model may change in
+        place after the call (Falcon adds the attention's output into the MLP's: mlp_output += attention_output)."""
         calls, seen, handles, batch = [], {}, [], x.shape[0]
         # the calls keep every hooked input and output; the model's own intermediates take about as much again
         if self.per_element is not None and 2 * batch * self.per_element > self.cap:
@@ -234,8 +236,9 @@ class Tracer:
                 except (RuntimeError, IndexError):  # a call on a token subset routed by content (a hand-written
                     changed = None  # MoE's experts): its layout differs from run to run, it is left as it is
                 output = output if changed is None else canon(back(changed), flip_out).reshape(output.shape)
+            kept = output.detach().clone() if clone else output
             calls.append(Call(len(calls), name, module, _tokens(canon(args[0], flip_in), batch, lengths)[0].detach(),
-                              _tokens(canon(output, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
+                              _tokens(canon(kept, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
             return output
 
         for name, module in self.leaves:
@@ -249,8 +252,8 @@ class Tracer:
             self.per_element = sum(c.inp.numel() + c.out.numel() for c in calls) * 8 // max(batch, 1)
         return calls, y
 
-    def inputs_of(self, x, edit=None) -> tuple[dict, torch.Tensor]:
-        calls, y = self.run(x, edit)
+    def inputs_of(self, x, edit=None, clone: bool = False) -> tuple[dict, torch.Tensor]:
+        calls, y = self.run(x, edit, clone)
         return {c.key: c for c in calls}, y
 
 
@@ -840,7 +843,7 @@ class LayerAnalysis:
         if getattr(self, "_fit", None) is None:
             x = torch.randn(FIT_BATCH, self.seq, self.width, dtype=torch.float64,
                             generator=torch.Generator().manual_seed(self.seed + 1))
-            traced, y = self.tracer.inputs_of(x)
+            traced, y = self.tracer.inputs_of(x, clone=True)
             self._fit = (traced, x, y)
         return self._fit
 
