@@ -290,3 +290,14 @@ def test_sinks_zero_at_init_are_still_sinks_and_not_called_a_gate():
     assert r.facts["structure"]["evidence"]["mixer"]["weights"] == "sinks"
     (said,) = [f.message for f in r.findings if f.check == "zero at init"]
     assert "attention sink" in said and r.exit_status == EXIT_PASS
+
+
+def test_falcons_parallel_sum_is_read_whole():
+    # FalconDecoderLayer (parallel_attn): mlp_output += attention_output in place, then output = mlp_output + residual:
+    # the output is x + attention + MLP, neither off the stream
+    from blocklab.review import review_architecture
+
+    r = review_architecture("falcon")
+    total = r.facts["structure"]["evidence"]["output_sum"]["coefficients"]
+    assert total == {"x": 1.0, "self_attention.dense": 1.0, "mlp.dense_4h_to_h": 1.0}
+    assert r.facts["structure"]["residual"] == "parallel" and r.exit_status == EXIT_PASS
