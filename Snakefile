@@ -62,8 +62,10 @@ REMADE = []  # what the main process removed as damaged: made again even where i
 # A damaged finished run (its files unlike its checksums) is trained again too: the main process sets its meta.json
 # aside before the DAG is planned (blocklab.pipeline.set_aside_damaged_runs), so the run is missing like a removed one.
 if workflow.is_main_process:
-    from blocklab.pipeline import dry_run, set_aside_damaged_runs
+    from blocklab.pipeline import check_writable, dry_run, set_aside_damaged_runs
 
+    if not dry_run(workflow):  # a read-only data/ (or figs/, ...): one line before anything is moved or any job runs
+        in_one_line(check_writable)
     set_aside_damaged_runs(RUN_TARGETS, dry_run=dry_run(workflow), log=logger.warning)
     # and a damaged figure, sidecar, report or table (unlike its checksum record) is removed, so that it is made again
     from blocklab.pipeline import remove_damaged_outputs

@@ -317,3 +317,32 @@ def test_a_job_refuses_a_params_file_changed_since_the_pipeline_started(tmp_path
     other = Path("other.yaml")  # any other parameter file is not the pipeline's
     other.write_text(TINY_TEXT, encoding="utf-8")
     assert load_params(other)["sweep"]["steps"] == 60
+
+
+# ---- a read-only data/: the pipeline stops before any job, in one line -------------------------------------------------
+
+
+def test_a_read_only_data_folder_stops_the_pipeline_before_any_job_in_one_line(tmp_path):
+    from blocklab.io import OutputError
+    from blocklab.pipeline import check_writable
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "figs").mkdir()
+    check_writable(tmp_path)  # writable: nothing said
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(data)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        with pytest.raises(OutputError) as err:
+            check_writable(tmp_path)
+        script = "from blocklab.pipeline import check_writable, in_one_line; in_one_line(check_writable)"
+        said = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    finally:
+        subprocess.run(["umount", str(data)], check=False)
+    assert str(err.value) == (f"{data}/ is on a read-only filesystem, and the pipeline writes its results there; no job "
+                              "was started and nothing was changed; make it writable and run the same command again")
+    assert said.returncode == 1 and said.stderr.count("\n") == 1
+    assert said.stderr.startswith("blocklab: error: data/ is on a read-only filesystem"), said.stderr

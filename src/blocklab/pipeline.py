@@ -51,17 +51,39 @@ def check_config(config: dict, params_file: str = PARAMS_FILE) -> dict:
 
 
 def in_one_line(check, *args):
-    """For the Snakefile: ``check(*args)``, a parameter error ending Snakemake with its one line and exit status 2, as
-    every blocklab command (not Snakemake's "ParamsError in file ..." and the lines of its traceback)."""
+    """For the Snakefile: ``check(*args)``, a parameter error (exit status 2) or an output folder that cannot be
+    written (``io.OutputError``, exit status 1) ending Snakemake with its one line, as every blocklab command (not
+    Snakemake's "ParamsError in file ..." and the lines of its traceback)."""
     import sys
 
     from .config import ConfigError
+    from .io import OutputError
 
     try:
         return check(*args)
-    except ConfigError as err:
+    except (ConfigError, OutputError) as err:
         print(f"blocklab: error: {' '.join(str(err).split())}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(2 if isinstance(err, ConfigError) else 1)
+
+
+def check_writable(workdir: str | Path = ".") -> None:
+    """``io.OutputError`` naming the first output folder (OUTPUT_DIRS) that exists and cannot be written (a read-only
+    mount, no permission): the pipeline stops before any job, in one line, instead of Snakemake's "Write-protected
+    output files" for one rule or a job's failure after the others ran."""
+    from .io import OutputError
+
+    for name in OUTPUT_DIRS:
+        folder = Path(workdir) / name
+        if not folder.is_dir():
+            continue
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            cause = "is on a read-only filesystem"
+        elif not os.access(folder, os.W_OK):
+            cause = f"is not writable by user {os.getuid()}"
+        else:
+            continue
+        raise OutputError(f"{folder}/ {cause}, and the pipeline writes its results there; no job was started and "
+                          "nothing was changed; make it writable and run the same command again")
 
 
 def package_modules(root: str | Path = _SOURCE) -> dict[str, Path]:
