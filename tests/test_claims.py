@@ -386,7 +386,8 @@ def test_the_shipped_claims_have_no_factor_rule_and_mark_the_fitted_ones():
     assert {c["id"] for c in loaded if c.get("fitted")} == set(FIT_CLAIMS)
     assert {c["id"] for c in loaded if c["source"] == "project"} == {
         "d000-post-warm-collapse-rate", "d000-xiong-output-gradient-training", "p11c-pre-norm-learns-everywhere",
-        "p11c-post-norm-nowarm-fails-at-24", "p11c-post-norm-warm-fails", "p11c-post-norm-nowarm-learns-shallow-or-slow"}
+        "p11c-post-norm-nowarm-fails-at-24", "p11c-post-norm-warm-starts-at-24", "p11c-post-norm-warm-fails-at-high-lr",
+        "p11c-post-norm-nowarm-learns-shallow-or-slow"}
     # the collapse's shape part by part (at step 300, peak, rise, delay after warm-up, plateau), its rate
     # counted in another row
     kinds = {c["id"]: [p["kind"] for p in claims.rule_parts(c)] for c in loaded}
@@ -614,15 +615,17 @@ def test_a_one_seed_reverse_copy_is_described_without_a_numpy_warning():
 
 
 def test_error_rates_match_closed_forms_and_are_seeded():
-    """The simulated rates against closed forms: "every run" at n seeds is rejected when the truth is that half the
-    runs do it with probability 1 - 0.5^n, and reproduced when every run does it always; the same call twice gives
-    the same numbers (seeded by the claim's id)."""
+    """The simulated rates against closed forms: "every run" at n seeds is rejected when the truth is that one run in
+    five does not do it (its off world) with probability 1 - 0.8^n, and reproduced when every run does it always:
+    exactly (counts of runs are apportioned from their binomial distribution, to 1/SIMULATIONS), so the same exact
+    number is the same in every claim; the same call twice gives the same numbers (seeded by the claim's id)."""
     from blocklab.reporting import errors
 
     every = {"kind": "count", "count": 3, "of": 3, "scope": "every seed"}
-    for n in (1, 3, 9):
-        rates, _ = errors.part_rates(every, {"k": n, "n": n}, "t")
-        assert rates.p_true == 1.0 and rates.p_off == pytest.approx(1 - 0.5 ** n, abs=0.04)
+    for n in (1, 3, 4, 9):
+        rates, _ = errors.part_rates(every, {"k": n, "n": n}, f"t{n}")
+        assert rates.p_true == 1.0 and rates.p_off == pytest.approx(1 - 0.8 ** n, abs=1 / errors.SIMULATIONS)
+        assert rates.false_accept == pytest.approx(0.8 ** n, abs=1 / errors.SIMULATIONS)
     rate = {"kind": "count", "count": 1, "of": 3}
     got = [errors.part_rates(rate, {"k": 2, "n": 9}, "same")[0] for _ in range(2)]
     assert got[0] == got[1]
@@ -674,15 +677,15 @@ def test_the_gallerys_claims_carry_both_error_rates_and_every_decided_low_one_sa
 
 def test_seeds_to_decide_is_the_closed_form_power_count_and_none_where_no_count_reaches_it():
     """seeds_to_decide: the least seed count at which both simulated rates reach 0.8. "Every run" measured
-    on 2 runs: true, every run does it (reproduced always); off, half do: rejected with probability 1 - 0.5^n, which
-    first reaches 0.8 at n = ceil(ln 0.2 / ln 0.5) = 3. A rate against the document's 1 of 3: off, the rate is 0.83;
+    on 2 runs: true, every run does it (reproduced always); off, four in five do: rejected with probability 1 - 0.8^n,
+    which first reaches 0.8 at n = ceil(ln 0.2 / ln 0.8) = 8. A rate against the document's 1 of 3: off, the rate is 0.83;
     however many runs we add, Fisher's test against the document's own three runs tends to P(at most 1 of 3 | 0.83)
     = 0.074 > 0.05, so the rule can never reject at 0.8: no count up to the cap."""
     from blocklab.reporting import errors
 
     every = {"kind": "count", "count": 3, "of": 3, "scope": "every seed"}
-    closed = math.ceil(math.log(1 - errors.POWER) / math.log(0.5))
-    assert closed == 3
+    closed = math.ceil(math.log(1 - errors.POWER) / math.log(errors.EVERY_OFF))
+    assert closed == 8
     assert errors.claim_seeds([every], [{"k": 2, "n": 2}], ["t"]) == closed
     assert errors.claim_seeds([every], [{"k": 1, "n": 1}], ["t"]) == closed  # from one run too
     rate = {"kind": "count", "count": 1, "of": 3}
@@ -697,16 +700,19 @@ def test_a_decided_claim_below_0_8_names_its_seeds_to_decide_in_the_table():
     """A decided verdict whose rates are below 0.8 (a † row) carries seeds_to_decide too, from the same simulation, and
     says so in its margin, as an inconclusive one does; a claim whose rates are both 0.8 has none. "Every run" on 2
     runs: one run that does not do it is a rejection that stands (it is never said of a true statement) with
-    p_rejected_if_off 0.75; both runs doing it would be "reproduced" of an off truth 0.25 of the time: inconclusive."""
+    p_rejected_if_off 1 - 0.8^2 = 0.36; both runs doing it would be "reproduced" of an off truth (one run in five
+    fails) 0.64 of the time: inconclusive; 8 runs that all do it: 0.8^8 = 0.17, reproduced."""
     claim = {"id": "t-every", "check": "none", "kind": "count", "count": 3, "of": 3, "scope": "every seed"}
     judge = lambda k, n: claims.judge_claim(claim, [{"measure_kind": "count", "label": "",  # noqa: E731
                                                      "measure": {"k": k, "n": n}}])[1]
     dagger = judge(1, 2)
     assert dagger.verdict == claims.NOT_REPRODUCED and dagger.p_rejected_if_off < 0.8
-    assert dagger.seeds_to_decide == 3 and "3 seeds per arm would bring both error rates to 0.8" in dagger.margin
+    assert dagger.p_rejected_if_off == pytest.approx(0.36, abs=1e-3)
+    assert dagger.seeds_to_decide == 8 and "8 seeds per arm would bring both error rates to 0.8" in dagger.margin
     gated = judge(2, 2)
-    assert gated.verdict == claims.INCONCLUSIVE and gated.seeds_to_decide == 3
-    decided = judge(5, 5)
+    assert gated.verdict == claims.INCONCLUSIVE and gated.seeds_to_decide == 8
+    assert judge(5, 5).verdict == claims.INCONCLUSIVE  # 0.8^5 = 0.33 > 0.2
+    decided = judge(8, 8)
     assert decided.verdict == claims.REPRODUCED and min(decided.p_reproduced_if_true, decided.p_rejected_if_off) >= 0.8
     assert decided.seeds_to_decide is None and "seeds to decide" not in decided.margin
 
@@ -755,11 +761,11 @@ def test_the_literatures_two_parts_are_simulated_as_one_claim_on_one_draw_of_the
     """A fix's "every seed learns" (count, every seed) and "more often than post-norm's 0 of 3" (rates) read the same
     runs: one draw feeds both, and the rates are the claim's combined verdict's. The rates part alone can never say
     "not reproduced" against a reference that never learned (p_rejected_if_off 0 at any count); the claim can, by its
-    every-seed part. Closed forms, off world the runs learning at rate 0.5: at 1 run the claim is rejected when that
-    run fails, 0.5; at 4 runs whenever one of them fails, 1 - 0.5^4 (3 of 4 against 0 of 3 is not significant, so a
-    failing run never leaves the comparison "reproduced": never "partly"; reproduced only when all four learn); true
-    (every run learns): reproduced from 4 runs (4 of 4 against 0 of 3 passes Fisher's test), never at 1. So 4 seeds
-    decide."""
+    every-seed part. Closed forms, off world the runs learning at rate 0.8 (one in five fails): at 1 run the claim is
+    rejected when that run fails, 0.2; at 4 runs whenever one of them fails, 1 - 0.8^4 (3 of 4 against 0 of 3 is not
+    significant, so a failing run never leaves the comparison "reproduced": never "partly"; reproduced only when all
+    four learn, 0.8^4 = 0.41); true (every run learns): reproduced from 4 runs (4 of 4 against 0 of 3 passes Fisher's
+    test), never at 1. So 8 seeds decide (1 - 0.8^8 = 0.83)."""
     from blocklab.reporting import errors
 
     assert verdicts.fisher_exact(4, 4, 0, 3) < verdicts.ALPHA <= verdicts.fisher_exact(3, 4, 0, 3)
@@ -769,15 +775,16 @@ def test_the_literatures_two_parts_are_simulated_as_one_claim_on_one_draw_of_the
     alone = errors.claim_rates(words[1:], measures[1:], keys[1:], n=4)
     assert alone.p_off == 0.0  # the flaw: the comparison alone cannot reject
     at1 = errors.claim_rates(words, measures, keys, runs=runs)
-    assert at1.p_true == 0.0 and at1.p_off == pytest.approx(0.5, abs=0.05)
+    exact = 1 / errors.SIMULATIONS  # counts of runs: their exact distribution, apportioned
+    assert at1.p_true == 0.0 and at1.p_off == pytest.approx(0.2, abs=exact)
     at4 = errors.claim_rates(words, measures, keys, n=4, runs=runs)
-    assert at4.p_true == 1.0 and at4.p_off == pytest.approx(1 - 0.5 ** 4, abs=0.03)
+    assert at4.p_true == 1.0 and at4.p_off == pytest.approx(1 - 0.8 ** 4, abs=exact)
     # one draw: when all four runs learn (1 in 16 off) both parts say reproduced; drawn apart (each part's own off
     # world) the comparison would never say so and the claim would never be reproduced
     assert verdicts.PARTLY not in at4.outcomes["off"]
-    assert at4.false_accept == pytest.approx(0.5 ** 4, abs=0.02)
+    assert at4.false_accept == pytest.approx(0.8 ** 4, abs=exact)
     assert errors.claim_rates(words, measures, keys, n=4).false_accept == 0.0
-    assert errors.claim_seeds(words, measures, keys, runs=runs) == 4
+    assert errors.claim_seeds(words, measures, keys, runs=runs) == 8
     assert errors.claim_rates(words, measures, keys, runs=runs) == at1  # seeded: the same numbers twice
     # judged as the engine judges a literature claim: the fix failed its one run -> not reproduced, and it stands
     claim = {"id": "lit-test", "check": "none", "parts": words}
@@ -785,8 +792,9 @@ def test_the_literatures_two_parts_are_simulated_as_one_claim_on_one_draw_of_the
               {"measure_kind": "rates", "label": "", "runs": "fix",
                "measure": {"k": 0, "n": 1, "k_ref": 0, "n_ref": 3, "arms": ("fix", "post")}}]
     judged = claims.judge_claim(claim, failed)[1]
-    assert judged.verdict == claims.NOT_REPRODUCED and judged.seeds_to_decide == 4
-    assert judged.p_rejected_if_off > 0.3 and "not reproduced of a true statement 0.00" in judged.rates_why
+    assert judged.verdict == claims.NOT_REPRODUCED and judged.seeds_to_decide == 8
+    assert judged.p_rejected_if_off == pytest.approx(0.2, abs=exact)
+    assert "not reproduced of a true statement 0.00" in judged.rates_why
 
 
 def test_the_sensitivity_outcomes_name_each_runs_seed_once_per_setting(tmp_path, document_params):
@@ -803,3 +811,34 @@ def test_the_sensitivity_outcomes_name_each_runs_seed_once_per_setting(tmp_path,
     assert measured.endswith("those: learned-b32-L24-lr0.003-fp32 w400 s0,1: stuck; "
                              "learned-b64-L24-lr0.001-fp32 w400 s0: collapsed"), measured
     assert measures[0]["measure"]["holds"] is True
+
+
+def test_every_count_a_sensitivity_claim_prints_is_its_distinct_runs():
+    """Each claim over the sensitivity study counts a run once, however many of the study's families hold it (the
+    default cell's runs are rows of both): its printed "k of n" is recounted here from the gallery's summary by
+    run directory, with the claim's own filters, independently of the check's code."""
+    import re
+
+    params = load_params(ROOT / GALLERY / "params.yaml")
+    data = claims.Data(ROOT / GALLERY, params)
+    summary = pd.read_csv(ROOT / GALLERY / "sensitivity" / "summary.csv")
+    assert summary["run_dir"].duplicated().any()  # the case this guards: a run shared by two families
+    chance = math.log(params["copy_task"]["vocab_size"])
+    checked = 0
+    for claim in claims.load_claims():
+        if claim["check"] != "sensitivity_outcomes":
+            continue
+        a = claim["args"]
+        runs = summary[summary["norm"] == a["norm"]]
+        for key in ("warmup", "depth", "lr"):
+            if key in a:
+                runs = runs[np.isclose(runs[key].astype(float), float(a[key]))]
+        distinct = runs.drop_duplicates("run_dir")
+        ok = {"learned": distinct["outcome"] == "learned", "failed": distinct["outcome"] != "learned",
+              "started": distinct["min_loss"] < 0.1 * chance}[a["want"]]
+        measured, _ = claims.CHECKS["sensitivity_outcomes"](data, **a)
+        k, n = map(int, re.match(r"(\d+) of (\d+) ", measured).groups())
+        assert (k, n) == (int(ok.sum()), len(distinct)), (claim["id"], measured)
+        assert n < len(runs) or not runs["run_dir"].duplicated().any()  # fewer than the rows where rows repeat
+        checked += 1
+    assert checked >= 5

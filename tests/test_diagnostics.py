@@ -639,7 +639,9 @@ def test_the_why_answer_says_only_what_the_step_ratios_and_the_detector_rates_gi
     for lang in ("en", "ko"):
         data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/detectors.csv": detectors})
         why = answers._why_text(data, t, lang)
-        assert t["why_vanish"][lang].split("{")[0] in why and "1e+06" in why, why  # flat at step 1, then 1e6
+        assert "1e+06" in why, why  # the step ratios as measured (flat at step 1, then 1e6) ...
+        assert ("seed 0" in why) if lang == "en" else ("시드 0" in why), why  # ... scoped to the one run a case
+        assert "the first updates make it" not in why and "Why (" not in why  # and no reading beyond them
         names = {k: v[lang] for k, v in t["detector_names"].items()}
         apart, not_apart = why.split(t["why_detectors"][lang].split("{apart}")[0][-12:])[-1].split("; ", 1)
         assert names["adam_rms"] in apart and names["grad_ffn_out"] not in apart, why  # 57 % > 29 %; 57 % < 63 %
@@ -652,12 +654,6 @@ def test_the_why_answer_says_only_what_the_step_ratios_and_the_detector_rates_gi
     assert table.loc[("adam_rms", "every step"), "hits"] == 1  # step 130: 18 steps before the onset at 148
     assert table.loc[("adam_rms", "every step"), "lead_median"] == 18
     assert table.loc[("attn_logit_max", "every step"), "events_evaluable"] == 0
-    # post-norm's input side already vanished at step 1: the other reading, never "flat at step 1"
-    early = tables["dynamics/diagnostics.parquet"].copy()
-    early.loc[(early["run"] == "post-w0-s0") & (early["block"] == 0) & (early["metric"] == "grad_ffn_out"), "value"] = 1e-6
-    data = Data("/nonexistent", copy.deepcopy(TINY), tables={**tables, "dynamics/diagnostics.parquet": early})
-    why = answers._why_text(data, t, "en")
-    assert t["why_vanish_init"]["en"].split("{")[0] in why and t["why_vanish"]["en"].split("{")[0] not in why, why
 
 
 def test_the_snapshot_command_records_a_seed_its_params_do_not_yet_cover(snake_project, tmp_path, monkeypatch):

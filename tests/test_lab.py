@@ -1,4 +1,5 @@
 """The literature's norm positions (each against its paper's formula) and the stability lab (`blocklab lab`)."""
+import json
 import math
 import re
 import os
@@ -6,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -358,9 +360,9 @@ def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_
     data.tables["claims/claims.csv"] = claims.assign(verdict=claims["verdict"].where(claims["source"] != "literature",
                                                                                         "not reproduced"))
     assert "워밍업 없이 모든 시드에 출발하지 못한" in answers._instead_text(data, t, "ko")
-    # each failed fix with its warm-up arm's recorded runs (b2t's seed 0 with warm-up 400 is in git)
+    # each failed fix with its warm-up arm's recorded runs (admin's seed 0 with warm-up 400 is in git)
     import re
-    assert re.search(r"b2t \(with warm-up 400: learned in \d+ of \d+ runs\)", answers._instead_text(data, t, "en"))
+    assert re.search(r"admin \(with warm-up 400: learned in \d+ of \d+ runs\)", answers._instead_text(data, t, "en"))
     data.tables["claims/claims.csv"] = claims.assign(verdict=claims["verdict"].where(claims["source"] != "literature",
                                                                                         "not checkable here"))
     assert answers._instead_text(data, t, "en") == t["instead_none"]["en"]
@@ -388,9 +390,9 @@ def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_p
     shutil.copytree(ROOT / GALLERY, data)
     root = _project_with_records(tmp_path / "project", {"deepnorm-w0-s0": "deepnorm-w0-s0",
                                                         "deepnorm-w0-s1": "deepnorm-w0-s0",
-                                                        "b2t-w400-s0": "b2t-w400-s0"})
+                                                        "admin-w400-s0": "admin-w400-s0"})
     table = lab_docs.runs_block(data, root)
-    assert "| b2t | 400 | 1 (seed 0) | 1 of 1 (0.21–1.00) | learned |" in table
+    assert "| admin | 400 | 1 (seed 0) | 1 of 1 (0.21–1.00) | learned |" in table
     assert "| deepnorm | 0 | 2 (seeds 0, 0) | 2 of 2 (0.34–1.00) |" in table  # the seed is the run's own, not its folder's
     assert "| post | 0 | 3 (seeds 0, 1, 2) | 0 of 3 (0.00–0.56) | never, never, never |" in table  # Wilson, scipy's
     assert "Not recorded yet: admin, rezero, sandwich." in table
@@ -402,9 +404,9 @@ def test_the_lab_tables_and_the_answer_follow_the_records_and_the_verdicts(tmp_p
     assert "did not start without warm-up in every recorded seed here" in answer
     # the gallery's post-norm with warm-up 400: seed 0 learned, then collapsed (records/gallery/sweep)
     assert "with warm-up 400: pre-norm 3 of 3 learned, post-norm 2 of 3 (1 collapsed after learning)." in answer
-    assert "deepnorm, admin, b2t (with warm-up 400: 1 of 1 recorded runs learned), rezero, sandwich" in answer
-    assert "`b2t`: no run without warm-up recorded yet: **not reproduced** ([`lit-b2t-nowarm`](lab.md)); with warm-up 400: 1 of 1 " \
-        "learned (median step 217; 95 % interval 0.21–1.00, no claim judged on it)" in answer
+    assert "deepnorm, admin (with warm-up 400: 1 of 1 recorded runs learned), b2t, rezero, sandwich" in answer
+    assert "`admin`: no run without warm-up recorded yet: **not reproduced** ([`lit-admin-nowarm`](lab.md)); with warm-up 400: " \
+        "1 of 1 learned (median step 213; 95 % interval 0.21–1.00, no claim judged on it)" in answer
     assert "`deepnorm`: 2 of 2 recorded runs learned without warm-up" in answer
     claims.loc[lit, "verdict"] = "reproduced"
     claims.to_csv(data / "claims" / "claims.csv", index=False)
@@ -473,3 +475,71 @@ def test_lab_job_record_copies_finished_runs_and_says_where_every_run_stands(tmp
     (runs / "deepnorm-w0-s0/loss.csv").write_text("step,loss\n1,0.5\n", encoding="utf-8")
     assert main(["lab-job", "record", "--runs", str(runs), "--to", str(tmp_path / "rec2"), "--status", str(status)]) == 3
     assert not (tmp_path / "rec2/runs/deepnorm-w0-s0").exists()
+
+
+# ---- the learning-rate sensitivity (lab.lrsweep) ---------------------------------------------------------------------
+
+
+def test_lr_sensitivity_is_wortsmans_measure_on_hand_made_curves():
+    """Wortsman et al. 2023: mean over the grid of min(loss, loss at init) - the best loss. A flat curve scores 0; a
+    block that learns at one rate only scores near (chance - best) x 4/5; a diverged rate counts as chance, no more;
+    the interval over seeds is scipy's t interval."""
+    from blocklab.lab import lrsweep
+
+    chance = math.log(64)
+    lrs = list(lrsweep.LRS)
+    flat = pd.Series([0.01] * 5, index=lrs)
+    assert lrsweep.sensitivity(flat, chance) == 0.0
+    narrow = pd.Series([chance, chance, 0.01, chance, chance], index=lrs)
+    assert lrsweep.sensitivity(narrow, chance) == pytest.approx((chance - 0.01) * 4 / 5)
+    blown = pd.Series([0.5, 0.1, 0.01, 0.2, 1e9], index=lrs)  # 1e9: worse than chance, clamped to it
+    assert lrsweep.sensitivity(blown, chance) == pytest.approx((0.49 + 0.09 + 0 + 0.19 + chance - 0.01) / 5)
+    assert lrsweep.final_loss([1, 2, 3], [4.0, 3.0, float("nan")], 64, diverged_step=3) == chance
+    assert lrsweep.final_loss(list(range(1, 21)), [1.0] * 10 + [0.5] * 10, 64) == 0.5  # the last 10 steps
+    with pytest.raises(ConfigError, match="not a finished run"):
+        lrsweep.final_loss([1, 2], [1.0, 1.0], 64, steps_planned=300)
+    values = [0.2, 0.4, 0.9]
+    mean, low, high = lrsweep.t_interval(values)
+    sem = stats.sem(values)
+    assert (low, high) == pytest.approx(stats.t.interval(0.95, 2, loc=np.mean(values), scale=sem))
+    runs = pd.DataFrame([{"block": b, "lr": lr, "seed": s, "final_loss": c.iloc[i] + 0.001 * s}
+                         for b, c in (("pre", flat), ("post", narrow)) for s in (0, 1, 2) for i, lr in enumerate(lrs)])
+    table = lrsweep.table(runs, chance).set_index("block")
+    assert table.loc["pre", "seeds"] == 3 and table.loc["pre", "lr_sensitivity"] == pytest.approx(0.0)
+    assert table.loc["post", "lr_sensitivity"] > 3 and table.loc["post", "best_lr"] == 1e-3
+    assert lrsweep.ranking(table.reset_index(), ["pre"], ["post"])[0] == "agrees decisively"
+    assert lrsweep.ranking(table.reset_index(), ["post"], ["pre"])[0] == "disagrees"
+    assert lrsweep.ranking(table.reset_index().iloc[:1], ["pre"], ["post"])[0] == "not yet"
+    part = runs[~((runs["block"] == "pre") & (runs["seed"] == 2) & (runs["lr"] == 1e-2))]  # one rate of one seed missing
+    assert lrsweep.table(part, chance).set_index("block").loc["pre", "seeds"] == 2  # a seed counts with its whole grid
+    with pytest.raises(ConfigError, match="counted twice"):
+        lrsweep.table(pd.concat([runs, runs.iloc[:1]]), chance)
+
+
+def test_the_lab_sweeps_the_learning_rate_from_any_folder_and_refuses_a_bad_rate(tmp_path):
+    """`blocklab lab pre --lr-sweep` at the tiny profile: one lab a learning rate of the grid, then the block's
+    sensitivity table, its runs and its figure; the learning rate reaches the runs (meta.json); a bad --lr is refused
+    before anything is written."""
+    import subprocess
+
+    blocklab = str(Path(sys.executable).with_name("blocklab"))
+    bad = subprocess.run([blocklab, "lab", "pre", "--profile", "tiny", "--lr", "-1", "--out", str(tmp_path / "bad")],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--lr -1.0: give a learning rate in (0, 1)" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "sweep"
+    done = subprocess.run([blocklab, "lab", "pre", "--profile", "tiny", "--lr-sweep", "--warmups", "0", "--out",
+                           str(out), "--cores", "2"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from blocklab.lab import lrsweep
+
+    runs = pd.read_csv(out / "lr_runs.csv")
+    assert sorted(runs["lr"]) == sorted(lrsweep.LRS) and (runs["block"] == "pre").all()
+    for lr in lrsweep.LRS:
+        meta = json.loads((out / f"lr{lr:g}" / "runs" / "w0-s0" / "meta.json").read_text())
+        assert meta["sweep"]["lr"] == pytest.approx(lr)
+    table = pd.read_csv(out / "lr_sensitivity.csv")
+    chance = math.log(json.loads((out / "lr0.001" / "spec.json").read_text())["setup"]["vocab_size"])
+    curve = runs.set_index("lr")["final_loss"]
+    assert table.loc[0, "lr_sensitivity"] == pytest.approx(np.mean(np.minimum(curve, chance) - np.minimum(curve, chance).min()))
+    assert (out / "lr_sensitivity.png").is_file()

@@ -621,3 +621,20 @@ def test_the_pipeline_makes_the_study_from_snapshots_and_trains_none_of_it(snake
     assert "sensitivity_figures" in done.stdout + done.stderr  # the tables were remade, so the figures were redrawn
     for figure in sens.FIGURES:
         assert (project / "figs" / f"{figure}.png").stat().st_size > 10_000
+
+
+def test_the_recorded_plan_is_the_same_on_a_processor_without_bf16_and_a_run_counts_once(monkeypatch):
+    """Read from snapshots, the study's plan does not depend on the machine: a processor without bf16 units (AMD
+    Zen 1, say) plans the recorded bf16 cell as one with them does (it is read, not trained); training here leaves it
+    out. A run directory twice in one family is refused (it would be counted twice)."""
+    recorded = sens.plan(FULL)
+    assert (recorded["precision"] == "bf16").any()
+    monkeypatch.setattr(sens, "bf16_support", lambda device: (False, "no bf16 units (test)"))
+    pd.testing.assert_frame_equal(sens.plan(FULL), recorded)
+    trained_here = copy.deepcopy(FULL)
+    trained_here["sensitivity"]["from_snapshots"] = []
+    assert not (sens.plan(trained_here)["precision"] == "bf16").any()
+    twice = pd.concat([recorded, recorded[recorded["family"] == "choices"].head(1)], ignore_index=True)
+    with pytest.raises(ConfigError, match="a run counts once"):
+        study_report.refuse_twice(twice)
+    study_report.refuse_twice(recorded)  # the default cell's runs are in both families, once in each

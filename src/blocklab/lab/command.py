@@ -53,6 +53,10 @@ def _register_front(subparsers) -> None:
                    " the lab prints its own estimate, from steps timed here, before anything trains")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the profile's)")
     p.add_argument("--warmups", nargs="+", type=int, help="warm-up steps compared (default: the profile's)")
+    p.add_argument("--lr", type=float, help="the learning rate (default: the profile's, params.yaml's sweep.lr)")
+    p.add_argument("--lr-sweep", action="store_true", help="the block's learning-rate sensitivity (Wortsman et al. "
+                   "2023): the lab at each learning rate of a five-point grid, 1e-4 to 1e-2 (one folder each under "
+                   "--out), then lr_sensitivity.csv and lr_sensitivity.png in --out (docs/lab.md)")
     p.add_argument("--out", required=True, type=Path, help="output folder (runs, lab.csv, rates.csv, lab.png, "
                    "README.md)")
     p.add_argument("--params", default=REPO / "params.yaml", type=Path,
@@ -67,6 +71,14 @@ def _register_front(subparsers) -> None:
 
 
 def _main(args) -> int:
+    if getattr(args, "lr", None) is not None:  # a bad learning rate is a bad option: exit 2, before anything
+        from .lrsweep import check_lr
+
+        check_lr(args.lr)
+    if getattr(args, "lr_sweep", False):
+        from .lrsweep import sweep_main
+
+        return sweep_main(args, _main)
     from .spec import check_model, make_spec, profile_setup
 
     from ..params import load_params
@@ -90,6 +102,10 @@ def _main(args) -> int:
     try:
         spec = make_spec(args.params, args.profile, args.block, args.module, args.hf_config, kwargs, args.seeds,
                          args.warmups)
+        if getattr(args, "lr", None) is not None:
+            from .lrsweep import lr_setup
+
+            spec.setup = lr_setup(spec.setup, args.lr)
         size = check_model(spec)
     except ConfigError as err:  # the block: built, called, read; nothing has run
         print(f"blocklab lab: error: {' '.join(str(err).split())}", file=sys.stderr)

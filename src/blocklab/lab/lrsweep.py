@@ -47,11 +47,15 @@ def run_name(block: str, lr: float, seed: int, warmup: int = 0) -> str:
     return f"{block}-lr{lr:g}-w{warmup}-s{seed}"
 
 
+def check_lr(lr) -> float:
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and 0 < lr < 1):
+        raise ConfigError(f"--lr {lr!r}: give a learning rate in (0, 1), e.g. one of {', '.join(f'{x:g}' for x in LRS)}")
+    return float(lr)
+
+
 def lr_setup(setup, lr: float):
     """The profile's setup at one learning rate of the grid."""
-    if not (isinstance(lr, float) and math.isfinite(lr) and lr > 0):
-        raise ConfigError(f"--lr {lr!r}: give a positive learning rate, e.g. one of {list(LRS)}")
-    return replace(setup, lr=float(lr))
+    return replace(setup, lr=check_lr(lr))
 
 
 def plan(blocks=BLOCKS, lrs=LRS, seeds=SEEDS, warmup: int = 0) -> list[tuple[str, float, int]]:
@@ -208,3 +212,72 @@ def ranking(table_: pd.DataFrame, learned: list[str], failed: list[str]) -> tupl
         return "agrees decisively", f"every learning block's interval ends below {low:.3f}, the failing blocks' lowest bound"
     return "agrees", (f"every learning block's mean is below every failing block's ({worst_learned} {means[0]:.3f} < "
                       f"{best_failed} {means[1]:.3f}), the intervals overlap (up to {high:.3f} vs from {low:.3f})")
+
+
+# ---- `blocklab lab BLOCK --lr-sweep` ---------------------------------------------------------------------------------
+
+
+def sweep_main(args, lab_main) -> int:
+    """The lab once per learning rate of ``LRS`` (``--out``/lr<lr>, each its own Snakemake DAG: cached, resumable),
+    then the block's sensitivity over the seeds that finished the whole grid: ``lr_sensitivity.csv`` (one row: the
+    measure, its interval, the final loss at each rate), ``lr_runs.csv`` (one row a run) and ``lr_sensitivity.png``."""
+    import copy
+    import sys
+
+    if args.lr is not None:
+        raise ConfigError(f"--lr {args.lr:g} with --lr-sweep: the sweep sets the learning rate itself "
+                          f"({', '.join(f'{lr:g}' for lr in LRS)}); give one or the other")
+    out = Path(args.out)
+    for i, lr in enumerate(LRS, start=1):
+        print(f"blocklab lab --lr-sweep: learning rate {lr:g} ({i} of {len(LRS)}) into {out / f'lr{lr:g}'}",
+              file=sys.stderr, flush=True)
+        one = copy.copy(args)
+        one.lr_sweep, one.lr, one.out = False, lr, out / f"lr{lr:g}"
+        status = lab_main(one)
+        if status:
+            return status
+    if args.dry_run:
+        return 0
+    return write_sweep(out, args)
+
+
+def _lab_runs(out: Path) -> pd.DataFrame:
+    """Every finished run of the sweep's labs under ``out``: block, lr, warmup, seed, final_loss, diverged."""
+    from .records import adopted, read_run as read_recorded
+    from ..integrity import read_run
+    from .spec import Spec
+
+    rows = []
+    for lr in LRS:
+        folder = out / f"lr{lr:g}"
+        spec = Spec.from_file(folder / "spec.json")
+        for warmup, seed in spec.runs():
+            run_dir = folder / "runs" / spec.run_name(warmup, seed)
+            meta, loss = read_recorded(run_dir) if adopted(run_dir) else read_run(run_dir)
+            rows.append({"block": spec.block.label, "lr": lr, "warmup": warmup, "seed": seed,
+                         "final_loss": final_loss(loss["step"], loss["loss"], spec.setup.vocab_size,
+                                                  meta.get("diverged_step"), spec.setup.steps),
+                         "diverged": meta.get("diverged_step") is not None, "vocab_size": spec.setup.vocab_size})
+    return pd.DataFrame(rows)
+
+
+def write_sweep(out: Path, args) -> int:
+    import sys
+
+    from ..figures import style
+    from ..figures.lab import lr_sensitivity_figure
+    from ..io import write_table
+
+    runs = _lab_runs(Path(out))
+    chance = math.log(int(runs["vocab_size"].iloc[0]))
+    result = table(runs, chance)
+    write_table(runs.drop(columns=["vocab_size"]), Path(out) / "lr_runs.csv")
+    write_table(result, Path(out) / "lr_sensitivity.csv")
+    block = result["block"].iloc[0]
+    fig = lr_sensitivity_figure(runs, result, [block], "en", int(runs["vocab_size"].iloc[0]))
+    style.save(fig, Path(out) / "lr_sensitivity.png", sources=["lr_runs.csv"], params={"grid": list(LRS)})
+    r = result.iloc[0]
+    print(f"blocklab lab --lr-sweep: {block}: LR sensitivity {r.lr_sensitivity:.3f}"
+          + (f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else "") + f" over {int(r.seeds)} seed(s), best lr "
+          f"{r.best_lr:g}; {Path(out) / 'lr_sensitivity.csv'}, {Path(out) / 'lr_sensitivity.png'}", file=sys.stderr)
+    return 0

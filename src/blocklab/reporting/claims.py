@@ -299,7 +299,7 @@ def depth_gap(data: Data):
 # ---- problem 11 (다): what post-norm's failure is a property of ----------------------------------------
 
 
-ARG_VALUES["want"] = ("learned", "failed")
+ARG_VALUES["want"] = ("learned", "failed", "started")
 ARG_VALUES["scope"] = ("every", "some")
 
 
@@ -328,18 +328,22 @@ def scoped_answer(data: Data):
 def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: int | None = None,
                          depth: int | None = None, lr: float | None = None):
     """Over the sensitivity study's recorded runs (every position, batch, precision, depth and learning rate it
-    tried; narrowed by ``warmup``, ``depth``, ``lr``): how many of ``norm``'s runs ``want`` (learned, or failed: did
-    not end learned). ``scope: every``: a count, every run must (each run a part of the words); ``some``: a fact,
-    at least one run did (an existence, shown by one run; no rate is claimed)."""
+    tried; narrowed by ``warmup``, ``depth``, ``lr``), each run once (a run shared by the study's two families is one
+    row in each: counted by its ``run_dir``): how many of ``norm``'s runs ``want`` (learned; failed: did not end
+    learned; started: learned at some point, whether it ended learned or collapsed after). ``scope: every``: a count,
+    every run must (each run a part of the words); ``some``: a fact, at least one run did (an existence, shown by one
+    run; no rate is claimed)."""
     _require_document_setup(data)
     summary = data.table("sensitivity/summary.csv")
-    runs = summary[summary["norm"] == norm]
+    runs = summary[summary["norm"] == norm].drop_duplicates("run_dir")
     for key, value_ in (("warmup", warmup), ("depth", depth), ("lr", lr)):
         if value_ is not None:
             runs = runs[np.isclose(runs[key].astype(float), float(value_))]
     if runs.empty:
         raise NotCheckable(f"the sensitivity study has no {norm}-norm run with warmup={warmup}, depth={depth}, lr={lr}")
-    ok = (runs["outcome"] == "learned") if want == "learned" else (runs["outcome"] != "learned")
+    ok = {"learned": runs["outcome"] == "learned", "failed": runs["outcome"] != "learned",
+          # reached the learned line (a tenth of chance, ``training.sweep.classify``'s) at some step
+          "started": runs["min_loss"] < 0.1 * math.log(data.params["copy_task"]["vocab_size"])}[want]
     k, n = int(ok.sum()), len(runs)
     cells = runs["setting"].nunique()
     shown = runs[ok if scope == "some" else ~ok]
@@ -841,7 +845,8 @@ def swap_effect(data: Data, variant: str, quantity: str):
 # so the sensitivity study re-judges them under every setting (claim x setting).
 SWEEP_CHECKS = ("final_losses_near_chance", "loss_at_step", "outcome_count", "failed_runs", "gradnorm_trend")
 COLUMNS = ["id", "document", "where", "claim", "document_value", "source", "fitted", "kind", "rule", "margin",
-           "measured", "verdict", "seeds_to_decide", "p_reproduced_if_true", "p_rejected_if_off", "rates_why"]
+           "measured", "verdict", "seeds_to_decide", "p_reproduced_if_true", "p_rejected_if_off", "off_world",
+           "p_reproduced_if_off", "rates_why"]
 
 
 def judge_claim(claim: dict, measures: list[dict], error_rates: bool = True) -> tuple[str, verdicts.Judged]:
@@ -877,13 +882,14 @@ def evaluate_data(data: Data, only=None, error_rates: bool = True) -> pd.DataFra
         if only is not None and claim["check"] not in only:
             continue
         kind = " + ".join(dict.fromkeys(p["kind"] for p in rule_parts(claim)))
-        rule, margin, seeds, p_true, p_off, rates_why = "", "", None, None, None, ""
+        rule, margin, seeds, p_true, p_off, rates_why, off_world, p_false = "", "", None, None, None, "", "", None
         try:
             data.declared = READS[claim["check"]]
             measured, measures = CHECKS[claim["check"]](data, **claim.get("args", {}))
             kind, judged = judge_claim(claim, measures, error_rates)
             verdict, rule, margin, seeds = judged.verdict, judged.rule, judged.margin, judged.seeds_to_decide
             p_true, p_off, rates_why = judged.p_reproduced_if_true, judged.p_rejected_if_off, judged.rates_why
+            off_world, p_false = judged.off_world, judged.p_reproduced_if_off
         except NotCheckable as why:
             measured, verdict = f"— ({why})", NOT_CHECKABLE
         except FileNotFoundError as missing:
@@ -900,7 +906,8 @@ def evaluate_data(data: Data, only=None, error_rates: bool = True) -> pd.DataFra
                      "measured": measured, "verdict": verdict,
                      "seeds_to_decide": pd.NA if seeds is None else int(seeds),
                      "p_reproduced_if_true": pd.NA if p_true is None else round(p_true, 3),
-                     "p_rejected_if_off": pd.NA if p_off is None else round(p_off, 3), "rates_why": rates_why})
+                     "p_rejected_if_off": pd.NA if p_off is None else round(p_off, 3), "off_world": off_world,
+                     "p_reproduced_if_off": pd.NA if p_false is None else round(p_false, 3), "rates_why": rates_why})
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["seeds_to_decide"] = table["seeds_to_decide"].astype("Int64")
     return table

@@ -919,6 +919,7 @@ GENERATORS = {
     "lab-runs": lambda data, root: _lab("runs_block", data, root),
     "lab-claims": lambda data, root: _lab("claims_block", data, root),
     "lab-run-list": lambda data, root: _lab("run_list_block", data, root),
+    "lab-lr": lambda data, root: _lab("lr_block", data, root),
     "answer-11c-instead": lambda data, root: _lab("instead_block", data, root),
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
@@ -1005,6 +1006,9 @@ def update(root: Path, data: Path, check: bool = False) -> list[Path]:
 
     if (root / "docs" / "gallery" / f"{FIGURE}.json").is_file():  # the gallery's figure of the lab's recorded runs
         stale += gallery_figures(data, root, root / "docs" / "gallery", check)
+        from .lab_docs import lr_figures  # and of its learning-rate sensitivity study's
+
+        stale += lr_figures(data, root, root / "docs" / "gallery", check)
     for page in pages(root):
         text = page.read_text(encoding="utf-8")
         new = render(text, data, root, str(page.relative_to(root)))

@@ -272,3 +272,88 @@ def run_list_block(data: Path, root: Path) -> str:
     if lab.empty:
         lines.append("| (none recorded yet) | | | | | | | | |")
     return "\n".join(lines) + "\n\n" + _note(records.RUNS)
+
+
+# ---- the learning-rate sensitivity study (lab.lrsweep) -------------------------------------------------------------
+
+LR_FIGURE = "lab_lr_sensitivity"
+
+
+def lr_groups(data: Path, root: Path) -> tuple[list[str], list[str]]:
+    """The blocks whose recorded document-profile runs without warm-up (at least three) all learned, and those of
+    which none did: the ranking the LR sweep's profile is checked against (``lab.lrsweep.ranking``)."""
+    from ..lab import lrsweep
+
+    table = runs_table(data, root)
+    table = table[table["warmup"] == 0]
+    learned, failed = [], []
+    for block in lrsweep.BLOCKS:
+        g = table[table["block"] == block]
+        if len(g) >= 3 and (g["outcome"] == "learned").all():
+            learned.append(block)
+        elif len(g) >= 3 and not (g["outcome"] == "learned").any():
+            failed.append(block)
+    return learned, failed
+
+
+def lr_block(data: Path, root: Path) -> str:
+    """docs/lab.md: each built-in block's LR sensitivity over the recorded runs (mean over seeds, 95 % t interval),
+    its final loss at each learning rate, how many runs are recorded, and the check stated before the runs."""
+    from ..lab import lrsweep
+    from ..records import LAB_LR_RUNS
+
+    runs = lrsweep.recorded(root)
+    planned = len(lrsweep.plan())
+    chance = math.log(64)
+    table = lrsweep.table(runs, chance) if len(runs) else pd.DataFrame()
+    lrs = [f"{lr:g}" for lr in lrsweep.LRS]
+    lines = [f"Recorded: {len(runs)} of the {planned} planned runs ({len(lrsweep.BLOCKS)} blocks x "
+             f"{len(lrsweep.LRS)} learning rates x seeds {', '.join(map(str, lrsweep.SEEDS))}).", "",
+             "| block | seeds with the whole grid | LR sensitivity (mean over seeds, 95 % t interval) | per seed | best lr | "
+             + " | ".join(f"final loss at {lr}" for lr in lrs) + " |",
+             "| --- | ---: | --- | --- | ---: | " + " | ".join("---:" for _ in lrs) + " |"]
+    by = table.set_index("block") if len(table) else pd.DataFrame()
+    for block in lrsweep.BLOCKS:
+        if block not in by.index:
+            lines.append(f"| {block} | 0 | — | — | — | " + " | ".join("—" for _ in lrs) + " |")
+            continue
+        r = by.loc[block]
+        interval = ("—" if not r.seeds else f"{r.lr_sensitivity:.3f}" + (
+            f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else " (one seed: no interval)"))
+        losses = [r.get(f"loss_lr{lr}") for lr in lrs]
+        lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {r.best_lr:g} | "
+                     + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
+    learned, failed = lr_groups(data, root)
+    verdict, why = lrsweep.ranking(table, learned, failed)
+    lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
+              f"{', '.join(learned) or 'none'}; learned in none: {', '.join(failed) or 'none'}. "
+              f"**{verdict}**: {why}."]
+    return "\n".join(lines) + "\n\n" + _note(LAB_LR_RUNS, records.RUNS, *GALLERY_SWEEP)
+
+
+def lr_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int = 100) -> list[Path]:
+    """Draw ``LR_FIGURE`` into the gallery (Korean in ``out``, English in ``out/en``) with its sidecar naming the runs
+    drawn; returns the figures (with ``check``: that would be) redrawn because the recorded runs changed."""
+    from ..figures import style
+    from ..figures.lab import lr_sensitivity_figure
+    from ..lab import lrsweep
+    from ..records import LAB_LR_RUNS
+
+    runs = lrsweep.recorded(root)
+    drawn_runs = sorted(runs["run"])
+    table = lrsweep.table(runs, math.log(64)) if len(runs) else pd.DataFrame()
+    stale = []
+    for lang, folder in (("ko", out), ("en", out / "en")):
+        path = folder / f"{LR_FIGURE}.png"
+        sidecar = path.with_suffix(".json")
+        drawn = (json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}).get("runs")
+                 if sidecar.is_file() else None)
+        if path.is_file() and drawn == drawn_runs:
+            continue
+        stale.append(path)
+        if check:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        fig = lr_sensitivity_figure(runs, table, lrsweep.BLOCKS, lang)
+        style.save(fig, path, dpi=dpi, sources=[LAB_LR_RUNS], params={"lang": lang, "runs": drawn_runs}, record=False)
+    return stale

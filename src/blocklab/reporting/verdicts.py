@@ -84,6 +84,8 @@ class Judged:
     p_reproduced_if_true: float | None = None  # the rule's error rates at this seed count (``errors``)
     p_rejected_if_off: float | None = None
     rates_why: str = ""  # why a decided verdict stands without both error rates at 0.8 (``errors.gate_claim``)
+    off_world: str = ""  # the world p_rejected_if_off is simulated in, in words (``errors.OFF``)
+    p_reproduced_if_off: float | None = None  # how often the rule says "reproduced" in that world
 
 
 def g(value: float) -> str:

@@ -298,7 +298,7 @@ def early_updates(summary: pd.DataFrame, diagnostics: pd.DataFrame, steps: int =
         def out_over_in(step: int) -> float:
             return ends_ratio(at_step(grad, step)[0])
 
-        rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "outcome": r.outcome,
+        rows.append({"run": r.run, "norm": r.norm, "warmup": r.warmup, "seed": r.seed, "outcome": r.outcome,
                      "early_update": float(update[update.index <= steps].median()) if len(update) else float("nan"),
                      "init_grad_out_over_in": out_over_in(1), "grad_out_over_in_step2": out_over_in(2),
                      "grad_out_over_in_step5": out_over_in(5), "grad_out_over_in_later": out_over_in(later),

@@ -47,6 +47,17 @@ def relapse(losses: pd.Series, steps: pd.Series, below: float, for_steps: int) -
     return float(after.max()), float(steps[after.idxmax()])
 
 
+def refuse_twice(table: pd.DataFrame) -> None:
+    """A run is one row of a family: a run directory twice in one family would be counted twice by every rate read
+    from it (a run shared by two families, the default cell at the document's size, is one row in each: a count over
+    families takes each ``run_dir`` once)."""
+    twice = table[table.duplicated(["family", "run_dir"], keep=False)]
+    if len(twice):
+        first = twice.iloc[0]
+        raise ConfigError(f"run {first.run_dir} is {int((twice.run_dir == first.run_dir).sum())} rows of the "
+                          f"{first.family} family; a run counts once")
+
+
 def _record(meta: dict) -> dict:
     libraries, code = meta.get("libraries", {}), meta.get("code", {})
     return {"vocab_size": meta["copy_task"]["vocab_size"], "diverged_step": meta.get("diverged_step"),
@@ -92,6 +103,7 @@ def runs_tables(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
     rule = params["sensitivity"]["early_stop"]
     curves, rows = [], []
     planned = plan(params) if planned is None else planned
+    refuse_twice(planned)
     runs = _runs_from_dirs(Path(root), planned) if records is None else _runs_from_records(*records, planned)
     for row, record, loss in runs:
         ident = {k: getattr(row, k) for k in ("family", "setting", "position", "batch_size", "depth", "lr",
@@ -119,7 +131,10 @@ def runs_tables(params: dict, root: str | Path = ".", planned: pd.DataFrame | No
             "run_dir": row.run_dir,
         })
     losses = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
-    return losses, pd.DataFrame(rows)
+    summary = pd.DataFrame(rows)
+    if len(summary):
+        refuse_twice(summary)
+    return losses, summary
 
 
 def record_runs(params: dict, root: str | Path = ".", planned: pd.DataFrame | None = None,

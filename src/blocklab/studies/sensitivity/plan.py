@@ -79,8 +79,10 @@ def early_stop_rule(params: dict, cell: Cell):
 
 def available_precisions(params: dict, precisions: list[str]) -> list[str]:
     """The precisions this machine's training device can run; bf16 without bf16 units is left out of the plan, with a
-    warning (the study is made of the rest), rather than failing its jobs one by one."""
-    if "bf16" not in precisions:
+    warning (the study is made of the rest), rather than failing its jobs one by one. Where the study is read from
+    recorded snapshots (``sensitivity.from_snapshots``), nothing is trained here: the plan is the recorded one on every
+    machine, whatever its processor (a bf16 cell recorded elsewhere is read, not dropped)."""
+    if "bf16" not in precisions or snapshots(params):
         return list(precisions)
     ok, why = bf16_support(resolve_device(params["device"]))
     if not ok:
