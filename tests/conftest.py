@@ -22,8 +22,8 @@ from tiny_dag import snake_project  # noqa: E402,F401
 # per process that runs a test needing it, so every test of one module runs on one process, and every module using the
 # tiny DAG (`snake_project`: the whole pipeline, minutes) on one process too. These are those modules (a test elsewhere
 # that asks for it stops the collection: add its module here).
-TINY_DAG_MODULES = {"test_diagnostics.py", "test_faults_e2e.py", "test_new_norm.py", "test_pipeline.py", "test_precision.py", "test_probe.py",
-                    "test_report.py", "test_sensitivity.py"}
+TINY_DAG_MODULES = {"test_diagnostics.py", "test_faults_e2e.py", "test_new_norm.py", "test_pipeline.py",
+                    "test_precision.py", "test_probe.py", "test_report.py", "test_sensitivity.py"}
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run without it (`-p no:xdist`) ignores it
