@@ -1,6 +1,7 @@
 """Docs that cannot drift: the README's and docs/' generated blocks are what the recorded data gives, every
 relative link resolves (to a file, and to a heading where it names one), and every `blocklab` command, option and
 `make` target the pages show exists."""
+import io
 import re
 import shlex
 import shutil
@@ -12,7 +13,7 @@ import yaml
 
 from blocklab.cli import COMMANDS, build_parser
 from blocklab.reporting import docs
-from blocklab.records import DYNAMICS, GALLERY, INFERENCE, LAB_RUNS, REVIEWER, SENSITIVITY
+from blocklab.records import DYNAMICS, GALLERY, INFERENCE, LAB_LR_RUNS, LAB_RUNS, REVIEWER, SENSITIVITY
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / GALLERY
@@ -52,7 +53,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "performance" / "measured", root / "performance" / "measured")
     shutil.copytree(DATA, root / GALLERY, dirs_exist_ok=True)
-    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS):  # recorded runs
+    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS, LAB_LR_RUNS):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0
@@ -304,7 +305,8 @@ def test_the_gallerys_claims_table_is_what_its_own_data_gives():
     from blocklab.reporting import claims
 
     data = ROOT / GALLERY
-    again = claims.evaluate(data, load_params(data / "params.yaml")).set_index("id")
+    again = claims.evaluate(data, load_params(data / "params.yaml"))
+    again = pd.read_csv(io.StringIO(again.to_csv(index=False))).set_index("id")  # as written to and read from CSV
     shipped = pd.read_csv(data / "claims" / "claims.csv").set_index("id")
     assert list(again.index) == list(shipped.index)
     for column in ("verdict", "measured", "margin", "off_world", "p_reproduced_if_true", "p_rejected_if_off",
@@ -342,7 +344,7 @@ HAND_PAGES = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.m
               if _rel(p) not in WRITTEN_BY_A_COMMAND]
 RULE_CONVENTIONS = {"95%", "99%", "5%", "0.975", "1.96", "0.8", "0.2", "0.05"}  # the rules' levels; the learned threshold
 # tests/hand_numbers.yaml's size when it was last shrunk: the allow-list may only shrink (lower this with it).
-HAND_NUMBERS_AT_MOST = 617
+HAND_NUMBERS_AT_MOST = 616
 
 
 def _allowed() -> dict:
@@ -443,7 +445,7 @@ def test_the_answer_to_11c_is_rendered_from_claims_and_follows_their_verdicts(tm
     assert "the same cells" not in shipped and "did not remove" not in shipped
     verdict = claims.set_index("id")["verdict"]
     started = verdict["p11c-post-norm-warm-starts-at-24"]
-    assert ("warm-up let post-norm start at lr 1e-3" in shipped) == (started == "reproduced")
+    assert ("warm-up let post-norm start at lr 1e-3" in shipped.lower()) == (started == "reproduced")
     claims.loc[claims["id"] == "p11c-post-norm-warm-starts-at-24", "verdict"] = "inconclusive"
     claims.to_csv(tmp_path / "claims" / "claims.csv", index=False)
     assert "these runs do not decide (inconclusive)" in docs.answer_11c(tmp_path, ROOT)

@@ -38,6 +38,8 @@ TABLE = {
         "report": "blocklab.lab.jobs",
         "run-builtin": "blocklab.lab.jobs",
         "record": "blocklab.lab.jobs",
+        "lr-run": "blocklab.lab.jobs",
+        "lr-record": "blocklab.lab.jobs",
     }),
     "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed", {
         "train": "blocklab.training.sweep",

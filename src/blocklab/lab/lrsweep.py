@@ -174,10 +174,19 @@ def recorded(root: Path | str = REPO) -> pd.DataFrame:
                      "final_loss": final_loss(loss["step"], loss["loss"], meta["copy_task"]["vocab_size"],
                                               meta.get("diverged_step"), planned),
                      "diverged": meta.get("diverged_step") is not None, "steps": len(loss),
+                     "vocab_size": int(meta["copy_task"]["vocab_size"]),
                      "n_layers": int(meta["model_config"]["n_layers"]), "batch_size": int(meta["copy_task"]["batch_size"]),
                      "wall_time_s": meta.get("wall_time_s"), "cpu": meta.get("libraries", {}).get("cpu") or ""})
     return pd.DataFrame(rows, columns=["run", "block", "lr", "warmup", "seed", "final_loss", "diverged", "steps",
-                                       "n_layers", "batch_size", "wall_time_s", "cpu"])
+                                       "vocab_size", "n_layers", "batch_size", "wall_time_s", "cpu"])
+
+
+def chance_of(runs: pd.DataFrame) -> float:
+    """ℓ₀ = ln V of the recorded runs (one vocabulary: the study's setup)."""
+    vocab = set(runs["vocab_size"])
+    if len(vocab) != 1:
+        raise ConfigError(f"the recorded LR-sweep runs have vocabularies {sorted(vocab)}: one setup only")
+    return math.log(vocab.pop())
 
 
 def losses(runs: pd.DataFrame, root: Path | str = REPO) -> pd.DataFrame:

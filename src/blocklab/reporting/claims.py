@@ -335,15 +335,16 @@ def sensitivity_outcomes(data: Data, norm: str, want: str, scope: str, warmup: i
     run; no rate is claimed)."""
     _require_document_setup(data)
     summary = data.table("sensitivity/summary.csv")
-    runs = summary[summary["norm"] == norm].drop_duplicates("run_dir")
+    runs = summary[summary["norm"] == norm]
+    runs = runs.drop_duplicates("run_dir") if "run_dir" in runs else runs  # each run once
     for key, value_ in (("warmup", warmup), ("depth", depth), ("lr", lr)):
         if value_ is not None:
             runs = runs[np.isclose(runs[key].astype(float), float(value_))]
     if runs.empty:
         raise NotCheckable(f"the sensitivity study has no {norm}-norm run with warmup={warmup}, depth={depth}, lr={lr}")
-    ok = {"learned": runs["outcome"] == "learned", "failed": runs["outcome"] != "learned",
+    ok = {"learned": lambda: runs["outcome"] == "learned", "failed": lambda: runs["outcome"] != "learned",
           # reached the learned line (a tenth of chance, ``training.sweep.classify``'s) at some step
-          "started": runs["min_loss"] < 0.1 * math.log(data.params["copy_task"]["vocab_size"])}[want]
+          "started": lambda: runs["min_loss"] < 0.1 * math.log(data.params["copy_task"]["vocab_size"])}[want]()
     k, n = int(ok.sum()), len(runs)
     cells = runs["setting"].nunique()
     shown = runs[ok if scope == "some" else ~ok]

@@ -176,15 +176,20 @@ def claims_summary(data: Path, root: Path) -> str:
         for row in rows.itertuples(index=False):
             other = _other_settings(by_setting, row.id)
             lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(row.claim)} "
-                         f"Measured: {_cell(_clauses(row.measured, 140))}.{' ' + _sentence(other) if other else ''}")
+                         f"Measured: {_cell(_clauses(row.measured, 100))}.{' ' + _sentence(other) if other else ''}")
     if len(listed[listed["verdict"].isin(("not reproduced", "partly"))]):
         lines += ["", "Each measured value above is its first clauses; the claims tables of [document 000]"
                   "(docs/doc000.md#claims) and [document 004](docs/doc004.md#claims) give it whole."]
     undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
-        lines += ["", "Inconclusive, and the seeds that would decide (both error rates ≥ 0.8): " + "; ".join(
-                      f"`{r.id}` {int(r.seeds_to_decide) if pd.notna(r.seeds_to_decide) else _no_seeds(r)}"
-                      for r in undecided.itertuples(index=False)) + "."]
+        from .errors import SEARCH_CAP
+
+        known = undecided["seeds_to_decide"].dropna().astype(int)
+        beyond = int(undecided["seeds_to_decide"].isna().sum())
+        said = [f"{len(known)} of them need from {known.min()} to {known.max()} seeds per arm" if len(known) else "",
+                f"{beyond} more than {SEARCH_CAP}" if beyond else ""]
+        lines += ["", f"The {len(undecided)} inconclusive claims would be decided (both error rates ≥ 0.8) with more "
+                  f"seeds: {'; '.join(w for w in said if w)}. The claims tables' last column gives each claim's count."]
     sources = [f"{GALLERY}/claims/claims.csv"] + ([f"{GALLERY}/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
     return "\n".join(lines) + "\n\n" + _note(*sources)
@@ -259,6 +264,12 @@ ANSWER_11C = ("d000-11c-scoped-answer", "p11c-pre-norm-learns-everywhere", "p11c
 def _warmup_words(v: dict, compact: bool) -> str:
     """What warm-up did for post-norm at 24 blocks, in as many words as the two rows' verdicts allow."""
     starts, high = v["p11c-post-norm-warm-starts-at-24"], v["p11c-post-norm-warm-fails-at-high-lr"]
+    if compact:
+        words = {"reproduced": "warm-up let it start there in every setting (it can still collapse later)",
+                 "not reproduced": "warm-up did not let it start there in every setting",
+                 }.get(starts, f"whether warm-up lets it start there is undecided ({starts})")
+        return words + {"reproduced": ", not at lr 3e-3", "not reproduced": ", and at lr 3e-3 too"}.get(
+            high, f"; at lr 3e-3 it did not start, too few runs to decide ({high})")
     words = {"reproduced": "warm-up let post-norm start at lr 1e-3 in every setting tried (a run that started can still "
                            "collapse later, a different failure)",
              "not reproduced": "warm-up did not let post-norm start in every setting at lr 1e-3",
@@ -290,24 +301,40 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", comp
         return f"**{v[i]}** (`{i}`)" if compact else f"**{v[i]}** ([`{i}`]({link}))"
     only_post = all(v[i] == "reproduced" for i in ("p11c-pre-norm-learns-everywhere", "p11c-post-norm-nowarm-fails-at-24"))
     quote = "" if compact else f"\"{claims.loc['d000-11c-scoped-answer', 'claim']}\" — "
-    lines = [f"- The document's answer, scoped to its size: {quote}"
-             f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
-             f"- Pre-norm, every run of the sensitivity study, each counted once: "
-             f"{m['p11c-pre-norm-learns-everywhere']}: {said('p11c-pre-norm-learns-everywhere')}.",
-             f"- Post-norm without warm-up at 24 blocks and lr 1e-3, in every batch, position and precision tried: "
-             f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
-             f"- Post-norm with warm-up 400 at 24 blocks and lr 1e-3, the same settings: "
-             f"{m['p11c-post-norm-warm-starts-at-24']}: {said('p11c-post-norm-warm-starts-at-24')}; a run that started "
-             f"can still collapse: at the default, over nine seeds, {m['d000-post-warm-collapse-rate']} "
-             f"({said('d000-post-warm-collapse-rate')} against the document's 1 of 3).",
-             f"- Post-norm with warm-up 400 at 24 blocks and lr 3e-3: {m['p11c-post-norm-warm-fails-at-high-lr']}: "
-             f"{said('p11c-post-norm-warm-fails-at-high-lr')}.",
-             f"- Post-norm without warm-up, shallower stacks or a smaller learning rate: "
-             f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: {said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; "
-             f"the gap grows with depth over all four depths: {said('d000-depth-gap')}."]
+    if compact:  # the README: each row in as few words as say what it counts
+        lines = [f"- The document's answer at its size: {m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
+                 f"- Pre-norm, every study run, each counted once: {m['p11c-pre-norm-learns-everywhere']}: "
+                 f"{said('p11c-pre-norm-learns-everywhere')}.",
+                 f"- Post-norm, no warm-up, 24 blocks, lr 1e-3, every setting tried: "
+                 f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
+                 f"- The same with warm-up 400: {m['p11c-post-norm-warm-starts-at-24']}: "
+                 f"{said('p11c-post-norm-warm-starts-at-24')}; collapses after it at the default: "
+                 f"{said('d000-post-warm-collapse-rate')}.",
+                 f"- Warm-up 400 at lr 3e-3: {m['p11c-post-norm-warm-fails-at-high-lr']}: "
+                 f"{said('p11c-post-norm-warm-fails-at-high-lr')}.",
+                 f"- No warm-up, shallower or slower: {m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: "
+                 f"{said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; the gap grows with depth: "
+                 f"{said('d000-depth-gap')}."]
+    else:
+        lines = [f"- The document's answer, scoped to its size: {quote}"
+                 f"{m['d000-11c-scoped-answer']}: {said('d000-11c-scoped-answer')}.",
+                 f"- Pre-norm, every run of the sensitivity study, each counted once: "
+                 f"{m['p11c-pre-norm-learns-everywhere']}: {said('p11c-pre-norm-learns-everywhere')}.",
+                 f"- Post-norm without warm-up at 24 blocks and lr 1e-3, in every batch, position and precision tried: "
+                 f"{m['p11c-post-norm-nowarm-fails-at-24']}: {said('p11c-post-norm-nowarm-fails-at-24')}.",
+                 f"- Post-norm with warm-up 400 at 24 blocks and lr 1e-3, the same settings: "
+                 f"{m['p11c-post-norm-warm-starts-at-24']}: {said('p11c-post-norm-warm-starts-at-24')}; a run that "
+                 f"started can still collapse: at the default, over nine seeds, {m['d000-post-warm-collapse-rate']} "
+                 f"({said('d000-post-warm-collapse-rate')} against the document's 1 of 3).",
+                 f"- Post-norm with warm-up 400 at 24 blocks and lr 3e-3: {m['p11c-post-norm-warm-fails-at-high-lr']}: "
+                 f"{said('p11c-post-norm-warm-fails-at-high-lr')}.",
+                 f"- Post-norm without warm-up, shallower stacks or a smaller learning rate: "
+                 f"{m['p11c-post-norm-nowarm-learns-shallow-or-slow']}: "
+                 f"{said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; the gap grows with depth over all four depths: "
+                 f"{said('d000-depth-gap')}."]
     if only_post and compact:
-        answer = (f"So: at 24 blocks and lr 1e-3 without warm-up, only post-norm failed; {_warmup_words(v, compact)}; "
-                  "pre-norm learned in every setting tried, on this one task.")
+        answer = (f"So: without warm-up at 24 blocks and lr 1e-3 only post-norm failed; {_warmup_words(v, compact)}; "
+                  "pre-norm learned in every setting tried, on one task.")
     elif only_post:
         answer = ("So, from these rows: at 24 blocks and lr 1e-3 without warm-up, only post-norm failed, in every "
                   "setting tried, while pre-norm learned in every run of the study. "

@@ -235,14 +235,21 @@ def gallery_curves(data: Path, root: Path) -> pd.DataFrame:
 def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int = 100) -> list[Path]:
     """Draw ``FIGURE`` into the gallery (``out``, Korean; ``out/en``, English), each with its JSON sidecar naming the
     runs it drew; returns the figures that were (with ``check``: would be) redrawn because the recorded runs changed."""
-    from ..figures import style
     from ..figures.lab import lab_fixes_figure
 
     curves = gallery_curves(data, root)
-    runs = sorted(set(curves["run"]))
+    return _redraw(out, FIGURE, sorted(set(curves["run"])), lambda lang: lab_fixes_figure(curves, FIXES, lang),
+                   [records.RUNS, *GALLERY_SWEEP[1:]], check, dpi)
+
+
+def _redraw(out: Path, name: str, runs: list[str], draw, sources: list[str], check: bool, dpi: int) -> list[Path]:
+    """Figure ``name`` in Korean (``out``) and English (``out/en``), drawn by ``draw(lang)`` where its sidecar names
+    other runs than ``runs`` (or there is none); returns the figures (with ``check``: that would be) redrawn."""
+    from ..figures import style
+
     stale = []
     for lang, folder in (("ko", out), ("en", out / "en")):
-        path = folder / f"{FIGURE}.png"
+        path = folder / f"{name}.png"
         sidecar = path.with_suffix(".json")
         drawn = (json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}).get("runs")
                  if sidecar.is_file() else None)
@@ -252,9 +259,7 @@ def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi:
         if check:
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        fig = lab_fixes_figure(curves, FIXES, lang)
-        sources = [records.RUNS, *GALLERY_SWEEP[1:]]
-        style.save(fig, path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs}, record=False)  # in git
+        style.save(draw(lang), path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs}, record=False)  # in git
     return stale
 
 
@@ -304,8 +309,7 @@ def lr_block(data: Path, root: Path) -> str:
 
     runs = lrsweep.recorded(root)
     planned = len(lrsweep.plan())
-    chance = math.log(64)
-    table = lrsweep.table(runs, chance) if len(runs) else pd.DataFrame()
+    table = lrsweep.table(runs, lrsweep.chance_of(runs)) if len(runs) else pd.DataFrame()
     lrs = [f"{lr:g}" for lr in lrsweep.LRS]
     lines = [f"Recorded: {len(runs)} of the {planned} planned runs ({len(lrsweep.BLOCKS)} blocks x "
              f"{len(lrsweep.LRS)} learning rates x seeds {', '.join(map(str, lrsweep.SEEDS))}).", "",
@@ -323,6 +327,14 @@ def lr_block(data: Path, root: Path) -> str:
         losses = [r.get(f"loss_lr{lr}") for lr in lrs]
         lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {r.best_lr:g} | "
                      + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
+    if len(runs):  # the cost, measured: each run's own wall time (under whatever else the machine ran then)
+        hours, median = runs["wall_time_s"].sum() / 3600, runs["wall_time_s"].median() / 60
+        left = planned - len(runs)
+        cpus = ", ".join(sorted(set(runs["cpu"])))
+        lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs (each run's own wall time, under whatever "
+                  f"else the machine ran then; median {median:.0f} min a run, on "
+                  f"{cpus}); the {left} runs left, at that median and two at a time: about {left * median / 120:.1f} "
+                  "wall-hours."]
     learned, failed = lr_groups(data, root)
     verdict, why = lrsweep.ranking(table, learned, failed)
     lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
@@ -334,26 +346,13 @@ def lr_block(data: Path, root: Path) -> str:
 def lr_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int = 100) -> list[Path]:
     """Draw ``LR_FIGURE`` into the gallery (Korean in ``out``, English in ``out/en``) with its sidecar naming the runs
     drawn; returns the figures (with ``check``: that would be) redrawn because the recorded runs changed."""
-    from ..figures import style
     from ..figures.lab import lr_sensitivity_figure
     from ..lab import lrsweep
     from ..records import LAB_LR_RUNS
 
     runs = lrsweep.recorded(root)
-    drawn_runs = sorted(runs["run"])
-    table = lrsweep.table(runs, math.log(64)) if len(runs) else pd.DataFrame()
-    stale = []
-    for lang, folder in (("ko", out), ("en", out / "en")):
-        path = folder / f"{LR_FIGURE}.png"
-        sidecar = path.with_suffix(".json")
-        drawn = (json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}).get("runs")
-                 if sidecar.is_file() else None)
-        if path.is_file() and drawn == drawn_runs:
-            continue
-        stale.append(path)
-        if check:
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        fig = lr_sensitivity_figure(runs, table, lrsweep.BLOCKS, lang)
-        style.save(fig, path, dpi=dpi, sources=[LAB_LR_RUNS], params={"lang": lang, "runs": drawn_runs}, record=False)
-    return stale
+    table = lrsweep.table(runs, lrsweep.chance_of(runs)) if len(runs) else pd.DataFrame()
+    return _redraw(out, LR_FIGURE, sorted(runs["run"]),
+                   lambda lang: lr_sensitivity_figure(runs, table, lrsweep.BLOCKS, lang,
+                                                      int(runs["vocab_size"].iloc[0]) if len(runs) else 64),
+                   [LAB_LR_RUNS], check, dpi)
