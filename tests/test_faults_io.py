@@ -346,3 +346,17 @@ def test_a_read_only_data_folder_stops_the_pipeline_before_any_job_in_one_line(t
                               "was started and nothing was changed; make it writable and run the same command again")
     assert said.returncode == 1 and said.stderr.count("\n") == 1
     assert said.stderr.startswith("blocklab: error: data/ is on a read-only filesystem"), said.stderr
+
+
+def test_a_hanging_parameter_file_is_refused_before_torch_is_imported(tmp_path):
+    """The command line refuses a parameter file that would hang its readers before it imports the command's module:
+    torch (seconds to import) is never loaded, so the refusal takes the time of reading the file's first nodes."""
+    import subprocess
+    import sys
+
+    (tmp_path / "params.yaml").write_text(BOMB_TOP, encoding="utf-8")
+    code = ("import sys; from blocklab.cli import main; rc = main(['sweep', 'train', '--params', 'params.yaml', "
+            "'--norm', 'pre', '--warmup', '0', '--seed', '0', '--out-dir', 'run']); print(rc, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"], (done.stdout, done.stderr)
+    assert "x8: holds 1,111,111,111 values" in done.stderr and done.stderr.count("\n") == 1

@@ -32,7 +32,10 @@ def test_the_metrics_are_the_gallery_runs_numbers(tmp_path):
 
 
 def test_dvc_declares_the_metrics_the_pipeline_writes():
-    assert DVC["metrics"] == [metrics.OUT]
+    from blocklab.records import SMOKE_METRICS
+
+    # the pipeline's own, then the last `blocklab smoke`'s copy (so `dvc metrics show` shows it after a smoke)
+    assert DVC["metrics"] == [metrics.OUT, SMOKE_METRICS]
     rules = (ROOT / "workflow/rules/report.smk").read_text(encoding="utf-8")
     assert f'"{metrics.OUT}"' in rules and f'"{metrics.OUT}"' in (ROOT / "Snakefile").read_text(encoding="utf-8")
     outs = [next(iter(o)) if isinstance(o, dict) else o for o in DVC["stages"]["pipeline"]["outs"]]

@@ -245,10 +245,14 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     verdict = table.set_index(["id", "setting"])["verdict"]
     measured = table.set_index(["id", "setting"])["measured"]
     decide = table.set_index(["id", "setting"])["seeds_to_decide"]
-    assert verdict[("d000-post-nowarm-stuck", a)] == "reproduced"  # 3 of 3 stuck, as the document's 3 of 3
+    # 3 of 3 stuck, as the document's 3 of 3: the rule says reproduced, but 3 seeds cannot tell "every seed" from
+    # one run in five not stuck (the off world: 0.8^3 = 0.51 > 0.2), so the gate keeps it undecided, 8 seeds to decide
+    assert verdict[("d000-post-nowarm-stuck", a)] == "inconclusive" and decide[("d000-post-nowarm-stuck", a)] == 8
+    assert "the rule alone: reproduced" in table.set_index(["id", "setting"]).loc[("d000-post-nowarm-stuck", a), "margin"]
     # 0 of 3 stuck where the document says "in all three seeds": each run a part (count scope every seed), none
-    # meets it: not reproduced, nothing left to decide (as a rate it would be Fisher's p = 0.1, inconclusive)
-    assert verdict[("d000-post-nowarm-stuck", b)] == "not reproduced" and pd.isna(decide[("d000-post-nowarm-stuck", b)])
+    # meets it: not reproduced, and it stands (never said of a true statement); its p_rejected_if_off is below 0.8
+    # at 3 seeds (1 - 0.8^3), so the row still names the 8 seeds at which both rates would reach 0.8 (a † row)
+    assert verdict[("d000-post-nowarm-stuck", b)] == "not reproduced" and decide[("d000-post-nowarm-stuck", b)] == 8
     # each cell reads the gradients of its own batch: flat at the default batch, growing at twice it. One seed has no
     # interval, so the trend part and the last block's value part (1.0 and 2.0 against 1.07) are both inconclusive
     # whatever their points: one run of a random quantity decides nothing
@@ -262,7 +266,7 @@ def test_claim_by_setting_judges_each_setting_on_its_own_runs():
     assert set(table["id"]) == {c["id"] for c in claims.load_claims() if c["check"] in claims.SWEEP_CHECKS}
     robust = study_claims.robustness(table).set_index("id")
     assert not robust.loc["d000-post-nowarm-stuck", "robust"]
-    assert robust.loc["d000-post-nowarm-stuck", "default_verdict"] == "reproduced"
+    assert robust.loc["d000-post-nowarm-stuck", "default_verdict"] == "inconclusive"
 
 
 # ---- bad input -----------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from .config import ConfigError
 from .studies.protocol import STUDIES
@@ -170,6 +171,8 @@ def main(argv=None) -> int:
         import signal
 
         signal.signal(signal.SIGINT, _exit_quietly)
+    if refused := _params_refused(argv):  # before the command's module is imported (torch alone takes seconds)
+        return refused
     args = build_parser([a for a in argv if not a.startswith("-")][:2]).parse_args(argv)
     command = " ".join(filter(None, [args.command, getattr(args, "verb", None)]))
     from .integrity import DamagedArtifact
@@ -186,6 +189,25 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130 if quiet_interrupt else _fail(command, "interrupted", 130)
     return int(result or 0)
+
+
+def _params_refused(argv: list[str]) -> int:
+    """A --params file too large, a YAML bomb or not YAML at all is refused in a fraction of a second, before any
+    command module (and torch) is imported: ``params.read_params_file``'s checks, one line, exit 2; 0 when it passes
+    them or names no file (the command then reads and validates it as always)."""
+    given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--params"]
+    given += [a.split("=", 1)[1] for a in argv if a.startswith("--params=")]
+    from .params import ParamsError, read_params_file
+
+    for path in given:
+        if not Path(path).is_file():
+            continue  # the command says so, naming its option
+        try:
+            read_params_file(path)
+        except ParamsError as err:
+            words = [a for a in argv if not a.startswith("-")][:2]
+            return _fail(" ".join(words), err, 2)
+    return 0
 
 
 def _fail(command: str, err, status: int) -> int:
