@@ -27,10 +27,13 @@ def env_for(project: Path) -> dict:
             "PYTHONPATH": f"{project / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def training_logs(project: Path) -> list[Path]:
-    """The train.log of every run that has logged a step."""
-    return [log for log in (project / "data").glob("**/runs/**/train.log")
-            if re.search(r": step \d+/", log.read_text(encoding="utf-8", errors="replace"))]
+def training_logs(project: Path, steps: int | None = None, family: str = "**") -> list[Path]:
+    """The train.log of every run (of ``family``: a folder under data/) that has logged a step of ``steps``: the
+    sweep's runs made long, not a job that happens to start first and may end before the signal (the reverse-copy
+    runs, or a study run that stops early)."""
+    pattern = rf": step \d+/{steps if steps is not None else ''}"
+    return [log for log in (project / "data").glob(f"{family}/runs/**/train.log")
+            if re.search(pattern, log.read_text(encoding="utf-8", errors="replace"))]
 
 
 def dry_run_priorities(project: Path) -> dict[str, int]:
@@ -70,7 +73,7 @@ def interrupted(tmp_path_factory):
                             start_new_session=True, preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 600
     try:
-        while not training_logs(project):
+        while not training_logs(project, 3000, "sweep"):
             assert proc.poll() is None, f"make run ended (rc {proc.returncode}) before training:\n{output.read_text()[-3000:]}"
             assert time.monotonic() < deadline, "no training step logged within 600 s"
             time.sleep(0.2)
@@ -106,7 +109,7 @@ def test_ctrl_c_on_make_run_says_in_one_line_what_is_kept_and_how_to_resume(inte
     assert line == kept_line(project)
     # and at its start, once, the training left with its ETA from the measured step cost
     etas = [line for line in whole.splitlines() if re.match(r"blocklab: \d+ training run\(s\) left", line)]
-    assert len(etas) == 1 and re.search(r"about \d+:\d\d:\d\d of training at \S+ s a step", etas[0]), etas
+    assert len(etas) == 1 and re.search(r"about \d+:\d\d:\d\d in all, training at \S+ s a step", etas[0]), etas
 
 
 def test_under_dvc_repro_the_line_names_dvc_repro_and_what_dvcs_own_error_line_means(interrupted, monkeypatch):
