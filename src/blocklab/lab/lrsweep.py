@@ -58,7 +58,7 @@ def lr_setup(setup, lr: float):
     return replace(setup, lr=check_lr(lr))
 
 
-def plan(blocks=BLOCKS, lrs=LRS, seeds=SEEDS, warmup: int = 0) -> list[tuple[str, float, int]]:
+def plan(blocks=BLOCKS, lrs=LRS, seeds=SEEDS) -> list[tuple[str, float, int]]:
     """Every run of the recorded study, seed by seed (so that a stopped study has whole seeds), then lr, then block."""
     return [(block, lr, seed) for seed in seeds for lr in lrs for block in blocks]
 
