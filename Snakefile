@@ -2,7 +2,7 @@
 #   snakemake --cores 4            (local; profiles/default)
 #   snakemake --profile profiles/slurm --workflow-profile none   (a SLURM cluster; docs/slurm.md)
 # The DAG is defined here and in workflow/rules/*.smk only; dvc.yaml runs it. Rules call `blocklab <group> <verb>`.
-from blocklab.config import NORM_POSITIONS
+from blocklab.model_config import NORM_POSITIONS
 from blocklab.studies.protocol import STUDIES
 from blocklab.pipeline import FIGURES, MODEL_CODE, PARAMS_FILE, check_config, code_closure, code_files, resume_first, sweep_batched, sweep_group_files, training_settings
 
@@ -23,13 +23,13 @@ if workflow.is_main_process:
 # params.yaml read by blocklab first (its size, its values with YAML aliases expanded, a repeated key): a file that
 # would hold Snakemake's own reader for minutes is refused in a second; a parameter error is one line, exit status 2
 from blocklab.pipeline import in_one_line
-from blocklab.params import read_params_file
+from blocklab.params_file import read_params_file
 
 in_one_line(read_params_file, PARAMS_FILE)
 configfile: "params.yaml"
 in_one_line(check_config, config)  # schema + cross-field checks: a bad value stops here, before any job, naming the key
-if workflow.is_main_process:  # its jobs refuse params.yaml if it is edited while they wait (blocklab.params.pin_params)
-    from blocklab.params import pin_params
+if workflow.is_main_process:  # its jobs refuse params.yaml if it is edited while they wait (blocklab.params_file.pin_params)
+    from blocklab.params_file import pin_params
 
     pin_params(PARAMS_FILE)
 

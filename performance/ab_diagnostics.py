@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from blocklab.model.fastpath import FastPath, apply_fast_path, tune_allocator
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import diagnostics as now
 from blocklab.training import sweep
 from blocklab.training.tasks import copy_batch, copy_loss

@@ -33,7 +33,7 @@ def worker(kinds: list[str], profiled: bool = False) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from blocklab.model.fastpath import FastPath, apply_fast_path, tune_allocator
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.training import diagnostics, sweep
     from blocklab.training.tasks import copy_batch, copy_loss
     from blocklab.training.train import _make_step

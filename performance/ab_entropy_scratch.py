@@ -14,7 +14,7 @@ import time
 import torch
 
 from blocklab.model.fastpath import FastPath, apply_fast_path, tune_allocator
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import diagnostics as D, sweep
 from blocklab.training.tasks import copy_batch, copy_loss
 from blocklab.training.train import _make_step

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from blocklab.model import fastpath as new
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import sweep
 from blocklab.training.tasks import copy_batch, copy_loss
 

@@ -13,7 +13,7 @@ import torch
 
 from blocklab.model.fastpath import PLAIN, FastPath, apply_fast_path, tune_allocator
 from blocklab.model.peer import build_peer_model
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import sweep
 from blocklab.training.precision import autocast
 from blocklab.training.tasks import copy_batch, copy_loss

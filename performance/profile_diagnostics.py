@@ -15,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from blocklab.model.fastpath import FastPath, apply_fast_path, tune_allocator
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import sweep
 from blocklab.training.tasks import copy_batch, copy_loss
 from blocklab.training.train import _make_step

@@ -2,7 +2,7 @@
 own checks. Run from the repository root: ``python scripts/judge_gradnorm_by_position.py`` (it reads and writes
 records/sensitivity/first-look)."""
 import pandas as pd
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.reporting import claims
 D = "records/sensitivity/first-look"
 params = load_params("params.yaml")

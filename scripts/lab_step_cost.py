@@ -6,10 +6,10 @@ import time
 
 import torch
 
-from blocklab.config import NORM_POSITIONS
+from blocklab.model_config import NORM_POSITIONS
 from blocklab.lab.spec import model_config, profile_setup
 from blocklab.model.fastpath import FastPath, apply_fast_path
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training.copy_model import build_copy_model
 from blocklab.training.tasks import copy_batch, copy_loss
 

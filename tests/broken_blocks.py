@@ -1,7 +1,7 @@
 """Deliberately broken blocks for the reviewer's tests: each one breaks exactly one rule of document 004."""
 from torch import nn
 
-from blocklab.config import ModelConfig
+from blocklab.model_config import ModelConfig
 from blocklab.model.blocks import DecoderOnlyBlock, EncoderBlock, PreNormResidual
 from blocklab.model.layers import MLP
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from blocklab.experiments.problem9 import standardized_scores
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.reporting import answers
 from blocklab.reporting.claims import NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, Data
 

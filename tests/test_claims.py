@@ -10,8 +10,8 @@ import pytest
 
 from scipy import stats
 
-from blocklab.config import ConfigError
-from blocklab.params import load_params
+from blocklab.model_config import ConfigError
+from blocklab.params_file import load_params
 from blocklab.reporting import claims, verdicts
 from blocklab.records import GALLERY
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blocklab.config import ConfigError
+from blocklab.model_config import ConfigError
 from blocklab.studies.dynamics import detectors as det
 from blocklab.studies.dynamics.aggregate import wilson
 from blocklab.records import DYNAMICS

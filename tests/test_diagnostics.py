@@ -15,8 +15,8 @@ from blocklab import ModelConfig
 from blocklab.studies.dynamics.aggregate import rates, wilson
 from blocklab.studies.dynamics.plan import plan
 from blocklab.studies.dynamics.plan import collapse_stop, events
-from blocklab.config import ConfigError
-from blocklab.params import ParamsError, load_params, validate_params  # every study's checks too
+from blocklab.model_config import ConfigError
+from blocklab.params_file import ParamsError, load_params, validate_params  # every study's checks too
 from blocklab.integrity import record_snapshot, run_record, seal_meta
 from blocklab.training.diagnostics import METRICS, Recorder
 from blocklab.training.copy_model import build_copy_model

@@ -29,7 +29,7 @@ import torch
 
 from blocklab import provenance
 from blocklab.model.fastpath import PLAIN, FastPath, apply_fast_path
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import diagnostics
 from blocklab.training.copy_model import build_copy_model, copy_model_config
 from blocklab.training.precision import cpu_bf16_units

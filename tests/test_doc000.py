@@ -18,7 +18,7 @@ from blocklab.cli import main
 from blocklab.experiments.gradnorm import gradnorm_frame, measure_gradnorms
 from blocklab.experiments.problem9 import standardized_scores
 from blocklab.experiments.residual_sim import curve_frame, report_table, simulate_streams
-from blocklab.settings import CopyTask
+from blocklab.run_settings import CopyTask
 from blocklab.training.copy_model import copy_model_config
 from blocklab.figures import doc000, style
 
@@ -80,7 +80,7 @@ def test_gradnorms_match_autograd_on_masked_copy_loss(norm_position):
 
 
 def test_gradnorm_frame_covers_every_norm_seed_and_block(tmp_path):
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
 
     params = load_params(tiny_params(tmp_path))
     frame = gradnorm_frame(params)

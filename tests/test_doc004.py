@@ -20,7 +20,7 @@ from blocklab.experiments import reverse_copy as rc
 from blocklab.figures import doc004
 from blocklab.io import read_json
 from blocklab.model.counting import count_parameters, encoder_decoder_params
-from blocklab.params import validate_params
+from blocklab.params_file import validate_params
 from blocklab.training.tasks import reverse_batch
 
 REPO = Path(__file__).resolve().parents[1]

@@ -86,7 +86,7 @@ def test_the_reviewers_table_is_rendered_from_its_recorded_file(tmp_path):
     --table ... --json` records); a changed record changes the block, a file that is not such a record is named."""
     import json
 
-    from blocklab.config import ConfigError
+    from blocklab.model_config import ConfigError
 
     stack = {"reviewable": True, "residual": "sequential", "norm_placement": "pre", "norm_kind": "rmsnorm",
              "attention": "GQA", "query_heads": 4, "kv_heads": 2, "qk_norm": False, "position": "rope",
@@ -301,7 +301,7 @@ def test_a_claim_not_reproduced_says_what_the_other_settings_gave_and_with_how_m
 def test_the_gallerys_claims_table_is_what_its_own_data_gives():
     """Every verdict, measurement and margin of records/gallery/claims/claims.csv is re-derived from the tables the
     gallery ships (a table a check reads but the gallery left out, such as the held-out losses, would change rows)."""
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.reporting import claims
 
     data = ROOT / GALLERY
@@ -461,7 +461,7 @@ def test_the_reports_detector_numbers_are_the_gallery_datas_and_docs_dynamics_qu
     pipeline's detectors.csv, or the gallery's aggregated dynamics tables), and docs/dynamics.md's generated block,
     which also reads the snapshots in records/dynamics/, states the same hits, windows, false alarms and intervals."""
     from blocklab.reporting import answers, claims
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
 
     keys = ["detector", "resolution"]
     numbers = ["events", "events_evaluable", "hits", "hit_low", "hit_high", "windows", "false_alarms", "fa_low",

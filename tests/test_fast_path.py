@@ -27,11 +27,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from blocklab.bench.flops import capture_step_gemms, copy_step_flops, time_gemm_floor
 from blocklab.bench.lanes import train_copy_steps
-from blocklab.config import ModelConfig
+from blocklab.model_config import ModelConfig
 from blocklab.model.fastpath import (PLAIN, FastPath, FusedLayerNorm, ShortCausalAttention, apply_fast_path, fuse_layernorms,
                                      tune_allocator, use_short_causal_attention)
 from blocklab.model.layers import Attention, LayerNorm
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training import sweep
 from blocklab.training.copy_model import build_copy_model, copy_model_config
 from blocklab.training.sweep import train_copy_run

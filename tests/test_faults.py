@@ -25,7 +25,7 @@ import torch
 from blocklab.integrity import (MANIFEST, DamagedArtifact, interrupted, record_snapshot, seal_run, verify_run,
                                 verify_snapshot, verify_tree)
 from blocklab.io import OutputError, read_table, write_table
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training.sweep import aggregate, run_state, train_copy_run
 from blocklab.records import DYNAMICS, GALLERY
 

@@ -17,7 +17,7 @@ import yaml
 
 from blocklab.integrity import run_record, seal_meta, verify_run, verify_tree
 from blocklab.io import atomic_path, recorded_path, table_record_path, write_table
-from blocklab.params import MAX_PARAMS_BYTES, MAX_PARAMS_VALUES, ParamsError, load_params
+from blocklab.params_file import MAX_PARAMS_BYTES, MAX_PARAMS_VALUES, ParamsError, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -205,7 +205,7 @@ def test_a_file_that_would_hang_every_reader_is_refused_naming_the_key_or_the_si
 
 def test_an_anchor_inside_itself_is_refused():
     with pytest.raises(ParamsError, match=r"a: holds an unbounded number of values \(an anchor inside itself\)"):
-        from blocklab.params import read_params_file
+        from blocklab.params_file import read_params_file
 
         path = Path(os.environ.get("TMPDIR", "/tmp")) / f"blocklab-recursive-{os.getpid()}.yaml"
         path.write_text("a: &a [1, *a]\n", encoding="utf-8")
@@ -228,7 +228,7 @@ def test_a_long_seed_list_under_the_value_limit_is_refused_by_the_schema(tmp_pat
 @pytest.mark.parametrize("key,value", [("copy_task.vocab_size", 10 ** 9), ("copy_model.d_model", 2 ** 20),
                                        ("copy_model.n_layers", 10 ** 7)])
 def test_the_memory_estimate_blames_the_key_that_drives_it(tmp_path, key, value):
-    from blocklab.params import _largest_fitting, machine_memory, training_cost
+    from blocklab.params_file import _largest_fitting, machine_memory, training_cost
 
     params = yaml.safe_load(TINY_TEXT)
     section, name = key.split(".")
@@ -302,7 +302,7 @@ def test_a_temporary_file_whose_writer_died_is_removed_at_the_next_start_however
 
 
 def test_a_job_refuses_a_params_file_changed_since_the_pipeline_started(tmp_path, monkeypatch):
-    from blocklab.params import PINNED_ENV, pin_params
+    from blocklab.params_file import PINNED_ENV, pin_params
 
     monkeypatch.chdir(tmp_path)
     Path("params.yaml").write_text(TINY_TEXT, encoding="utf-8")

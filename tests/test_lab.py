@@ -14,7 +14,7 @@ import torch
 from scipy import stats
 from torch import nn
 
-from blocklab.config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
+from blocklab.model_config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
 from blocklab.model import blocks
 from blocklab.model.counting import decoder_lm_params
 from blocklab.model.layers import LayerNorm
@@ -245,7 +245,7 @@ def test_rates_rule_decides_only_where_fishers_test_can():
 def _literature(params_change=None):
     import copy
 
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.reporting import claims
 
     data = ROOT / GALLERY
@@ -317,7 +317,7 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
     from blocklab.lab.report import page, rates
     from blocklab.lab.run import row_of
     from blocklab.lab.spec import make_spec
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
 
     params = load_params(ROOT / "params.yaml")
     spec = make_spec(ROOT / "params.yaml", "document", builtin="deepnorm", seeds=[0, 7], warmups=[0])
@@ -348,7 +348,7 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
 
 
 def test_the_reports_answer_to_11c_says_what_to_do_instead_from_the_literatures_verdicts():
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.reporting import answers
 
     data, claims = answers.load(ROOT / GALLERY, load_params(ROOT / f"{GALLERY}/params.yaml"))
@@ -447,7 +447,7 @@ def test_lab_job_record_copies_finished_runs_and_says_where_every_run_stands(tmp
 
     from blocklab.cli import main
     from blocklab.lab.spec import params_for, profile_setup
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.training.sweep import train_copy_run
 
     params = load_params(ROOT / "params.yaml", studies=False)

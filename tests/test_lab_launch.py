@@ -181,7 +181,7 @@ def test_a_transformers_layer_class_is_built_inside_its_own_model_at_the_profile
 
 def test_the_lab_says_the_width_and_heads_it_builds_a_block_with(tmp_path):
     """tiny builds at width 16 with 2 heads: the page's "built as" and a constructor's failure say so (not 64, 4)."""
-    from blocklab.config import ConfigError
+    from blocklab.model_config import ConfigError
     from blocklab.lab.spec import make_spec
 
     (tmp_path / "blocks.py").write_text(

@@ -4,7 +4,7 @@ read and tested without the ones above it, and no two modules import each other,
 Bottom to top: params and config; model; training; experiments; the block reviewer (blocklab.review: a consumer of
 model/, which never imports it; reporting renders its recorded tables); figures and reporting; the command line. The rule is
 read from the import statements themselves (ast), deferred imports included: an import inside a function is still a
-dependency, and a circle through one is a circle (params.py once imported experiments/sensitivity.py that way).
+dependency, and a circle through one is a circle (the params loader once imported experiments/sensitivity.py that way).
 
 The studies are one package each, of one shape (studies/README.md), spread over the layers by kind:
 ``plan`` at the params level (a plan is made from the parameters alone), ``run`` and ``aggregate`` at the experiments
@@ -18,7 +18,7 @@ holds: plan below run below aggregate below figures and commands; a study's own 
 Folders (the package's subpackages) import each other one way only: no folder imports a folder that
 imports it back, directly or through others.
 
-Validating parameters runs each study's checks: ``params.py`` (the one ``load_params``) reads ``studies.checks.CHECKS``,
+Validating parameters runs each study's checks: ``params_file.py`` (the one ``load_params``) reads ``studies.checks.CHECKS``,
 each plan's ``check_problems``; the plans sit at the params level beside it and never import it, so there is no
 circle (tested).
 """
@@ -40,7 +40,7 @@ STUDIES = list(protocol.STUDIES)
 STUDY_MODULES = list(protocol.PARTS)  # plan, run, aggregate, figures, commands: bottom to top, inside each study
 EXTRA = {"dynamics": {"detectors": "aggregate"}}  # a study's further modules, each of one kind
 LAYERS = {
-    "params": ["blocklab.config", "blocklab.params", "blocklab.records", "blocklab.settings", "blocklab.io", "blocklab.provenance",
+    "params": ["blocklab.model_config", "blocklab.params_file", "blocklab.records", "blocklab.run_settings", "blocklab.io", "blocklab.provenance",
                "blocklab.runtime", "blocklab.pipeline", "blocklab.integrity", "blocklab.studies.cells",
                "blocklab.studies.checks", "blocklab.studies.protocol",
                *[f"blocklab.studies.{s}.plan" for s in STUDIES]],
@@ -109,13 +109,13 @@ def test_the_studies_have_one_shape_and_keep_its_order_inside_and_between_them()
 
 
 def test_params_reads_the_studies_checks_only_and_no_plan_reads_params():
-    """``params.validate_params`` runs every study's checks (``studies.checks.CHECKS``, the plans'); so that this is
+    """``params_file.validate_params`` runs every study's checks (``studies.checks.CHECKS``, the plans'); so that this is
     no circle, params reads nothing else of the studies and nothing it reads imports ``params`` back."""
     known = modules()
-    below = {t for t, _ in imported("blocklab.params", known["blocklab.params"], known)}
+    below = {t for t, _ in imported("blocklab.params_file", known["blocklab.params_file"], known)}
     assert {t for t in below if t.startswith("blocklab.studies")} == {"blocklab.studies.checks"}, below
     for module in ["blocklab.studies.checks", "blocklab.studies.cells", *[f"blocklab.studies.{s}.plan" for s in STUDIES]]:
-        assert "blocklab.params" not in {t for t, _ in imported(module, known[module], known)}, module
+        assert "blocklab.params_file" not in {t for t, _ in imported(module, known[module], known)}, module
     from blocklab.studies import checks
 
     assert sorted(check.__module__ for check in checks.CHECKS) == sorted(f"blocklab.studies.{s}.plan" for s in STUDIES)
@@ -231,13 +231,13 @@ def test_a_module_imports_alone_in_a_fresh_process(module):
 
 
 def test_the_plan_names_runs_as_the_sweep_does():
-    """One run-directory name: ``settings.run_name``, which the sweep and the studies' cells both use."""
-    from blocklab import settings
+    """One run-directory name: ``run_settings.run_name``, which the sweep and the studies' cells both use."""
+    from blocklab import run_settings
     from blocklab.studies import cells as study
     from blocklab.training import sweep
 
-    assert study.run_name is settings.run_name and sweep.run_name is settings.run_name
-    assert settings.run_name("post", 400, 2) == "post-w400-s2"
+    assert study.run_name is run_settings.run_name and sweep.run_name is run_settings.run_name
+    assert run_settings.run_name("post", 400, 2) == "post-w400-s2"
 
 
 def test_one_loader_of_parameters_and_one_default_cadence():
@@ -250,7 +250,7 @@ def test_one_loader_of_parameters_and_one_default_cadence():
     defined = [module for module, path in modules().items()
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                if isinstance(node, ast.FunctionDef) and node.name == "load_params"]
-    assert defined == ["blocklab.params"], defined
+    assert defined == ["blocklab.params_file"], defined
     from blocklab import review
     from blocklab.studies import checks
     from blocklab.training import diagnostics

@@ -105,7 +105,7 @@ def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
     shared reading of a step (studies/dynamics/aggregate.py, imported inside a function) included, so an edit to either
     re-judges the claims; a module that does not exist is refused, not silently dropped."""
     closure = code_closure("reporting/claims")
-    for module in ("reporting/claims", "reporting/verdicts", "studies/dynamics/aggregate", "params"):
+    for module in ("reporting/claims", "reporting/verdicts", "studies/dynamics/aggregate", "params_file"):
         assert f"src/blocklab/{module}.py" in closure, module
     assert "src/blocklab/reporting/report.py" not in closure  # claims does not import the report
     assert all((ROOT / path).is_file() for path in closure)
@@ -113,14 +113,14 @@ def test_a_rules_code_closure_follows_the_imports_deferred_ones_included():
         code_closure("reporting/nonesuch")
 
 
-def test_every_list_of_norm_positions_names_config_norm_positions():
-    """One list per extension point: config.NORM_POSITIONS. The figures' colours, the schema's enum and every
+def test_every_list_of_norm_positions_names_model_config_norm_positions():
+    """One list per extension point: model_config.NORM_POSITIONS. The figures' colours, the schema's enum and every
     command's --norm choices are checked against it here (so a new position without a colour fails now, not when the
     report is drawn); the rules' wildcard and the ranking's run-name pattern are made from it."""
     import yaml
 
     from blocklab.cli import build_parser
-    from blocklab.config import NORM_POSITIONS
+    from blocklab.model_config import NORM_POSITIONS
     from blocklab.figures.doc000 import NORM_COLORS
 
     positions = set(NORM_POSITIONS)
@@ -145,11 +145,11 @@ def test_every_list_of_norm_positions_names_config_norm_positions():
 
 def test_every_list_of_model_choices_names_the_config_list():
     """One list per extension point: the FFN kinds, norm kinds, position kinds and init schemes are the
-    tuples of blocklab.config. The schema's enums are checked against them, and a new FFN kind must come with its
+    tuples of blocklab.model_config. The schema's enums are checked against them, and a new FFN kind must come with its
     figure name, its matrix count for the parameter audit, and a closed-form count equal to the built model's."""
     import yaml
 
-    from blocklab import config
+    from blocklab import model_config
     from blocklab.experiments.param_counts import FFN_MATRICES
     from blocklab.figures.params import FFN_NAMES
     from blocklab.model.counting import decoder_lm_params
@@ -157,11 +157,11 @@ def test_every_list_of_model_choices_names_the_config_list():
 
     schema = yaml.safe_load(resources.files("blocklab").joinpath("params.schema.yaml").read_text(encoding="utf-8"))
     model = schema["properties"]["copy_model"]["properties"]
-    assert model["ffn_kind"]["enum"] == list(config.FFN_KINDS)
-    assert model["norm_kind"]["enum"] == list(config.NORM_KINDS)
-    assert model["init"]["enum"] == list(config.INIT_SCHEMES)
-    assert schema["$defs"]["position"]["enum"] == list(config.POSITION_KINDS)
-    assert set(FFN_NAMES) == set(FFN_MATRICES) == set(config.FFN_KINDS)
-    for kind in config.FFN_KINDS:
-        cfg = config.ModelConfig(d_model=16, n_heads=2, n_layers=2, vocab_size=11, max_len=8, ffn_kind=kind)
+    assert model["ffn_kind"]["enum"] == list(model_config.FFN_KINDS)
+    assert model["norm_kind"]["enum"] == list(model_config.NORM_KINDS)
+    assert model["init"]["enum"] == list(model_config.INIT_SCHEMES)
+    assert schema["$defs"]["position"]["enum"] == list(model_config.POSITION_KINDS)
+    assert set(FFN_NAMES) == set(FFN_MATRICES) == set(model_config.FFN_KINDS)
+    for kind in model_config.FFN_KINDS:
+        cfg = model_config.ModelConfig(d_model=16, n_heads=2, n_layers=2, vocab_size=11, max_len=8, ffn_kind=kind)
         assert decoder_lm_params(cfg) == sum(p.numel() for p in DecoderLM(cfg).parameters()), kind

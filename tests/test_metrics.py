@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.pipeline import FIGURES
 from blocklab.reporting import metrics
 from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES

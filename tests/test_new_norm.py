@@ -1,6 +1,6 @@
 """A norm position added to the sweep goes through every job to the report, or is refused before any job.
 
-The report names each position from its declaration (config.NORM_POSITION_SPECS), as the figures do: a position
+The report names each position from its declaration (model_config.NORM_POSITION_SPECS), as the figures do: a position
 `sweep.norms` may list is one the report can write (a hand-written ("post", "pre") once crashed it after the last run).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import yaml
 
-from blocklab.config import NORM_POSITION_SPECS, NORM_POSITIONS
+from blocklab.model_config import NORM_POSITION_SPECS, NORM_POSITIONS
 from tiny_dag import run_in_project
 
 

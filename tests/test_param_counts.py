@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from blocklab import cli
-from blocklab.config import ConfigError, ModelConfig
+from blocklab.model_config import ConfigError, ModelConfig
 from blocklab.experiments import param_counts
 from blocklab.model import hf_config
 from blocklab.model.blocks import EncoderBlock

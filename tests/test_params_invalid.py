@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blocklab.params import ParamsError, load_params
+from blocklab.params_file import ParamsError, load_params
 
 PROJECT = Path(__file__).resolve().parents[1]
 TINY_TEXT = (PROJECT / "configs/tiny.yaml").read_text(encoding="utf-8")

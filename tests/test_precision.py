@@ -25,8 +25,8 @@ import pandas as pd
 import pytest
 import torch
 
-from blocklab.config import ConfigError
-from blocklab.params import ParamsError, load_params, validate_params
+from blocklab.model_config import ConfigError
+from blocklab.params_file import ParamsError, load_params, validate_params
 from blocklab.pipeline import training_settings
 from blocklab.training import precision as precision_mod
 from blocklab.training.precision import autocast, check_precision, cpu_bf16_units

@@ -14,7 +14,7 @@ import pytest
 from tiny_dag import run_in_project
 from fontTools.ttLib import TTFont
 
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.pipeline import FIGURES
 from blocklab.reporting import answers
 from blocklab.reporting.browser import find_chromium, inspect_report

@@ -243,7 +243,7 @@ def test_pipeline_eta_counts_the_training_left_at_the_measured_step_cost(tmp_pat
     its checkpoint (its log at step 1 of 2), two not started: 1 + 2 + 2 = 5 steps on 2 lanes."""
     import json
 
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.status import eta_line, pipeline_eta
 
     config = load_params(ROOT / "configs" / "tiny.yaml")

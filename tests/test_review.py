@@ -12,7 +12,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import broken_blocks
 from blocklab import cli
-from blocklab.config import ModelConfig
+from blocklab.model_config import ModelConfig
 from blocklab.model import hf_config
 from blocklab.model.layers import LayerNorm, RMSNorm
 from blocklab.review import (EXIT_CANNOT, EXIT_FLAG, EXIT_PASS, EXIT_REJECT, EXIT_USAGE, norm_kind,

@@ -12,8 +12,8 @@ import torch
 import yaml
 
 
-from blocklab.config import ConfigError
-from blocklab.params import ParamsError, load_params, validate_params  # every study's checks too
+from blocklab.model_config import ConfigError
+from blocklab.params_file import ParamsError, load_params, validate_params  # every study's checks too
 from blocklab.reporting import claims
 from blocklab.studies import cells as study_cells
 from blocklab.reporting import sensitivity as study_claims  # claim x setting, robustness
@@ -343,8 +343,8 @@ def test_the_recorded_studies_name_their_batch_so_another_default_batch_keeps_th
 
 
 def test_a_named_cell_is_planned_whole_and_its_positions_are_the_schemas():
-    from blocklab.params import schema
-    from blocklab.config import POSITION_KINDS
+    from blocklab.params_file import schema
+    from blocklab.model_config import POSITION_KINDS
 
     params = copy.deepcopy(TINY)
     params["sensitivity"]["choices"]["cells"] = ["learned-b4-L3-lr0.001-fp32", "learned-b8-L3-lr0.001-fp32"]

@@ -151,7 +151,7 @@ def test_report_inspect_opens_the_smokes_report_where_the_checkout_has_none(afte
 def test_the_eta_counts_each_jobs_start():
     """Every job starts a Python that imports torch: the tiny configuration's time is mostly that, so the ETA counts
     it for each job left, on the lanes side by side (a start measured here is a positive time)."""
-    from blocklab.params import load_params
+    from blocklab.params_file import load_params
     from blocklab.status import JOB_OVER_START, eta_line, job_start_seconds, pipeline_eta
 
     config = load_params(PROJECT / "configs/tiny.yaml")
@@ -165,13 +165,13 @@ def test_the_eta_counts_each_jobs_start():
 
 def test_every_word_a_judge_gives_a_run_is_in_the_one_outcome_vocabulary():
     """The sweep's, the lab's and the dynamics study's outcome words, read from the judges themselves, each map onto
-    settings.OUTCOMES; a word no judge gives is refused, naming the allowed ones."""
+    run_settings.OUTCOMES; a word no judge gives is refused, naming the allowed ones."""
     import math
 
     import pandas as pd
 
     from blocklab.lab import outcomes as lab
-    from blocklab.settings import OUTCOME_WORDS, OUTCOMES, outcome
+    from blocklab.run_settings import OUTCOME_WORDS, OUTCOMES, outcome
     from blocklab.studies.dynamics import plan as dynamics
     from blocklab.training.sweep import classify
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from blocklab import DecoderLM, ModelConfig
-from blocklab.params import load_params
+from blocklab.params_file import load_params
 from blocklab.training.copy_model import build_copy_model, copy_model_config
 from blocklab.training.sweep import aggregate, classify, train_copy_run
 from blocklab.training.tasks import copy_batch, copy_loss

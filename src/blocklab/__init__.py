@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from .config import ConfigError, ModelConfig
+from .model_config import ConfigError, ModelConfig
 
 __version__ = "0.1.0"
 _LAZY = {

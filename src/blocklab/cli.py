@@ -7,7 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from .config import ConfigError
+from .model_config import ConfigError
 from .studies.protocol import STUDIES
 
 # The whole command line, defined here once: a command -> (its line in `blocklab --help`, the module that defines it),
@@ -193,11 +193,11 @@ def main(argv=None) -> int:
 
 def _params_refused(argv: list[str]) -> int:
     """A --params file too large, a YAML bomb or not YAML at all is refused in a fraction of a second, before any
-    command module (and torch) is imported: ``params.read_params_file``'s checks, one line, exit 2; 0 when it passes
+    command module (and torch) is imported: ``params_file.read_params_file``'s checks, one line, exit 2; 0 when it passes
     them or names no file (the command then reads and validates it as always)."""
     given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--params"]
     given += [a.split("=", 1)[1] for a in argv if a.startswith("--params=")]
-    from .params import ParamsError, read_params_file
+    from .params_file import ParamsError, read_params_file
 
     for path in given:
         if not Path(path).is_file():

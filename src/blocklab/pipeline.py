@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 
-from .params import ParamsError, read_params_file, validate_params
-from .settings import Sweep
+from .params_file import ParamsError, read_params_file, validate_params
+from .run_settings import Sweep
 
 PARAMS_FILE = "params.yaml"
 
@@ -32,7 +32,7 @@ FIGURES = {
 
 _SOURCE = Path(__file__).resolve().parent
 # Source files whose change alters a trained model (so Snakemake retrains); figure code is not among them.
-MODEL_CODE = ["config", "settings", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks",
+MODEL_CODE = ["model_config", "run_settings", "model/layers", "model/blocks", "model/models", "model/init", "training/tasks",
               "training/train", "training/copy_model", "training/sweep"]
 
 
@@ -56,7 +56,7 @@ def in_one_line(check, *args):
     Snakemake's "ParamsError in file ..." and the lines of its traceback)."""
     import sys
 
-    from .config import ConfigError
+    from .model_config import ConfigError
     from .io import OutputError
 
     try:

@@ -37,7 +37,7 @@ def code_version() -> dict:
 # from params, the data, the training loop and precision): a checkpoint written by other code of these is not resumed
 # (training.train); an edit anywhere else (reporting, figures, the reviewer, docs) leaves a multi-session run's
 # checkpoints valid.
-NUMBERS_CODE = ("config.py", "settings.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
+NUMBERS_CODE = ("model_config.py", "run_settings.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
                 "model/fastpath.py", "training/train.py", "training/tasks.py", "training/precision.py",
                 "training/copy_model.py", "training/sweep.py")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ConfigError
+from .model_config import ConfigError
 
 
 def resolve_device(name: str = "auto") -> torch.device:

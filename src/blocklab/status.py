@@ -90,7 +90,7 @@ def planned_sweep_runs(params_path: Path) -> tuple[list[str], int | None]:
     """The main sweep's run names and steps from params.yaml (read, not validated: status must work on any state)."""
     import yaml
 
-    from .settings import run_name
+    from .run_settings import run_name
 
     try:
         sweep = yaml.safe_load(params_path.read_text(encoding="utf-8"))["sweep"]
@@ -133,7 +133,7 @@ def format_status(rows: list[dict]) -> str:
 # From the measured step cost: the finished runs of this project (a run's wall time over its loss rows: the same
 # machine and configuration), else the recorded default run of records/gallery (its 12 sweep runs' wall times, two
 # side by side on 2 cores), scaled to this configuration by the floating-point operations of a training step
-# (params.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
+# (params_file.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
 # cores / threads_per_run side by side. Every job also starts a Python that imports torch and pandas: seconds each on
 # 2 idle cores, half a minute on loaded ones, and most of the tiny configuration's time (its runs train for seconds);
 # Snakemake's start measures that start once (job_start_seconds) and counts JOB_OVER_START times it for each job left.
@@ -152,7 +152,7 @@ def _family_steps(family: str, config: dict) -> int:
 
 
 def _step_flops(params: dict) -> float:
-    from .params import FLOPS_CEILING, STEP_OVERHEAD_S, training_cost
+    from .params_file import FLOPS_CEILING, STEP_OVERHEAD_S, training_cost
 
     return (training_cost(params["copy_model"], params["copy_task"], 1)[1] - STEP_OVERHEAD_S) * FLOPS_CEILING
 

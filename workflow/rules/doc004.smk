@@ -8,7 +8,7 @@ REVERSE_RUNS = expand(
 
 rule param_counts:
     input:
-        code_files("config", "model/layers", "model/blocks", "model/counting", "model/hf_config", "experiments/param_counts"),
+        code_files("model_config", "model/layers", "model/blocks", "model/counting", "model/hf_config", "experiments/param_counts"),
     output:
         blocks="data/param_counts/blocks.csv",
         models="data/param_counts/models.csv",
@@ -21,7 +21,7 @@ rule param_counts:
 
 rule activation_norms:
     input:
-        code_files("config", "model/layers", "model/blocks", "model/init", "experiments/activation_norms"),
+        code_files("model_config", "model/layers", "model/blocks", "model/init", "experiments/activation_norms"),
     output:
         "data/activation_norms/norms.csv",
     params:
@@ -33,7 +33,7 @@ rule activation_norms:
 
 rule residual_ablation:
     input:
-        code_files("config", "model/layers", "model/blocks", "model/init", "experiments/activation_norms"),
+        code_files("model_config", "model/layers", "model/blocks", "model/init", "experiments/activation_norms"),
     output:
         "data/activation_norms/residual_ablation.csv",
     params:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from .. import provenance
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import write_json
 from ..model.fastpath import FastPath
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import resolve_device
 from ..training.precision import bf16_support, check_precision
 from .lanes import default_lanes, sweep_runs

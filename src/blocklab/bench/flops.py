@@ -14,7 +14,7 @@ import time
 import torch
 
 from ..model.fastpath import FastPath, apply_fast_path
-from ..settings import CopyTask, Sweep
+from ..run_settings import CopyTask, Sweep
 from ..training.copy_model import build_copy_model, copy_model_config
 from ..training.tasks import copy_batch, copy_loss
 

@@ -11,7 +11,7 @@ import torch
 
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
 from ..model.peer import build_peer_model
-from ..settings import CopyTask, Sweep
+from ..run_settings import CopyTask, Sweep
 from ..training.copy_model import build_copy_model, copy_model_config
 from ..training.precision import check_precision
 from ..training.tasks import copy_batch, copy_loss

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import resolve_device
-from ..settings import CopyTask, Sweep
+from ..run_settings import CopyTask, Sweep
 from ..training.copy_model import copy_model_config
 from .flops import MATMUL_SIZE, copy_step_flops
 from .lanes import Lane, sweep_runs

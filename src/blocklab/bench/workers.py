@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..model.fastpath import FastPath, tune_allocator
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import set_threads
 from ..training.batched import train_copy_group_batched
 from .flops import capture_step_gemms, matmul_gflops, time_gemm_floor

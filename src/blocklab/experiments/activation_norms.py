@@ -20,11 +20,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 from ..io import write_json, write_table
 from ..model.blocks import EncoderBlock, PreNormResidual
 from ..model.init import initialize
-from ..params import load_params
+from ..params_file import load_params
 from ..provenance import stamp
 from ..runtime import set_threads
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 from ..io import write_json, write_table
 from ..model.models import DecoderLM
-from ..params import load_params
+from ..params_file import load_params
 from ..provenance import stamp
 from ..runtime import set_threads
-from ..settings import CopyTask
+from ..run_settings import CopyTask
 from ..training.copy_model import copy_model_config
 from ..training.tasks import copy_batch, copy_loss
 

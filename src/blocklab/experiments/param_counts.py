@@ -16,12 +16,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 from ..io import write_json, write_table
 from ..model import hf_config
 from ..model.blocks import EncoderBlock
 from ..model.counting import block_params, count_parameters, decoder_lm_params
-from ..params import load_params
+from ..params_file import load_params
 from ..provenance import stamp
 
 EXERCISE1 = {"d_model": 512, "n_heads": 8, "ffn_ratio": 4.0, "ffn_kind": "swiglu"}

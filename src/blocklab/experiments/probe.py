@@ -29,11 +29,11 @@ import torch
 from torch import nn
 
 from .. import provenance
-from ..config import ConfigError, ModelConfig
+from ..model_config import ConfigError, ModelConfig
 from ..integrity import verify_run
 from ..io import read_json, write_json, write_table
 from ..model.models import DecoderLM
-from ..params import SMOLLM2, load_params
+from ..params_file import SMOLLM2, load_params
 from ..runtime import resolve_device, set_threads
 from ..training.tasks import copy_batch
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import write_json, write_table
-from ..params import load_params
+from ..params_file import load_params
 from ..provenance import stamp
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import write_json, write_table
-from ..params import load_params
+from ..params_file import load_params
 from ..provenance import stamp
 
 

@@ -21,11 +21,11 @@ import pandas as pd
 import torch
 
 from .. import provenance
-from ..config import ConfigError, ModelConfig
+from ..model_config import ConfigError, ModelConfig
 from ..integrity import read_run
 from ..model.counting import count_parameters
 from ..model.models import EncoderDecoder
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import resolve_device, set_threads
 from ..training.sweep import classify
 from ..training.commands import add_aggregate, add_train

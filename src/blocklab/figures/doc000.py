@@ -11,11 +11,11 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
-from ..config import NORM_POSITION_SPECS
+from ..model_config import NORM_POSITION_SPECS
 from . import style
 from .style import log_y, text
 
-# Every norm position of config.NORM_POSITION_SPECS, in the order the figures draw them, with its colour (declared there; tests/test_layout.py
+# Every norm position of model_config.NORM_POSITION_SPECS, in the order the figures draw them, with its colour (declared there; tests/test_layout.py
 # checks that the two name the same positions: a new one without a colour fails there, not at report time).
 NORM_COLORS = {name: position.colour for name, position in NORM_POSITION_SPECS.items()}
 OUTCOME_COLORS = {"learned": "#5aae61", "partial": "#e6c65c", "stuck": "#9e9e9e", "collapsed": "#e08214",

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, NullFormatter
 import pandas as pd
 
-from ..config import NORM_POSITION_SPECS
+from ..model_config import NORM_POSITION_SPECS
 from . import style
 from .doc000 import norm_label, warmup_label
 from .style import text

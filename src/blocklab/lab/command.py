@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..config import NORM_POSITIONS, ConfigError
+from ..model_config import NORM_POSITIONS, ConfigError
 from ..io import write_table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -81,7 +81,7 @@ def _main(args) -> int:
         return sweep_main(args, _main)
     from .spec import check_model, make_spec, profile_setup
 
-    from ..params import load_params
+    from ..params_file import load_params
     from .launch import start_up_s
 
     start_s = start_up_s()  # what a job spends before its first step, about: Python, torch, blocklab
@@ -124,7 +124,7 @@ def _main(args) -> int:
         from ..io import write_bytes
 
         write_bytes(text.encode(), workdir / "spec.json")  # rewritten only when it changed: a changed spec retrains
-    from ..params import load_params as _load_params
+    from ..params_file import load_params as _load_params
     from .records import adopt
 
     found = [] if args.retrain else adopt(spec, _load_params(args.params, studies=False), out, dry_run=args.dry_run)
@@ -236,7 +236,7 @@ def register_jobs(subparsers) -> None:
 
 
 def _job_run_builtin(args) -> int:
-    from ..params import load_params
+    from ..params_file import load_params
     from ..runtime import set_threads
     from ..training.sweep import train_copy_run
     from .spec import params_for, profile_setup
@@ -250,7 +250,7 @@ def _job_run_builtin(args) -> int:
 
 
 def _job_lr_run(args) -> int:
-    from ..params import load_params
+    from ..params_file import load_params
     from .lrsweep import train_builtin
 
     train_builtin(load_params(args.params, studies=False), args.norm, args.lr, args.seed, args.out_dir, args.profile)
@@ -324,7 +324,7 @@ def _job_record(args) -> int:
 
 
 def _load(path: Path):
-    from ..params import load_params
+    from ..params_file import load_params
     from .spec import Spec, params_sha256
 
     spec = Spec.from_file(path)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..records import LAB_LR_RUNS
 
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)

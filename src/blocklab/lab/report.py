@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
-from ..config import NORM_POSITION_SPECS  # noqa: E402
+from ..model_config import NORM_POSITION_SPECS  # noqa: E402
 from ..io import read_table  # noqa: E402
 from ..records import GALLERY  # noqa: E402
 from .outcomes import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
+from ..model_config import NORM_POSITIONS, NORM_POSITION_SPECS, ConfigError, ModelConfig
 from ..model.layers import LearnedPosition, make_norm
-from ..params import load_params
-from ..settings import CopyModel, CopyTask, Sweep
+from ..params_file import load_params
+from ..run_settings import CopyModel, CopyTask, Sweep
 from ..records import SENSITIVITY
 
 PROFILES = ("document", "quick", "lr-sweep", "tiny")

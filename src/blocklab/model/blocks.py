@@ -3,7 +3,7 @@
     pre-norm  (GPT-2, Xiong et al. 2020):  h <- h + F(LN(h))
     post-norm (Vaswani et al. 2017):       h <- LN(h + F(h))
 
-and the literature's fixes for post-norm (``config.NORM_POSITION_SPECS`` declares each one's norms, gate, final norm and labels;
+and the literature's fixes for post-norm (``model_config.NORM_POSITION_SPECS`` declares each one's norms, gate, final norm and labels;
 the stability lab trains them at document 000's setup). A block is a short sequence of residual sub-layers; the
 config's ``norm_position`` picks the wrapper. Every wrapper takes ``block_input`` (the stream entering the block): only
 B2T reads it. ``init_`` (where a wrapper has one) runs after the model's own initialization and draws no random numbers,
@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ..config import NORM_POSITION_SPECS, ConfigError, ModelConfig
+from ..model_config import NORM_POSITION_SPECS, ConfigError, ModelConfig
 from .layers import Attention, make_ffn, make_norm
 
 
@@ -146,7 +146,7 @@ class SandwichResidual(nn.Module):
 
 RESIDUAL = {"pre": PreNormResidual, "post": PostNormResidual, "deepnorm": DeepNormResidual, "admin": AdminResidual,
             "b2t": B2TResidual, "rezero": ReZeroResidual, "sandwich": SandwichResidual}
-assert set(RESIDUAL) == set(NORM_POSITION_SPECS), ("every norm position of config.NORM_POSITION_SPECS has its residual "
+assert set(RESIDUAL) == set(NORM_POSITION_SPECS), ("every norm position of model_config.NORM_POSITION_SPECS has its residual "
                                                   "class here")
 
 

@@ -1,7 +1,7 @@
 """Closed-form parameter counts from a configuration, term by term as document 004 writes them."""
 from __future__ import annotations
 
-from ..config import NORM_POSITION_SPECS, ModelConfig
+from ..model_config import NORM_POSITION_SPECS, ModelConfig
 
 
 def norm_params(cfg: ModelConfig) -> int:
@@ -27,7 +27,7 @@ def ffn_params(cfg: ModelConfig) -> int:
 
 
 def residual_params(cfg: ModelConfig) -> int:
-    """What one residual wrapper holds besides its sub-layer: its norms and its gate (config.NORM_POSITION_SPECS)."""
+    """What one residual wrapper holds besides its sub-layer: its norms and its gate (model_config.NORM_POSITION_SPECS)."""
     position = NORM_POSITION_SPECS[cfg.norm_position]
     gate = {"": 0, "scalar": 1, "vector": cfg.d_model}[position.gate]
     return position.norms * norm_params(cfg) + gate

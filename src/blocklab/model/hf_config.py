@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ConfigError, ModelConfig
+from ..model_config import ConfigError, ModelConfig
 
 SHIPPED = {"llama3-8b": "llama3-8b.json", "qwen3-vl-4b-text": "qwen3-vl-4b-text.json"}
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 
 
 # --- normalization -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..config import NORM_POSITION_SPECS, ModelConfig
+from ..model_config import NORM_POSITION_SPECS, ModelConfig
 from .blocks import DecoderBlock, DecoderOnlyBlock, EncoderBlock, init_residuals
 from .init import initialize
 from .layers import make_norm, make_position
@@ -11,7 +11,7 @@ from .layers import make_norm, make_position
 
 def final_norm(cfg: ModelConfig) -> nn.Module:
     """Pre-norm leaves the stream un-normalized, so one norm follows the last block (GPT-2); post-norm ends normed.
-    Every norm position declares it (``config.NORM_POSITION_SPECS[...].final_norm``)."""
+    Every norm position declares it (``model_config.NORM_POSITION_SPECS[...].final_norm``)."""
     return make_norm(cfg) if NORM_POSITION_SPECS[cfg.norm_position].final_norm else nn.Identity()
 
 

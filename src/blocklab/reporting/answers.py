@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..config import NORM_POSITION_SPECS
-from ..settings import CopyModel, CopyTask, Sweep
+from ..model_config import NORM_POSITION_SPECS
+from ..run_settings import CopyModel, CopyTask, Sweep
 from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
 from .claims import NOT_CHECKABLE, NOT_REPRODUCED, REPRODUCED, Data
@@ -197,7 +197,7 @@ def _p10c(data: Data, t: dict, lang: str) -> dict:
 
 
 def norm_label(norm: str, lang: str) -> str:
-    """A norm position's name in ``lang``, from its declaration (config.NORM_POSITION_SPECS), so that every position
+    """A norm position's name in ``lang``, from its declaration (model_config.NORM_POSITION_SPECS), so that every position
     ``sweep.norms`` may list is named in the report; a value that is no position (a table's "none") as it is."""
     return NORM_POSITION_SPECS[norm].label(lang) if norm in NORM_POSITION_SPECS else str(norm)
 

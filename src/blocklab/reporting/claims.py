@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import read_table, write_table
 from ..studies.cells import default_cell
-from ..params import load_params
+from ..params_file import load_params
 from . import verdicts
 from .verdicts import (INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED, NotCheckable,  # noqa: F401
                        fisher_exact)
@@ -667,7 +667,7 @@ def encdec_shapes(data: Data):
     """Steps 3-4 computed here and now: cheap, and the shape is the claim."""
     import torch
 
-    from ..config import ModelConfig
+    from ..model_config import ModelConfig
     from ..model.models import EncoderDecoder
 
     shapes = {}
@@ -722,7 +722,7 @@ def arithmetic_audit(data: Data):
 def llama_scale(data: Data):
     """The document's configuration counted (billions): "roughly Llama 3 8B" (8) and "matches the published count"
     (8.03), two values computed without randomness."""
-    from ..config import ModelConfig
+    from ..model_config import ModelConfig
     from ..model.counting import decoder_lm_params
 
     models = data.table("param_counts/models.csv").set_index("model")

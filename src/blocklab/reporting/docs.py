@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
-from ..settings import CopyTask
+from ..run_settings import CopyTask
 from .verdicts import VERDICTS
 from ..records import DYNAMICS, GALLERY, INFERENCE, RECORDS, REVIEWER, SENSITIVITY
 
@@ -575,7 +575,7 @@ def _gallery_collapse_runs(root: Path, dynamics: dict, recorded: pd.DataFrame) -
     and are in no snapshot, from the gallery's sweep: the pipeline counts them from the main sweep, and the collapse
     and spike rules read the loss alone, so the gallery's recorded losses judge them the same way. Only when the
     gallery's run is of the default setting (its params name the same cell)."""
-    from ..params import load_params
+    from ..params_file import load_params
     from ..studies.cells import default_cell
 
     params_file, summary_file, losses_file = (root / p for p in GALLERY_SWEEP)
@@ -603,7 +603,7 @@ def _dynamics_events(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
     records/dynamics/, settings still training included), judged with its thresholds."""
     from ..studies.dynamics.aggregate import rates
     from ..studies.dynamics.plan import events
-    from ..params import load_params
+    from ..params_file import load_params
 
     dynamics = load_params(root / "params.yaml")["dynamics"]
     # A run recorded in two snapshots (the same seed trained on two processors: other trajectories) is counted once,
@@ -679,7 +679,7 @@ def _detector_sources(data: Path, root: Path) -> list[Path]:
 
 def _detector_tables(data: Path, root: Path) -> dict:
     from ..studies.dynamics.detectors import detector_tables, load_sources, resolution
-    from ..params import load_params
+    from ..params_file import load_params
 
     sources = _detector_sources(data, root)
     key = tuple((p.as_posix(), p.stat().st_mtime_ns) for d in sources for p in sorted(d.iterdir()) if p.is_file())
@@ -849,7 +849,7 @@ def inference_validation(data: Path, root: Path) -> str:
     """Step 4 of the inference procedure for the two best-ranked candidates: each fixed check's document value, what
     the recorded runs measure and its verdict by the claims' own rules (the collapse count by the count rule, ``verdicts.count``,
     pending until every planned seed is recorded), and whether the candidate is validated (no check "not reproduced")."""
-    from ..params import load_params
+    from ..params_file import load_params
     from .claims import fisher_exact, load_claims
     from .verdicts import count as count_rule
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..integrity import begin_snapshot, record_snapshot, verify_run
 from ..io import atomic_path, read_table
-from ..params import load_params
+from ..params_file import load_params
 from ..studies.dynamics.plan import FIGURES as DYNAMICS_FIGURES, PLAN as DYNAMICS_PLAN, TABLES as DYNAMICS_TABLES
 from ..studies.dynamics.plan import snapshots as dynamics_snapshots
 from ..pipeline import FIGURES

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import write_table
-from ..params import load_params
-from ..settings import Sweep
+from ..params_file import load_params
+from ..run_settings import Sweep
 from ..studies.family import add_command
 from ..studies.inference.aggregate import aggregate, read_losses, score
 from ..studies.inference.plan import LOSSES, RANKING

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import NORM_POSITION_SPECS
+from ..model_config import NORM_POSITION_SPECS
 from ..io import read_table
 from ..lab import records
 from ..lab.outcomes import outcome

@@ -14,7 +14,7 @@ import io
 from pathlib import Path
 
 from ..integrity import begin_snapshot, record_snapshot, snapshot_file
-from ..params import load_params
+from ..params_file import load_params
 
 CLAIMS = "claims/claims.csv"
 

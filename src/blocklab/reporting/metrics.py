@@ -55,6 +55,6 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> None:
-    from ..params import load_params
+    from ..params_file import load_params
 
     write_metrics(load_params(args.params), args.data, args.out)

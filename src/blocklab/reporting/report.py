@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import check_table, data_layout, read_table, recorded_path
-from ..params import load_params
+from ..params_file import load_params
 from ..pipeline import FIGURES
-from ..settings import CopyModel, CopyTask, Sweep
+from ..run_settings import CopyModel, CopyTask, Sweep
 from . import answers as answers_mod
 from .sensitivity import robustness
 from .claims import DOCUMENT_SETUP, INCONCLUSIVE, NOT_CHECKABLE, NOT_REPRODUCED, PARTLY, REPRODUCED

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import read_table, write_table
-from ..params import load_params
+from ..params_file import load_params
 from ..studies.cells import Cell, cell_params, default_cell
 from ..studies.family import add_command
 from ..studies.sensitivity.aggregate import aggregate, runs_tables

@@ -61,7 +61,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 from scipy import stats
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 
 REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "partly", "not reproduced", "inconclusive"
 NOT_CHECKABLE = "not checkable here"

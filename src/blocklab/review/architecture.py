@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..model import hf_config
 from . import hf
 from .dataflow import (TOL, LayerAnalysis, MemoryCapExceeded, Tracer, _features, experts_weights, in_width,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..config import ConfigError, ModelConfig
+from ..model_config import ConfigError, ModelConfig
 
 DEFAULT_WIDTH, SECOND_WIDTH_STEP, DEFAULT_HEADS = 64, 32, 4
 WIDTH_NAMES = ("d_model", "dim", "embed_dim", "hidden_size", "n_embd")

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import write_json
 from ..provenance import stamp
 from . import hf, table

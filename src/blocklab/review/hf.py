@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..model import hf_config
 
 WIDTH, HEADS, HEAD_DIM, VOCAB = 32, 4, 8, 128

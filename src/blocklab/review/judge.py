@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from .architecture import layer_entry, read_layer
 from .build import DEFAULT_WIDTH, Builder, resolve
 from .dataflow import LayerAnalysis, MemoryCapExceeded, memory_cap, one_thread

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from .build import SECOND_WIDTH_STEP, Builder, _parameters
 from .structure import _changed, infer_width
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from .architecture import review_architecture
 from .report import EXIT_USAGE, Review
 from .rules import DEFAULTS, layer_ranges

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..config import POSITION_KINDS, ConfigError
-from ..settings import CopyModel, CopyTask, Sweep, run_name  # noqa: F401 (run_name: the plans take it from here)
+from ..model_config import POSITION_KINDS, ConfigError
+from ..run_settings import CopyModel, CopyTask, Sweep, run_name  # noqa: F401 (run_name: the plans take it from here)
 
 CELL_PATTERN = r"[a-z]+-b\d+-L\d+-lr[0-9.e+-]+-(?:fp32|bf16)"
 SWEEP_RUNS = "data/sweep/runs"  # the main sweep's runs: a study's run identical to one of them is that run

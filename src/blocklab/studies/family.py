@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import NORM_POSITIONS
+from ..model_config import NORM_POSITIONS
 from ..io import write_table
 from ..training.commands import add_train as run_command
-from ..params import load_params
+from ..params_file import load_params
 
 
 def add_command(subparsers, verb: str, help: str, func, root: bool = False):

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import NORM_POSITIONS
+from ..model_config import NORM_POSITIONS
 from ..model.fastpath import PLAIN, FastPath, fuse_layernorms, use_math_attention
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import resolve_device, set_threads
-from ..settings import CopyTask, Sweep
+from ..run_settings import CopyTask, Sweep
 from . import copy_model, sweep
 from .precision import autocast, check_precision
 from .tasks import copy_batch, copy_loss

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..io import write_table
 
 

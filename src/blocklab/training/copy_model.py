@@ -10,9 +10,9 @@ from dataclasses import asdict, replace
 
 import torch
 
-from ..config import ModelConfig
+from ..model_config import ModelConfig
 from ..model.models import DecoderLM
-from ..settings import CopyModel, CopyTask
+from ..run_settings import CopyModel, CopyTask
 
 
 def copy_model_config(params: dict, norm: str, init: str | None = None) -> ModelConfig:

@@ -26,7 +26,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from ..config import ConfigError
+from ..model_config import ConfigError
 
 MODEL_BLOCK = -1  # the block index of whole-model metrics
 COLUMNS = ["step", "block", "metric", "value"]

@@ -12,7 +12,7 @@ import contextlib
 import torch
 
 from .. import runtime
-from ..config import ConfigError
+from ..model_config import ConfigError
 from ..runtime import CPU_BF16_FLAGS, cpu_bf16_units  # noqa: F401  (the hardware probe lives in runtime)
 
 PRECISIONS = ("fp32", "bf16")

@@ -10,13 +10,13 @@ import pandas as pd
 import torch
 
 from .. import provenance
-from ..config import NORM_POSITIONS, ConfigError, ModelConfig
+from ..model_config import NORM_POSITIONS, ConfigError, ModelConfig
 from ..integrity import read_run
 from ..io import read_json
 from ..model.fastpath import PLAIN, FastPath, apply_fast_path
-from ..params import load_params
+from ..params_file import load_params
 from ..runtime import resolve_device, set_threads
-from ..settings import CopyTask, Sweep, run_name
+from ..run_settings import CopyTask, Sweep, run_name
 from .commands import add_aggregate, add_train
 from .copy_model import build_copy_model, copy_model_config
 from .diagnostics import Recorder, check_settings as check_diagnostics, table as diagnostics_table

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...integrity import begin_snapshot, interrupted, read_run, record_snapshot, snapshot_file, verify_unfinished
-from ...settings import Sweep
+from ...run_settings import Sweep
 from .plan import SNAPSHOT_FILES, events, from_records, from_runs, plan, read_snapshots, snapshots, unrecorded
 
 WINDOW = 5  # a per-step gradient is one batch's: a point at step s averages the steps within +-5 of it (11 steps)

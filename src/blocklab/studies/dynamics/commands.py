@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...figures.style import LANGS
 from ...io import write_table
-from ...params import load_params
+from ...params_file import load_params
 from ..cells import require_cell_names
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
 from .aggregate import aggregate, write_snapshot
@@ -76,7 +76,7 @@ def _snapshot_main(args) -> None:
     any ``--add-setting`` not yet in the plan (a setting whose seeds are still training)."""
     import yaml
 
-    from ...params import validate_params
+    from ...params_file import validate_params
 
     raw = yaml.safe_load(Path(args.params).read_text(encoding="utf-8"))
     if isinstance(raw, dict) and isinstance(raw.get("dynamics"), dict):

@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...io import read_table, write_table
-from ...settings import CopyTask
+from ...run_settings import CopyTask
 from .aggregate import ADAM_JUMP, wilson
 from .plan import events
 
@@ -398,7 +398,7 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> None:
-    from ...params import load_params
+    from ...params_file import load_params
 
     params = load_params(args.params)
     sources = args.sources or [Path("data/dynamics")]

@@ -16,7 +16,7 @@ from ...figures import style
 from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
 from ...figures.style import log_y, text
 from ...io import read_table
-from ...settings import Sweep
+from ...run_settings import Sweep
 from .aggregate import ANATOMY_AFTER, ANATOMY_BEFORE, at_step, figure_steps
 from .plan import FIGURES, TABLES
 

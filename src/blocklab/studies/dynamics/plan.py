@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...integrity import verify_snapshot
 from ...io import read_table
 from ..cells import Cell, cell_params, default_cell, run_dir, run_name, study_paths, training_identity

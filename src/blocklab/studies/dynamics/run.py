@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...io import read_table
-from ...settings import Sweep
+from ...run_settings import Sweep
 from ..cells import Cell
 from .plan import case, collapse_params, collapse_stop, plan, snapshots
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...config import NORM_POSITIONS, ConfigError
+from ...model_config import NORM_POSITIONS, ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot, verify_snapshot
 from ...io import read_table, write_table
-from ...settings import Sweep
+from ...run_settings import Sweep
 from ..cells import default_cell
 from .plan import CASES, holdout_plan, plan, sources
 
@@ -135,7 +135,7 @@ def sweep_fitting_runs(data: str | Path, fit_steps: int) -> tuple[pd.DataFrame, 
     (``DATA/params.yaml``). For a main sweep that stops being the default's (the default batch went from 32
     to 64), so that the fitting runs it gave the ranking stay recorded. The runs' wall time is left empty: it is that
     of the full-length run, not of its first ``fit_steps`` steps."""
-    from ...params import load_params
+    from ...params_file import load_params
 
     data = Path(data)
     made_by = load_params(data / "params.yaml")

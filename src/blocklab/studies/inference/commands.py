@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from ...io import write_table
-from ...params import load_params
+from ...params_file import load_params
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train
 from .aggregate import holdout_table, write_snapshot

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...integrity import verify_snapshot
 from ...io import read_table
-from ...settings import Sweep
+from ...run_settings import Sweep
 from ..cells import Cell, cell_params, default_cell, run_dir, run_name, study_paths, training_identity
 
 ROOT, RUNS, PLAN = study_paths("inference")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...settings import Sweep
+from ...run_settings import Sweep
 from ..cells import Cell, require_planned
 from ..sensitivity.run import projected_seconds
 from .plan import fit_params, holdout_plan, plan, read_snapshots, snapshots

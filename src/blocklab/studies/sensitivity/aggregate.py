@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...integrity import begin_snapshot, read_run, record_snapshot
 from ...io import read_table, write_table
 from .plan import RUN_KEY, early_stop_rule, plan, read_records, snapshots, unrecorded
@@ -170,7 +170,7 @@ def sweep_records(params: dict, data: str | Path, planned: pd.DataFrame | None =
     commit), so that a study cell that is the main sweep's own setup is not trained twice. Refused unless the sweep's
     model, task and training settings are the cell's (``cell_params``): the same runs, not look-alikes. The tables
     carry neither the processor (``machine`` names it) nor the commit (left empty)."""
-    from ...params import read_params_file
+    from ...params_file import read_params_file
     from ..cells import Cell, cell_params, default_cell
 
     data = Path(data)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...io import write_json, write_table
-from ...params import load_params
+from ...params_file import load_params
 from ...provenance import stamp
 from ..cells import Cell
 from ..family import add_command, add_plan, add_snapshot, add_status, add_train

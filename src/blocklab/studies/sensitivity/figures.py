@@ -15,7 +15,7 @@ from ...figures import style
 from ...figures.doc000 import NORM_COLORS, norm_label, warmup_label
 from ...figures.style import log_y, text
 from ...io import read_table
-from ...settings import CopyTask, Sweep
+from ...run_settings import CopyTask, Sweep
 from ..cells import default_cell
 from .plan import FIGURES, GRADNORM, TABLES
 

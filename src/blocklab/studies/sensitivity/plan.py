@@ -1,6 +1,6 @@
 """The sensitivity study's plan, from the parameters alone: its cells (the settings of what document 000 leaves open),
 every run and its directory, the snapshots the study may be read from, and the cross-field checks of the
-``sensitivity`` section (``params.validate_params`` runs them before any compute).
+``sensitivity`` section (``params_file.validate_params`` runs them before any compute).
 
 The params level: it imports nothing above ``runtime``, so validating parameters never imports the experiments.
 A *cell* (``studies.cells``) is one setting of the open choices, named ``{position}-b{batch}-L{depth}-lr{lr}-{precision}``;
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...config import ConfigError
+from ...model_config import ConfigError
 from ...integrity import verify_snapshot
 from ...io import read_table
 from ...runtime import bf16_support, resolve_device
-from ...settings import CopyModel, CopyTask, Sweep
+from ...run_settings import CopyModel, CopyTask, Sweep
 from ..cells import (Cell, cell_params, cell_problems, default_cell, require_cell_names, run_dir, run_name, study_paths,
                      training_identity)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...settings import Sweep
+from ...run_settings import Sweep
 from ..cells import Cell, cell_params, require_planned
 from .plan import early_stop_rule, plan
 

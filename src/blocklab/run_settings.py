@@ -1,9 +1,10 @@
-"""The run settings of params.yaml as typed, frozen objects: the copy task, the copy-task model and the sweep.
+"""The run settings of params.yaml as typed, frozen objects: the copy task, the copy-task model and the sweep; a run's
+name; the one vocabulary of a run's outcome.
 
 Each section's fields and types are written down once, here, instead of string keys into nested dicts in every module
-that reads them. Parsed from a params dict that has already been validated (``params.load_params``: the schema refuses
-unknown or missing keys and wrong types, the cross-field checks run before any compute), so parsing only names the
-fields and checks nothing again. A study that trains with other settings (``studies.cells.cell_params``) hands a
+that reads them. Parsed from a params dict that has already been validated (``params_file.load_params``: the schema
+refuses unknown or missing keys and wrong types, the cross-field checks run before any compute), so parsing only names
+the fields and checks nothing again. A study that trains with other settings (``studies.cells.cell_params``) hands a
 modified params dict: each object is parsed from whatever dict a function is given.
 
 The params level: it imports nothing of the package, so every layer can use it.

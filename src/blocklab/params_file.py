@@ -1,4 +1,5 @@
-"""Load params.yaml and refuse bad values before any compute, with one message naming the key and what is allowed.
+"""The parameter file: load params.yaml and refuse bad values before any compute, with one message naming the key and
+what is allowed.
 
 Here: the schema and the cross-field checks of the sections every command reads, and ``load_params``, the one loader of
 a parameter file: every command, the pipeline and the tests read parameters through it. Each study's own
@@ -15,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .config import ConfigError
+from .model_config import ConfigError
 
 SMOLLM2 = "smollm2-135m"
 

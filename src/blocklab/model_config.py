@@ -1,4 +1,7 @@
-"""One dataclass describes a model; every module takes it instead of a pile of keyword arguments."""
+"""A model's configuration: ``ModelConfig`` (one dataclass describes a model; every module takes it instead of a pile
+of keyword arguments), the norm positions (``NORM_POSITION_SPECS``) and the other choices a model takes, and
+``ConfigError``, the error every invalid value raises. Not params.yaml: reading and checking that file is
+``params_file``; its sections as typed run settings, ``run_settings``."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
