@@ -550,6 +550,24 @@ def test_a_trend_over_every_level_is_the_exact_stratified_permutation_test():
     assert one.verdict == claims.INCONCLUSIVE and one.seeds_to_decide == 3  # (1/4)^m below 0.025 from m = 3
 
 
+def test_the_rules_t_quantile_is_scipys_t_ppf_to_the_bit():
+    """verdicts._t calls scipy's quantile kernel without stats.t.ppf's argument checks (the error-rate simulations ask
+    for it hundreds of thousands of times at Welch's non-integer df): the same float as stats.t.ppf, df = 1 to inf.
+    The stratified rank-sum test's exact p against brute-force enumeration of every joint permutation."""
+    from itertools import permutations, product
+
+    dfs = [1, 1.5, 2, 2.7183, 3, 4.5, 7, 11.2, 30, 99.9, 1e4, 1e8, math.inf]
+    for q in (0.95, 0.975):
+        for df in dfs:
+            assert verdicts._t(q, df) == float(stats.t.ppf(q, df)), (q, df)
+    rows = np.array([[0, 1, 1], [1, 0, -1], [0, 0, 1]])
+    ranks = np.arange(1, 4)
+    sums = [sum(int(np.dot(ranks, p)) for p in joint) for joint in product(*(list(permutations(r)) for r in rows))]
+    observed, mean, p = verdicts.levels_p(rows)
+    assert mean == pytest.approx(np.mean(sums)) and observed == float((rows * ranks).sum())
+    assert p == pytest.approx(np.mean([abs(s - mean) >= abs(observed - mean) - 1e-9 for s in sums]))
+
+
 def test_exercise_1_judges_the_documents_terms_against_the_built_blocks_matrices():
     """d004-exercise1 compares 4·d² + 3·d·(r·d) with the weight matrices counted from the built module (not with the
     project's own closed form), and shows the norms' and biases' share; one parameter off is not reproduced."""
