@@ -74,13 +74,14 @@ if workflow.is_main_process:
 
 
 
-# Once, when the jobs are about to start (not on a dry run): the training and the jobs left and their ETA, from the
-# measured step cost and a job's start measured now (blocklab.status.pipeline_eta).
+# Once, when the jobs are about to start (not on a dry run): the jobs left and their ETA, from this machine measured
+# now: a job's start and a few training steps of this configuration (blocklab.status.measure_here, pipeline_eta).
 onstart:
-    from blocklab.status import eta_line, job_start_seconds, pipeline_eta
+    from blocklab.status import eta_line, measure_here, pipeline_eta
 
     logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1,
-                                         jobs=len(workflow.dag), job_start_s=job_start_seconds())))
+                                         rules=[job.rule.name for job in workflow.dag.needrun_jobs()],
+                                         measured=measure_here(PARAMS_FILE))))
 
 PIPELINE_TARGETS = [
     *[STUDY_TARGETS[s]["outputs"] if s in IN_REPORT else STUDY_TARGETS[s]["plan"] for s in STUDIES],

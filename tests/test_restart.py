@@ -107,9 +107,10 @@ def test_ctrl_c_on_make_run_says_in_one_line_what_is_kept_and_how_to_resume(inte
         assert read_checkpoint(project / run / "checkpoint.pt")["step"] == int(step)
         assert f"interrupted; its checkpoint at step {step} of 3000 is kept" in (project / run / "train.log").read_text()
     assert line == kept_line(project)
-    # and at its start, once, the training left with its ETA from the measured step cost
-    etas = [line for line in whole.splitlines() if re.match(r"blocklab: \d+ training run\(s\) left", line)]
-    assert len(etas) == 1 and re.search(r"about \d+:\d\d:\d\d in all, training at \S+ s a step", etas[0]), etas
+    # and at its start, once, its ETA, the training left among its parts, from this machine measured then
+    etas = [line for line in whole.splitlines() if re.match(r"blocklab: about \d+:\d\d:\d\d on \d+ lane", line)]
+    assert len(etas) == 1 and re.search(r"training \d+:\d\d:\d\d \(\d+ training run\(s\) left, [\d,]+ steps at \S+ s a "
+                                        r"step", etas[0]), etas
 
 
 def test_under_dvc_repro_the_line_names_dvc_repro_and_what_dvcs_own_error_line_means(interrupted, monkeypatch):

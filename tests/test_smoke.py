@@ -148,19 +148,44 @@ def test_report_inspect_opens_the_smokes_report_where_the_checkout_has_none(afte
     assert "no reports/analysis.html here: the smoke's" in capsys.readouterr().err
 
 
-def test_the_eta_counts_each_jobs_start():
-    """Every job starts a Python that imports torch: the tiny configuration's time is mostly that, so the ETA counts
-    it for each job left, on the lanes side by side (a start measured here is a positive time)."""
+def test_the_eta_adds_the_training_the_jobs_the_probe_and_the_serial_end_measured_here():
+    """The tiny configuration's time is mostly its jobs starting (each imports torch), the SmolLM2 probe, and the
+    claims and report at the end, one after another; its runs train for seconds. The ETA counts each part from this
+    machine measured now (a job's start, a step, a run's fixed cost) and says each; the arithmetic, by hand."""
     from blocklab.params_file import load_params
-    from blocklab.status import JOB_OVER_START, eta_line, job_start_seconds, pipeline_eta
+    from blocklab.status import HEAVY_JOBS, ORDINARY_JOB, effective_lanes, eta_line, pipeline_eta
 
     config = load_params(PROJECT / "configs/tiny.yaml")
-    bare = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir")
-    timed = pipeline_eta(["data/sweep/runs/pre-w0-s0/meta.json"], config, cores=2, root=PROJECT / "no-such-dir",
-                         jobs=10, job_start_s=3.0)
-    assert timed["seconds"] == pytest.approx(bare["seconds"] + 10 * 3.0 * JOB_OVER_START / 2)
-    assert f"10 job(s) at about {3.0 * JOB_OVER_START:.0f} s each" in eta_line(timed)
-    assert job_start_seconds() > 0
+    targets = [f"data/sweep/runs/pre-w0-s{seed}/meta.json" for seed in range(4)]  # 4 runs x 60 steps
+    rules = ["train_copy"] * 4 + ["problem9", "probe_lm", "claims", "report"]
+    measured = {"start_s": 2.0, "step_s": 0.01, "run_s": 1.5, "timed": 16, "load": 0.0}
+    eta = pipeline_eta(targets, config, cores=2, root=PROJECT / "no-such-dir", rules=rules, measured=measured)
+    training = 4 * 60 * 0.01 + 4 * 1.5
+    jobs = 5 * 2.0 * ORDINARY_JOB
+    probe, serial = 2.0 * HEAVY_JOBS["probe_lm"], 2.0 * (HEAVY_JOBS["claims"] + HEAVY_JOBS["report"])
+    assert (eta["runs"], eta["steps"], eta["jobs"]) == (4, 240, 8)
+    assert eta["training"] == pytest.approx(training) and eta["jobs_s"] == pytest.approx(jobs)
+    assert eta["probe_s"] == pytest.approx(probe) and eta["serial_s"] == pytest.approx(serial)
+    assert eta["seconds"] == pytest.approx((training + jobs + probe) / 2 + serial)  # idle: 2 lanes in effect
+    line = eta_line(eta)
+    for said in ("4 training run(s) left, 240 steps at 0.01 s a step, 16 steps timed here now", "8 job(s)",
+                 "a start measured here now: 2.0 s", "the SmolLM2 probe", "the claims and the report render"):
+        assert said in line, (said, line)
+    # a loaded machine: two lanes do less than twice one job's work (each shares the cores with the load)
+    assert effective_lanes(2, 0.0, cpus=2) == 2 and effective_lanes(2, 2.0, cpus=2) == pytest.approx(1.5)
+    loaded = pipeline_eta(targets, config, cores=2, root=PROJECT / "no-such-dir", rules=rules,
+                          measured={**measured, "load": 2.0})
+    assert "1.5 in effect at load 2.0" in eta_line(loaded) and loaded["seconds"] > eta["seconds"]
+    # nothing measured and nothing finished: a tiny model's step is not the recorded default run's scaled by FLOPs
+    bare = pipeline_eta(targets, config, cores=2, root=PROJECT / "no-such-dir")
+    assert bare["seconds"] is None and "no measured step cost yet" in eta_line(bare)
+
+
+def test_measuring_here_times_a_start_and_real_training_steps_of_the_configuration():
+    from blocklab.status import measure_here
+
+    found = measure_here(PROJECT / "configs/tiny.yaml")
+    assert found["start_s"] > 0 and found["step_s"] > 0 and found["run_s"] >= 0 and found["timed"] == 16, found
 
 
 def test_every_word_a_judge_gives_a_run_is_in_the_one_outcome_vocabulary():

@@ -130,17 +130,31 @@ def format_status(rows: list[dict]) -> str:
 
 
 # ---- the whole pipeline's ETA, said once when Snakemake starts ------------------------------------------------------
-# From the measured step cost: the finished runs of this project (a run's wall time over its loss rows: the same
-# machine and configuration), else the recorded default run of records/gallery (its 12 sweep runs' wall times, two
-# side by side on 2 cores), scaled to this configuration by the floating-point operations of a training step
-# (params_file.training_cost). Each run left trains its steps less those its log reports (a resumed run); the runs train
-# cores / threads_per_run side by side. Every job also starts a Python that imports torch and pandas: seconds each on
-# 2 idle cores, half a minute on loaded ones, and most of the tiny configuration's time (its runs train for seconds);
-# Snakemake's start measures that start once (job_start_seconds) and counts JOB_OVER_START times it for each job left.
-# JOB_OVER_START: the tiny DAG's jobs took 487 CPU seconds in all (56 jobs: 8.7 s each, the smoke of 2026-12-06 on an
-# Intel Xeon, 2 shared cores) where that start took 2.65 (pandas, torch and the training code imported).
-JOB_OVER_START = 3.3
+# Snakemake's start measures this machine, now, under its present load (measure_here): one fresh Python importing what
+# every job imports, then three short runs of this configuration's sweep run through the real training code (its
+# diagnostics and files included), so that a step's cost and a run's fixed cost come apart (TIMED_STEPS). The estimate
+# is then made of four parts, each said in the line (pipeline_eta, eta_line):
+#   training: the steps left (a resumed run's less those its log reports) x a step, plus each run's fixed cost;
+#   the jobs: each job left starts a Python that imports torch and pandas (a job's start, measured), and does a little
+#     more (ORDINARY_JOB starts in all); the tiny configuration's runs train for seconds, so this is most of its time;
+#   the SmolLM2 probe (probe_lm: it loads and dequantizes a 135M-parameter model) and the claims and the report (the
+#     notebook render), in starts (HEAVY_JOBS): the claims, metrics, report and the last check run one after another
+#     at the end, alone (SERIAL_JOBS); everything else runs on the lanes side by side.
+# The lanes: cores / threads_per_run jobs at once, fewer in effect on a loaded machine (each of them gets a share of the
+# cores the measurement, alone, did not have to share: effective_lanes, from the load average before measuring).
+# The multiples of a start, measured on 2 shared cores (Intel Xeon, load 2.8 to 5, 2026-12-06): a start 3.0-4.6 s; the
+# problem 9 job 3.3 s, the probe 36 s, the claims 57 s, the report 35 s (each command alone, timed with /usr/bin/time).
+ORDINARY_JOB = 1.5
+HEAVY_JOBS = {"probe_lm": 11.0, "claims": 15.0, "report": 10.0}
+SERIAL_JOBS = ("claims", "metrics", "report", "verify_and_record")
 GALLERY = Path(__file__).resolve().parents[2] / records.GALLERY
+# The recorded default run's step cost stands for another configuration's only when that one is at least this share
+# of its size in floating-point operations a step: a small model's step is its fixed costs, which FLOPs do not count.
+SCALED_AT_LEAST = 0.25
+# The short runs' steps: the first run of a process pays its one-time costs (lazy imports, the code version from git),
+# which every training job pays once; the next two time a step. After a first run over SLOW_RUN_S, only that one.
+TIMED_STEPS = (2, 2, 12)
+SLOW_RUN_S = 5.0
 
 
 def _family_steps(family: str, config: dict) -> int:
@@ -157,12 +171,9 @@ def _step_flops(params: dict) -> float:
     return (training_cost(params["copy_model"], params["copy_task"], 1)[1] - STEP_OVERHEAD_S) * FLOPS_CEILING
 
 
-def measured_step_seconds(root: Path, config: dict) -> tuple[float, str] | None:
-    """(seconds a sweep step takes, where that was measured): this project's finished sweep runs (the median), else
-    the recorded default run scaled by the FLOPs of a step; None when neither exists."""
+def finished_step_seconds(root: Path) -> tuple[float, str] | None:
+    """(seconds a sweep step took, where): the median of this project's finished sweep runs; None without one."""
     import statistics
-
-    import yaml
 
     per_step = []
     for meta_path in (root / "data" / "sweep" / "runs").glob("*/meta.json"):
@@ -171,8 +182,16 @@ def measured_step_seconds(root: Path, config: dict) -> tuple[float, str] | None:
             per_step.append(float(meta["wall_time_s"]) / int(meta["loss_steps"]))
         except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, UnicodeDecodeError):
             continue
-    if per_step:
-        return statistics.median(per_step), f"median of the {len(per_step)} finished sweep run(s) here"
+    return (statistics.median(per_step), f"median of the {len(per_step)} finished sweep run(s) here") if per_step else None
+
+
+def recorded_step_seconds(config: dict) -> tuple[float, str] | None:
+    """(seconds a sweep step takes, where): the recorded default run's, scaled by the FLOPs of a step, where this
+    configuration is near its size (``SCALED_AT_LEAST``); None otherwise."""
+    import statistics
+
+    import yaml
+
     try:
         recorded = yaml.safe_load((GALLERY / "params.yaml").read_text(encoding="utf-8"))
         lines = (GALLERY / "sweep" / "summary.csv").read_text(encoding="utf-8").splitlines()
@@ -182,24 +201,92 @@ def measured_step_seconds(root: Path, config: dict) -> tuple[float, str] | None:
         scale = _step_flops(config) / _step_flops(recorded)
     except (OSError, ValueError, KeyError, TypeError, IndexError, statistics.StatisticsError, yaml.YAMLError):
         return None
+    if scale < SCALED_AT_LEAST:
+        return None
     return (recorded_step * scale, f"the recorded default run's {recorded_step:.2f} s a step (docs/gallery) x "
             f"{scale:.3g}, this configuration's FLOPs a step against its")
 
 
-def job_start_seconds(python: str = sys.executable) -> float:
-    """Seconds a pipeline job takes to start on this machine now: a fresh Python importing what every `blocklab` job
-    imports (torch, pandas, the training code), timed once."""
-    started = time.perf_counter()
-    subprocess.run([python, "-c", "import pandas, torch, blocklab.training.train"], capture_output=True, check=False)
-    return time.perf_counter() - started
+def measured_step_seconds(root: Path, config: dict, measured: dict | None = None) -> tuple[float, str] | None:
+    """(seconds a sweep step takes, where that was measured): this project's finished sweep runs, else the steps
+    ``measure_here`` timed now, else the recorded default run's (``recorded_step_seconds``); None when none of these."""
+    if (found := finished_step_seconds(root)) is not None:
+        return found
+    if measured and measured.get("step_s"):
+        return measured["step_s"], f"{measured['timed']} steps timed here now"
+    return recorded_step_seconds(config)
 
 
-def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", jobs: int | None = None,
-                 job_start_s: float | None = None) -> dict:
-    """The training left in the DAG's run targets (their meta.json paths): ``runs`` and ``steps`` left, ``lanes``
-    (runs side by side), ``seconds`` (wall time, None without a measurement) and ``basis`` (where the step cost
-    comes from); with the DAG's ``jobs`` left and ``job_start_s`` (a job's start, measured), their starts too."""
-    root = Path(root)
+# What measure_here's fresh Python runs: it prints when its imports were done, then each short run's seconds.
+_MEASURE = """
+import json, sys, time
+from pathlib import Path
+import pandas, torch
+from blocklab.params_file import load_params
+from blocklab.runtime import set_threads
+from blocklab.training.sweep import train_copy_run
+print(json.dumps({"imported": time.time()}), flush=True)
+import copy, tempfile
+params = load_params(sys.argv[1])
+set_threads(params["threads_per_run"])
+for steps in map(int, sys.argv[3:]):
+    p = copy.deepcopy(params)
+    p["sweep"]["steps"] = steps
+    with tempfile.TemporaryDirectory() as folder:
+        began = time.perf_counter()
+        train_copy_run(p, p["sweep"]["norms"][0], 0, 0, Path(folder) / "run", p["device"])
+        seconds = time.perf_counter() - began
+    print(json.dumps({"steps": steps, "seconds": seconds}), flush=True)
+    if seconds > float(sys.argv[2]):
+        break
+"""
+
+
+def measure_here(params_path: str | Path = "params.yaml", python: str = sys.executable,
+                 timeout_s: float = 300) -> dict:
+    """This machine, now: ``start_s`` (a fresh Python importing pandas, torch and the training code: every job's
+    start), ``step_s`` and ``run_s`` (a training step of this configuration's sweep run, and a run's fixed cost in a
+    fresh job: its one-time costs, building, writing its files; from short runs of ``TIMED_STEPS``), ``timed`` (the
+    steps timed) and ``load`` (the 1-minute load average before measuring). What could not be measured is None."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    began = time.time()
+    found = {"start_s": None, "step_s": None, "run_s": None, "timed": 0, "load": load}
+    try:
+        done = subprocess.run([python, "-c", _MEASURE, str(params_path), str(SLOW_RUN_S), *map(str, TIMED_STEPS)],
+                              capture_output=True, text=True, timeout=timeout_s)
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return found
+    if lines and "imported" in lines[0]:
+        found["start_s"] = max(0.0, lines[0]["imported"] - began)
+    runs = [(line["steps"], line["seconds"]) for line in lines[1:]]
+    if len(runs) >= 3 and runs[2][0] > runs[1][0]:
+        (k1, t1), (k2, t2), (k3, t3) = runs[:3]
+        found["step_s"] = max((t3 - t2) / (k3 - k2), 1e-6)
+        found["run_s"] = max(0.0, t1 - k1 * found["step_s"])
+    elif runs:  # slow steps: the first run alone, its fixed cost counted in its steps
+        found["step_s"], found["run_s"] = runs[0][1] / runs[0][0], 0.0
+    found["timed"] = sum(k for k, _ in runs)
+    return found
+
+
+def effective_lanes(lanes: int, load: float, cpus: int | None = None) -> float:
+    """How many jobs' worth of work ``lanes`` jobs side by side do, against one job measured alone, on ``cpus`` cores
+    already running ``load`` other runnable processes: each gets min(1, cpus / (lanes + load)) of a core where the
+    measurement had min(1, cpus / (1 + load))."""
+    cpus = cpus or os.cpu_count() or 1
+    return lanes * min(1.0, cpus / (lanes + load)) / min(1.0, cpus / (1 + load))
+
+
+def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", rules: list[str] | None = None,
+                 measured: dict | None = None) -> dict:
+    """The time the DAG's jobs left will take: ``runs`` and ``steps`` left (of the run targets, their meta.json paths),
+    ``lanes`` (runs side by side) and, in seconds, ``training`` (None without a step cost), ``jobs_s`` (the jobs' starts
+    and their work on the lanes), ``probe_s`` (the SmolLM2 probe), ``serial_s`` (the claims, metrics, report and last
+    check, at the end, one after another) and ``seconds``, their sum; ``step_s`` and ``basis`` (where the step cost
+    comes from: the finished runs here, else ``measured``'s, else the recorded default run's). ``rules``: the rule of
+    each job left; ``measured``: ``measure_here``'s (without it, the training alone)."""
+    root, measured = Path(root), measured or {}
     left, steps = 0, 0
     for target in run_targets:
         run_dir = root / Path(target).parent
@@ -211,12 +298,26 @@ def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", 
         left += 1
         steps += max(0, total - (logged[0] if logged and logged[1] == total else 0))
     lanes = max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
-    measured = measured_step_seconds(root, config)
-    seconds = None if measured is None else steps * measured[0] / min(lanes, max(left, 1))
-    starts = (jobs or 0) * (job_start_s or 0) * JOB_OVER_START / lanes
-    return {"runs": left, "steps": steps, "lanes": lanes, "seconds": seconds if seconds is None else seconds + starts,
-            "step_s": None if measured is None else measured[0], "basis": None if measured is None else measured[1],
-            "jobs": jobs, "job_start_s": job_start_s}
+    here = measured_step_seconds(root, config, measured)
+    run_s = measured.get("run_s") or 0.0
+    training = None if here is None else steps * here[0] + left * run_s
+    start, rules = measured.get("start_s"), list(rules or [])
+    jobs_s = probe_s = serial_s = 0.0
+    if start:
+        for rule in rules:
+            cost = start * HEAVY_JOBS.get(rule, ORDINARY_JOB)
+            if rule in SERIAL_JOBS:
+                serial_s += cost
+            elif rule == "probe_lm":
+                probe_s += cost
+            else:
+                jobs_s += cost
+    lanes_in_effect = max(1.0, effective_lanes(lanes, measured.get("load") or 0.0)) if start else float(lanes)
+    seconds = None if training is None else (training + jobs_s + probe_s) / lanes_in_effect + serial_s
+    return {"runs": left, "steps": steps, "lanes": lanes, "lanes_in_effect": lanes_in_effect, "training": training,
+            "jobs": len(rules), "jobs_s": jobs_s, "probe_s": probe_s, "serial_s": serial_s, "seconds": seconds,
+            "step_s": None if here is None else here[0], "basis": None if here is None else here[1],
+            "run_s": run_s, "start_s": start, "load": measured.get("load")}
 
 
 def _clock(seconds: float) -> str:
@@ -225,22 +326,27 @@ def _clock(seconds: float) -> str:
 
 
 def eta_line(eta: dict) -> str:
-    jobs = eta.get("jobs") is not None and eta.get("job_start_s") is not None
-    starts = (f"{eta['jobs']} job(s) at about {eta['job_start_s'] * JOB_OVER_START:.0f} s each ({JOB_OVER_START} x a "
-              f"job's start measured now, {eta['job_start_s']:.1f} s)" if jobs else "")
-    if not eta["runs"]:
-        return ("blocklab: no training run left to do; "
-                + (f"{starts} on {eta['lanes']} lane(s): about "
-                   f"{_clock(eta['jobs'] * eta['job_start_s'] * JOB_OVER_START / eta['lanes'])}" if jobs
-                   else "the rest of the pipeline takes minutes"))
-    what = f"{eta['runs']} training run(s) left, {eta['steps']:,} steps on {eta['lanes']} lane(s)"
+    """The ETA in one line: the total, then each part (in work seconds: the training and the jobs share the lanes; the
+    serial jobs at the end run alone) and what it was measured from."""
+    what = f"{eta['runs']} training run(s) left, {eta['steps']:,} steps"
     if eta["seconds"] is None:
-        return f"blocklab: {what}; no measured step cost yet (the first runs' logs will give their ETA)"
-    if jobs:
-        return (f"blocklab: {what}, {starts}: about {_clock(eta['seconds'])} in all, training at {eta['step_s']:.3g} "
-                f"s a step ({eta['basis']}); `blocklab status` shows each run")
-    return (f"blocklab: {what}: about {_clock(eta['seconds'])} of training at {eta['step_s']:.3g} s a step "
-            f"({eta['basis']}), then minutes for the rest; `blocklab status` shows each run")
+        return (f"blocklab: {what}; no measured step cost yet (the first runs' logs will give their ETA); "
+                "`blocklab status` shows each run")
+    if not eta.get("start_s"):
+        return (f"blocklab: {what} on {eta['lanes']} lane(s): about {_clock(eta['seconds'])} of training at "
+                f"{eta['step_s']:.3g} s a step ({eta['basis']}), then the rest; `blocklab status` shows each run")
+    lanes = (f"{eta['lanes']} lane(s)" + (f", {eta['lanes_in_effect']:.1f} in effect at load {eta['load']:.1f}"
+                                          if eta["lanes_in_effect"] < eta["lanes"] - 0.05 else ""))
+    parts = [f"training {_clock(eta['training'])} ({what} at {eta['step_s']:.3g} s a step, {eta['basis']}, and "
+             f"{eta['run_s']:.2g} s a run)",
+             f"{eta['jobs']} job(s) starting and working {_clock(eta['jobs_s'])} (a start measured here now: "
+             f"{eta['start_s']:.1f} s)"]
+    if eta["probe_s"]:
+        parts.append(f"the SmolLM2 probe {_clock(eta['probe_s'])}")
+    if eta["serial_s"]:
+        parts.append(f"then the claims and the report render, one after another, {_clock(eta['serial_s'])}")
+    return (f"blocklab: about {_clock(eta['seconds'])} on {lanes}: " + "; ".join(parts)
+            + "; `blocklab status` shows each run")
 
 
 def register(subparsers) -> None:
@@ -271,8 +377,9 @@ def _main(args) -> int:
 
         config = yaml.safe_load((args.params or args.root / "params.yaml").read_text(encoding="utf-8"))
         eta = pipeline_eta([f"data/sweep/runs/{name}/meta.json" for name in planned], config, args.cores, args.root)
-        print("main sweep: " + eta_line(eta).removeprefix("blocklab: ").replace("then minutes for the rest; "
-                                                                              "`blocklab status` shows each run", "").rstrip(", "))
+        print("main sweep: " + eta_line(eta).removeprefix("blocklab: ").replace(", then the rest", "")
+              .replace("; `blocklab status` shows each run", "").replace(" (the first runs' logs will give their ETA)",
+                                                                          " (Snakemake measures one when it starts)"))
     studies = [s for s in STUDIES if (args.root / "data" / s / "plan.csv").is_file()]
     if studies:
         print("Each study's plan, run by run, with its projected time: "
