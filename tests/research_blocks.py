@@ -452,3 +452,197 @@ class ZeroSinkAttentionBlock(SinkAttentionBlock):
         super().__init__(d_model, n_heads)
         with torch.no_grad():
             self.sinks.zero_()
+
+
+class QueryAxisEncoder(PreNormBlock):
+    """An encoder block (no mask) whose softmax runs over the query axis: softmax(q.k / sqrt(d), dim=-2) @ v: each
+    key's weights over the queries sum to one, no query's weights over the keys do."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+
+        def forward(x):
+            q, k = attn.split(attn.q(x)), attn.split(attn.k(x))
+            w = (q @ k.transpose(-2, -1) / math.sqrt(attn.hd)).softmax(-2)
+            return attn.o(attn.merge(w @ attn.split(attn.v(x))))
+        attn.forward = forward
+
+
+class RowSoftmaxEncoder(PreNormBlock):
+    """QueryAxisEncoder with the softmax over the keys, softmax(dim=-1): a plain bidirectional encoder block."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+
+        def forward(x):
+            q, k = attn.split(attn.q(x)), attn.split(attn.k(x))
+            w = (q @ k.transpose(-2, -1) / math.sqrt(attn.hd)).softmax(-1)
+            return attn.o(attn.merge(w @ attn.split(attn.v(x))))
+        attn.forward = forward
+
+
+# --- a mixture of experts and an attention written by hand, in other styles ---------------------------------------
+
+
+class SwiGLU(nn.Module):
+    """w2(silu(w1 x) * w3 x), hidden wide."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.w1, self.w3 = nn.Linear(d_model, hidden, bias=False), nn.Linear(d_model, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoE(nn.Module):
+    """Mixtral-style, as its first Hugging Face code wrote it: a gate Linear(d, 8), the softmax over all 8 router
+    scores, the top 2 kept without renormalising, tokens flattened, each chosen expert (SwiGLU, 1x wide) applied to
+    its rows and added back with index_add_; plus one shared SwiGLU expert (1x) on every token."""
+
+    def __init__(self, d_model: int, experts: int = 8, top: int = 2):
+        super().__init__()
+        self.top = top
+        self.gate = nn.Linear(d_model, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d_model, d_model) for _ in range(experts))
+        self.shared = SwiGLU(d_model, d_model)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        flat = x.reshape(-1, D)
+        weights, chosen = self.gate(flat).softmax(-1).topk(self.top, dim=-1)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == e)
+            if len(rows):
+                out.index_add_(0, rows, weights[rows, slot, None] * expert(flat[rows]))
+        return (out + self.shared(flat)).reshape(B, T, D)
+
+
+class SwiGLUMoEBlock(nn.Module):
+    """x + attn(rms1(x)), h + moe(rms2(h)) with SparseMoE: 8 experts, 2 per token, 1 shared; nn.RMSNorm."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__()
+        self.attn, self.moe = Attention(d_model, n_heads), SparseMoE(d_model)
+        self.rms1, self.rms2 = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
+
+    def forward(self, x):
+        h = x + self.attn(self.rms1(x))
+        return h + self.moe(self.rms2(h))
+
+
+class EinsumGQABlock(nn.Module):
+    """Attention and FFN on the block's own nn.Parameters, no nn.Linear anywhere: wq (d, 4, 16), wk and wv (d, 2,
+    16), wo (4, 16, d); q = einsum('btd,dhe->bthe'), scores einsum('bthd,bshd->bhts', q, k) over each query head's
+    key/value head (GQA 4/2), causal, / sqrt(16); an RMS pre-norm written out with its own weight; the FFN
+    (silu(x @ w1) * (x @ w3)) @ w2, hidden 2d: a SwiGLU of 2x."""
+
+    causal = True
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2):
+        super().__init__()
+        hd = d_model // n_heads
+        self.h, self.kv, self.hd = n_heads, n_kv_heads, hd
+        s = d_model ** -0.5
+        self.wq = nn.Parameter(torch.randn(d_model, n_heads, hd) * s)
+        self.wk = nn.Parameter(torch.randn(d_model, n_kv_heads, hd) * s)
+        self.wv = nn.Parameter(torch.randn(d_model, n_kv_heads, hd) * s)
+        self.wo = nn.Parameter(torch.randn(n_heads, hd, d_model) * s)
+        self.w1 = nn.Parameter(torch.randn(d_model, 2 * d_model) * s)
+        self.w3 = nn.Parameter(torch.randn(d_model, 2 * d_model) * s)
+        self.w2 = nn.Parameter(torch.randn(2 * d_model, d_model) * (2 * d_model) ** -0.5)
+        self.g1, self.g2 = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.ones(d_model))
+
+    @staticmethod
+    def rms(x, g):
+        return g * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    def attend(self, x):
+        q = torch.einsum("btd,dhe->bthe", x, self.wq)
+        k = torch.einsum("btd,dhe->bthe", x, self.wk).repeat_interleave(self.h // self.kv, dim=2)
+        v = torch.einsum("btd,dhe->bthe", x, self.wv).repeat_interleave(self.h // self.kv, dim=2)
+        s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(self.hd)
+        if self.causal:
+            s = s + causal_mask(x.shape[1], x.dtype)
+        return torch.einsum("bthe,hed->btd", torch.einsum("bhts,bshe->bthe", s.softmax(-1), v), self.wo)
+
+    def forward(self, x):
+        h = x + self.attend(self.rms(x, self.g1))
+        u = self.rms(h, self.g2)
+        return h + (F.silu(u @ self.w1) * (u @ self.w3)) @ self.w2
+
+
+class EinsumNoMaskBlock(EinsumGQABlock):
+    """EinsumGQABlock without its causal mask: every query reads every key (the future leaks in a decoder)."""
+
+    causal = False
+
+
+class ExpertChoiceMoEBlock(PreNormBlock):
+    """Expert-choice routing (Zhou et al. 2022) written by hand: each of 4 experts (MLP, 2x) takes the half of the
+    sequence's tokens its router score ranks highest, over all positions, later ones included, and adds its output
+    weighted by the softmax of the token's scores: which tokens an expert takes depends on the future (a leak in a
+    decoder), and no expert is ever handed every token."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, experts: int = 4):
+        super().__init__(d_model, n_heads)
+        self.router = nn.Linear(d_model, experts, bias=False)
+        self.experts = nn.ModuleList(MLP(d_model, ratio=2) for _ in range(experts))
+        del self.mlp
+
+    def moe(self, x):
+        gates = self.router(x).softmax(-1)  # (B, T, E)
+        out = torch.zeros_like(x)
+        take = max(1, x.shape[1] // 2)
+        for e, expert in enumerate(self.experts):
+            for b in range(x.shape[0]):
+                rows = gates[b, :, e].topk(take).indices
+                out[b, rows] = out[b, rows] + gates[b, rows, e, None] * expert(x[b, rows])
+        return out
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.moe(self.ln2(h))
+
+
+class MoEOffStream(MoEBlock):
+    """MoEBlock whose MoE output replaces the stream: x + attn(ln1(x)), then moe(ln2(h)) with no residual."""
+
+    def forward(self, x):
+        return self.moe(self.ln2(x + self.attn(self.ln1(x))))
+
+
+class TensordotAttentionBlock(PreNormBlock):
+    """PreNormBlock whose attention applies its weights with torch.tensordot on 3-D nn.Parameters (w_q, w_k, w_v of
+    (d, 4, 16), w_o (4, 16, d)): a function the reviewer does not follow. Causal softmax MHA, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        del self.attn
+        hd = d_model // n_heads
+        self.hd = hd
+        self.w_q, self.w_k, self.w_v = (nn.Parameter(torch.randn(d_model, n_heads, hd) / math.sqrt(d_model))
+                                        for _ in range(3))
+        self.w_o = nn.Parameter(torch.randn(n_heads, hd, d_model) / math.sqrt(d_model))
+
+    def attend(self, x):
+        q, k, v = (torch.tensordot(x, w, dims=1).transpose(1, 2) for w in (self.w_q, self.w_k, self.w_v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+        return torch.tensordot((s.softmax(-1) @ v).transpose(1, 2), self.w_o, dims=2)
+
+    def forward(self, x):
+        h = x + self.attend(self.ln1(x))
+        return h + self.mlp(self.ln2(h))
+
+
+class TensordotLeakBlock(TensordotAttentionBlock):
+    """TensordotAttentionBlock without its causal mask: the future leaks."""
+
+    def attend(self, x):
+        q, k, v = (torch.tensordot(x, w, dims=1).transpose(1, 2) for w in (self.w_q, self.w_k, self.w_v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
+        return torch.tensordot((s.softmax(-1) @ v).transpose(1, 2), self.w_o, dims=2)

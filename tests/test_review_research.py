@@ -77,12 +77,30 @@ def test_a_measured_leak_always_rejects(name):
     assert r.severity_of("causal mask") == "reject" and r.exit_status == EXIT_REJECT
 
 
-def test_an_unreadable_mixer_is_said_and_the_rest_reviewed():
-    # QueryAxisSoftmax: the weights are no row distribution, but ln1/ln2 are pre-norms and both residuals are there
-    r = review("QueryAxisSoftmax")
+@pytest.mark.parametrize("name, role, status", [("QueryAxisSoftmax", "decoder", EXIT_REJECT),
+                                                ("QueryAxisEncoder", "encoder", EXIT_FLAG)])
+def test_a_softmax_over_the_query_axis_is_named(name, role, status):
+    # QueryAxisSoftmax: causally masked scores .softmax(-2); QueryAxisEncoder: unmasked scores .softmax(-2). Both
+    # x + attn(ln1(x)), h + mlp(ln2(h)) (pre-norm, both residuals), 4 heads of 16, gelu 4x
+    r = review_module(f"research_blocks:{name}", role)
     s = r.facts["structure"]
-    assert r.severity_of("structure") == "cannot" and s["norm_placement"] == "pre"
+    assert (s["mixer"], s["norm_placement"], s["ffn"], s["ffn_ratio"]) == ("query-axis-softmax", "pre", "gelu", 4.0)
+    assert (s["query_heads"], s["evidence"]["heads"]["head_dim"]) == (4, 16)
     assert all(x["residual_kept_when_silenced"] for x in s["evidence"]["sublayers"])
+    (said,) = [f.message for f in r.findings if f.check == "attention"]
+    assert "query axis" in said and r.severity_of("attention") == "flag" and r.exit_status == status
+    if role == "encoder":  # nothing else is wrong with it: bidirectional, as an encoder is
+        assert bad(r) == [("attention", "flag")] and s["causal"] is False
+    else:  # the decoder's leak is measured and said with its cause
+        leak = next(f.message for f in r.findings if f.check == "causal mask")
+        assert r.severity_of("causal mask") == "reject" and "query axis" in leak
+
+
+def test_the_same_encoder_with_its_softmax_over_the_keys_passes():
+    # RowSoftmaxEncoder: QueryAxisEncoder with .softmax(-1)
+    r = review_module("research_blocks:RowSoftmaxEncoder", "encoder")
+    assert (r.facts["structure"]["mixer"], r.facts["structure"]["attention"]) == ("attention", "MHA")
+    assert r.exit_status == EXIT_PASS
 
 
 # --- softmax and its look-alikes ------------------------------------------------------------------------------
@@ -233,12 +251,21 @@ def test_hunyuan_dense_builds_with_its_head_dim_left_to_the_width():
     assert r.exit_status == EXIT_PASS
 
 
-def test_mobilebert_builds_and_says_what_it_could_not_read():
+def test_mobilebert_is_read_through_its_bottleneck():
+    # MobileBertLayer, default config (use_bottleneck, key_query_shared_bottleneck, normalization_type "no_norm",
+    # num_feedforward_networks 4, hidden_act relu): bottleneck.attention projects the input, query and key read it,
+    # value reads the input itself; 4 heads of true_hidden_size 128 / 4; NoNorm(dense(attn) + bottleneck.input(x)),
+    # NoNorm is x * w + b (no normalisation); 4 FFNs at 128 wide, intermediate 512: 4x of the width they read;
+    # bidirectional, learned positions
     from blocklab.review import review_architecture
 
     r = review_architecture("mobilebert")
-    (cannot,) = [f for f in r.findings if f.severity == "cannot"]
-    assert "tiny build failed" not in cannot.message and r.severity_of("parameters") == "pass"
+    s = r.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"], s["kv_heads"]) == ("attention", "MHA", 4, 4)
+    assert s["evidence"]["bottleneck"] == ["bottleneck.attention.dense"]
+    assert (s["norm_placement"], s["norm_kind"], s["position"], s["causal"]) == ("none", None, "learned", False)
+    assert (s["ffn"], s["ffn_ratio"], s["evidence"]["ffn"]["reads_width"]) == ("relu", 4.0, 128)
+    assert bad(r) == [("norm position", "flag")] and r.exit_status == EXIT_FLAG
 
 
 def test_nanochat_with_functional_norms_and_rope_before_its_qk_norm():
@@ -253,15 +280,79 @@ def test_nanochat_with_functional_norms_and_rope_before_its_qk_norm():
     assert r.exit_status == EXIT_PASS
 
 
-def test_what_cannot_be_read_is_named():
-    # MoEBlock: experts = ModuleList of 4 MLPs, each called on the tokens whose top-2 router scores chose it
+# --- experts and attention written by hand --------------------------------------------------------------------
+
+
+def test_a_mixture_of_experts_written_by_hand_is_read_as_experts():
+    # MoEBlock: router Linear(64, 4), top 2 scores, softmax over them; experts ModuleList of 4 MLP(64, ratio 2)
+    # (gelu, 128 wide); x + attn(ln1(x)), h + moe(ln2(h)): 2 x 128 / 64 = 4x active per token
     r = review("MoEBlock")
-    assert r.facts["structure"]["hand_written_experts"] == {"container": "experts", "experts": 4, "per_token": 2}
-    assert r.exit_status == EXIT_CANNOT and "4 experts in 'experts', 2 per token" in r.findings[0].message
-    # EinsumAttentionBlock: q, k, v and the output from torch.einsum on w_qkv (3, d, h, hd) and w_o (h, hd, d)
-    r = review("EinsumAttentionBlock")
+    s = r.facts["structure"]
+    assert s["moe"] == {"experts": 4, "per_token": 2, "shared": 0, "written_by_hand": {
+        "container": "experts", "router": "router", "read_through": "experts.0"}}
+    assert (s["ffn"], s["ffn_ratio"], s["norm_placement"], s["residual"]) == ("gelu", 4.0, "pre", "sequential")
+    assert (s["attention"], s["query_heads"], s["causal"]) == ("MHA", 4, True)
+    assert s["evidence"]["output_sum"]["coefficients"] == {"x": 1.0, "attn.o": 1.0, "experts.0.down": 1.0}
+    assert bad(r) == [] and r.exit_status == EXIT_PASS
+    # SwiGLUMoEBlock: moe.gate Linear(64, 8), softmax over all 8, top 2 not renormalised, index_add_; SwiGLU experts
+    # of 64 and one shared SwiGLU of 64 on every token; RMSNorm: (2 x 64 + 64) / 64 = 3x
+    s = review("SwiGLUMoEBlock").facts["structure"]
+    assert s["moe"] == {"experts": 8, "per_token": 2, "shared": 1, "written_by_hand": {
+        "container": "moe.experts", "router": "moe.gate", "read_through": "moe.experts.0"}}
+    assert (s["ffn"], s["ffn_ratio"], s["norm_kind"], s["norm_placement"]) == ("swiglu", 3.0, "rmsnorm", "pre")
+
+
+def test_a_hand_written_moe_off_the_stream_is_flagged():
+    # MoEOffStream: moe(ln2(x + attn(ln1(x)))): the experts' output replaces the stream
+    r = review("MoEOffStream")
+    assert [(f.check, f.value) for f in r.findings if f.severity == "flag"] == [("residual", "experts.0.down")]
+
+
+def test_experts_that_choose_their_tokens_are_named_and_the_rest_reviewed():
+    # ExpertChoiceMoEBlock: each of 4 experts takes the top half of the sequence by its router score (future
+    # positions included): no expert is ever handed every token; x + attn(ln1(x)) is read, and the leak rejects
+    r = review("ExpertChoiceMoEBlock")
+    s = r.facts["structure"]
+    assert s["hand_written_experts"] == {"container": "experts", "experts": 4, "per_token": 2}
     (cannot,) = [f.message for f in r.findings if f.severity == "cannot"]
-    assert r.exit_status == EXIT_CANNOT and "'w_qkv'" in cannot and "'w_o'" in cannot and "einsum" in cannot
+    assert "4 experts in 'experts'" in cannot and "handed a subset of the tokens" in cannot
+    assert s["partial"] == ["attention"] and s["evidence"]["norm_placement"]["attention"]["placement"] == "pre"
+    assert r.severity_of("causal mask") == "reject" and r.exit_status == EXIT_REJECT
+
+
+def test_attention_written_with_einsum_on_parameters_is_read():
+    # EinsumAttentionBlock: q, k, v = einsum('btd,sdhe->sbhte', x, w_qkv (3, 64, 4, 16)), causal softmax over
+    # q.k / 4, einsum('bhte,hed->btd', ., w_o (4, 16, 64)); ln1/ln2 pre-norms, MLP gelu 4x
+    r = review("EinsumAttentionBlock")
+    s = r.facts["structure"]
+    attn = s["evidence"]["sublayers"][0]
+    assert (attn["writer"], attn["inputs"], attn["mixes_tokens"]) == ("w_o", ["w_qkv"], True)
+    assert (s["mixer"], s["attention"], s["query_heads"], s["kv_heads"]) == ("attention", "MHA", 4, 4)
+    assert (s["norm_placement"], s["ffn"], s["ffn_ratio"], s["causal"]) == ("pre", "gelu", 4.0, True)
+    assert s["evidence"]["logit_scale"]["rule"] == "1/sqrt(head_dim)" and s["evidence"]["unhooked_weights"] == []
+    assert bad(r) == [] and r.exit_status == EXIT_PASS
+    # EinsumGQABlock: wq (64, 4, 16), wk and wv (64, 2, 16) by einsum, scores einsum('bthd,bshd->bhts'), wo (4, 16,
+    # 64); RMS pre-norms written out; FFN (silu(u @ w1) * (u @ w3)) @ w2, 128 wide; nothing is an nn.Linear
+    s = review("EinsumGQABlock").facts["structure"]
+    assert (s["attention"], s["query_heads"], s["kv_heads"], s["norm_kind"]) == ("GQA", 4, 2, "rmsnorm")
+    assert (s["ffn"], s["ffn_ratio"], s["residual"], s["causal"]) == ("swiglu", 2.0, "sequential", True)
+    # EinsumNoMaskBlock: the same without its causal mask: the leak rejects
+    r = review("EinsumNoMaskBlock")
+    assert r.facts["structure"]["mixer"] == "attention" and bad(r) == [("causal mask", "reject")]
+
+
+@pytest.mark.parametrize("name, status", [("TensordotAttentionBlock", EXIT_CANNOT),
+                                          ("TensordotLeakBlock", EXIT_REJECT)])
+def test_an_attention_the_reviewer_cannot_follow_is_named_and_the_rest_reviewed(name, status):
+    # torch.tensordot on w_q, w_k, w_v (64, 4, 16) and w_o (4, 16, 64): not followed. The rest, x + ... and
+    # h + mlp(ln2(h)) (pre-norm, gelu 4x), is read; TensordotLeakBlock has no causal mask: the leak rejects
+    r = review(name)
+    s = r.facts["structure"]
+    (cannot,) = [f.message for f in r.findings if f.severity == "cannot"]
+    assert "'w_q'" in cannot and "'w_o'" in cannot and "tensordot" in cannot
+    assert s["partial"] == ["ffn"] and (s["ffn"], s["ffn_ratio"]) == ("gelu", 4.0)
+    assert s["evidence"]["norm_placement"]["ffn"]["placement"] == "pre"
+    assert s["causal"] is (status == EXIT_CANNOT) and r.exit_status == status
 
 
 def test_the_lab_passes_a_blocks_own_mask_argument():

@@ -22,7 +22,7 @@ STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query
 
 LAYER_KEYS = ("mixer", "position", "attention", "query_heads", "kv_heads", "sliding_window", "qk_norm", "ffn",
               "ffn_ratio", "moe")
-MIXERS = ("attention", "linear-attention", "sigmoid-attention", "conv", "ssm", "recurrent")
+MIXERS = ("attention", "linear-attention", "sigmoid-attention", "query-axis-softmax", "conv", "ssm", "recurrent")
 FUNCTIONAL_KINDS = {"rms_norm()": "rmsnorm", "layer_norm()": "layernorm"}  # norms without a module (dataflow)
 LOOK_ALIKES = {"sigmoid": "sigmoid-attention", "normalised-linear": "linear-attention"}
 
@@ -31,13 +31,16 @@ def read_mixer(a: LayerAnalysis, g) -> dict:
     """What kind of token mixing a sub-layer does, from its data flow: query/key heads and a softmax (with queries
     and keys silenced the values are still averaged) make attention; heads without the softmax, linear attention;
     no heads: a short convolution when a change at position 0 reaches only the next few positions, else a
-    recurrence (a state-space scan or an RNN: the data flow does not tell them apart)."""
+    recurrence (a state-space scan or an RNN: the data flow does not tell them apart). Heads without a query whose
+    weights are distributions over the queries: a softmax over the query axis."""
     heads = a.heads(g)
     bias = a.position_bias(g, heads) if heads.get("measured") else {"measured": False}
     reach = a.reach()
     if heads.get("measured") and heads.get("roles") and any("q" in r for r in heads["roles"].values()):
         weights = bias.get("weights", "softmax" if bias.get("softmax", True) else None)
         kind = "attention" if weights in ("softmax", "sinks") else LOOK_ALIKES.get(weights, "linear-attention")
+    elif a.query_axis(g, heads):
+        kind = "query-axis-softmax"
     else:  # by its own reach: a convolution before an attention reaches every position through it
         own = g.reach if g.reach is not None else reach
         kind = "conv" if len(own) < a.seq else "recurrent"
@@ -54,13 +57,15 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     bulk = sorted({n.rpartition(".")[0] for n, p in a.driver.layer.named_parameters() if p.dim() >= 3
                    and sorted(p.shape)[-2] > 1  # not a per-head gain shaped (heads, 1, 1)
                    and not isinstance(modules.get(n.rpartition(".")[0]), torch.nn.modules.conv._ConvNd)})
-    hand_moe = _hand_written_experts(a)
-    routed_note = (f"; routed experts written by hand: {hand_moe['experts']} experts in '{hand_moe['container']}'"
+    bulk = [b for b in bulk if not all(n in a.tracer.applied for n, p in a.driver.layer.named_parameters()
+                                       if n.rpartition(".")[0] == b and p.dim() >= 3)]  # applied token-wise: seen
+    hand_moe = a.hand_experts
+    routed_note = ((f"; routed experts written by hand: {hand_moe['experts']} experts in '{hand_moe['container']}'"
                    + (f", {hand_moe['per_token']} per token" if hand_moe["per_token"] else "")
-                   + ", each called on the tokens routed to it: their FFN is not read (one module applying every "
-                   "expert, with 3-D weights, is)") if hand_moe else ""
+                   + f", each called on the tokens routed to it: their FFN is not read ({a.unrouted})")
+                   if hand_moe and not a.routing else "")
     unprojected = next((g for g in selfs if g.unprojected), None)
-    if unprojected is not None and hand_moe:
+    if unprojected is not None and routed_note:
         return {"reviewable": False, "attention_found": True, "ffn_found": False, "hand_written_experts": hand_moe,
                 "reason": f"the sub-layers after the attention could not be told apart{routed_note}"}
     if unprojected is not None:
@@ -77,17 +82,18 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         found = [(g.out.name, "mixes tokens" if g.mixes else "per token") for g in a.sublayers]
         weights = [n for n, p in a.driver.layer.named_parameters() if p.dim() >= 3 and sorted(p.shape)[-2] > 1
                    and any(n.rpartition(".")[0] == b for b in bulk)]
-        hint = (f"; weights of 3 or more dimensions applied without a layer to hook, {weights[:6]}: token mixing or "
-                "experts computed with torch.einsum or matmul on parameters cannot be read (each weight as an "
-                "nn.Linear can)") if bulk else ""
-        if not selfs:
+        hint = (f"; weights of 3 or more dimensions applied without a layer to hook, {weights[:6]}: applied by a "
+                "function the reviewer does not follow (torch.einsum, matmul and F.linear of a parameter on the "
+                "tokens are followed; bmm, tensordot or a weight indexed or reshaped first are not)") if bulk else ""
+        if not selfs and not bulk:
             hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
                      "with an earlier layer), which mixes none of the layer's own input")
-        return {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
-                **({"hand_written_experts": hand_moe} if hand_moe else {}),
-                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint}{routed_note})"}
+        out = {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
+               **({"hand_written_experts": hand_moe} if routed_note else {}),
+               "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint}{routed_note})"}
+        return {**out, **_read_part(a, selfs)} if a.sublayers else out
     cross = [g for g in a.attentions if g.cross]
-    routed = [g for g in a.ffns if g.experts]
+    routed = [g for g in a.ffns if g.experts or g.hand]
     # the FFN expands: beside a low-rank adapter that also works per token (Gemma 3n's LAuReL, AltUp), the widest;
     # of two as wide (Macaron's half-step FFNs), the first after the attention
     after = selfs[0].out.index
@@ -107,7 +113,9 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                "after" if any(a.depends.get((attn.out.key, c.key)) for c in g.ins) else "beside"}
               for g in selfs if g is not attn]
     is_attention = mixer["kind"] == "attention"
-    heads, bias = (mixer["heads"], mixer["bias"]) if is_attention else ({}, {"measured": False})
+    # a softmax over the query axis has heads (counted from the features each edit moves), no query to probe
+    heads, bias = (mixer["heads"], mixer["bias"]) if is_attention else (
+        mixer["heads"] if mixer["kind"] == "query-axis-softmax" else {}, {"measured": False})
     causal = a.causal()
     aware = a.position_aware(causal["causal"])
     # position from the data flow only: rotated queries and keys (RoPE) or a bias on the logits; a layer that is
@@ -128,6 +136,10 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     parallel = not any(a.depends.get((g.out.key, c.key)) for g in a.attentions for c in ffn.ins) and \
         not any(a.depends.get((ffn.out.key, c.key)) for c in attn.ins)
     ffn_facts, moe = _ffn_and_moe(a, ffn, routed)
+    # the width the FFN expands from: the layer's, or a bottleneck's (MobileBERT's FFNs read 128 of its 512)
+    reads = ffn.ins[0].inp.shape[-1] if not routed and ffn.ins else a.width
+    if reads != a.width:
+        ffn_facts = {**ffn_facts, "reads_width": reads, "layer_width": a.width}
     bulk = [b for b in bulk if b not in {g.out.name for g in routed}]  # experts read as a whole: seen
     # 3-D weights inside a token mixer (RecurrentGemma's block-diagonal gates in its recurrence) are the mixer's work,
     # not a feed-forward network's
@@ -157,7 +169,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         "qk_norm": bool(a.qk_norm(attn)) if is_attention else False,
         "position": position,
         "ffn": ffn_facts["kind"],
-        "ffn_ratio": ffn_facts["hidden"] / a.width,
+        "ffn_ratio": ffn_facts["hidden"] / reads,
         "moe": moe,
         "causal": causal["causal"],
         "cross_attention": bool(cross),
@@ -173,6 +185,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
                       "values_from": mixer["heads"].get("values_from")},
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
             "latent": {c.name: _features(c.out) for c in a.latents(attn)} if is_attention else {},
+            "bottleneck": [c.name for c in a.bottleneck(attn)] if is_attention else [],
             "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
@@ -181,27 +194,45 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     }
 
 
-def _hand_written_experts(a: LayerAnalysis) -> dict | None:
-    """Modules of one container (a ModuleList 'experts.0', 'experts.1', ...) called on subsets of the tokens chosen
-    by content: routed experts written by hand. How many (the container's length), and how many per token when every
-    token is routed alike (the rows the experts' first calls read, over the tokens)."""
-    memory = getattr(a.driver, "memory_seq", None)
-    tokens = a.x.shape[0] * a.seq
-    firsts = {}
-    for c in a.calls:
-        if c.inp.dim() >= 2 and c.inp.shape[-2] not in (a.seq, memory):
-            parts = c.name.split(".")
-            at = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-            if at:
-                firsts.setdefault((".".join(parts[:at]), parts[at]), c)
-    if not firsts:
-        return None
-    container = max({k for k, _ in firsts}, key=lambda k: sum(1 for c, _ in firsts if c == k))
-    rows = sum(c.inp[..., 0].numel() for (k, _), c in firsts.items() if k == container)
-    module = dict(a.driver.layer.named_modules()).get(container)
-    return {"container": container, "experts": len(module) if hasattr(module, "__len__") else
-            len({i for k, i in firsts if k == container}),
-            "per_token": rows // tokens if rows % tokens == 0 else None}
+def _read_part(a: LayerAnalysis, selfs: list) -> dict:
+    """What can be read of a layer whose attention or FFN is not found: the part that is (its norm placement, its
+    kind, its residual), the norms' kind, the layer's output as a sum, and causality, measured on the layer whole.
+    judge_structure says these after the line that names what could not be read."""
+    parts = {}
+    if selfs:
+        parts["attention"] = selfs[0]
+    if a.ffns:
+        parts["ffn"] = max(a.ffns, key=lambda g: g.out.inp.shape[-1])
+    placements = {which: a.norm_placement(g) for which, g in parts.items()}
+    for p in placements.values():
+        # a norm of the sum after the part found feeds the part not found (a pre-norm block's second norm): with
+        # an input norm of its own, the part found is pre-norm
+        if p["placement"] == "post" and p["input_norm"]:
+            p["placement"] = "pre"
+    names = {n for p in placements.values() for n in p["norms"]}
+    kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in a.norm_calls if c.name in names}
+                   | {FUNCTIONAL_KINDS[n] for n in names if n in FUNCTIONAL_KINDS})
+    mixer = read_mixer(a, parts["attention"]) if "attention" in parts else None
+    ffn = a.ffn(parts["ffn"]) if "ffn" in parts else None
+    causal = a.causal()
+    residuals = {g.out.name: a.residual_kept(g) for g in a.sublayers}
+    return {
+        "partial": sorted(parts),
+        "mixer": mixer["kind"] if mixer else None,
+        "norm_kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else None),
+        "ffn": ffn["kind"] if ffn else None,
+        "ffn_ratio": ffn["hidden"] / a.width if ffn else None,
+        "causal": causal["causal"],
+        "evidence": {
+            "sublayers": [{"writer": g.out.name, "inputs": [c.name for c in g.ins], "mixes_tokens": g.mixes,
+                           "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
+                          for g in a.sublayers],
+            "norm_placement": placements, "ffn": ffn, "max_future_leak": causal["max_leak"],
+            "output_sum": a.stream_sum("output", a.sublayers[-1]),
+            "mixer": {"kind": mixer["kind"], "reach_of_position_0": mixer["reach"]} if mixer else None,
+            "heads": {k: v for k, v in mixer["heads"].items() if k not in ("roles", "v_offsets")} if mixer else {},
+        },
+    }
 
 
 def _scale_facts(scale: float | None, head_dim: int | None) -> dict | None:
@@ -220,7 +251,7 @@ def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:
     if not routed:
         return a.ffn(ffn), None
     experts = a.experts(ffn)
-    shared = [a.ffn(g) for g in a.ffns if not g.experts]
+    shared = [a.ffn(g) for g in a.ffns if not (g.experts or g.hand)]
     kind, activation = experts["kind"], experts["activation"]
     if kind == "unknown" and shared:  # the experts' own calling convention not reproduced: the shared one's
         kind, activation = shared[0]["kind"], shared[0]["activation"]
@@ -231,6 +262,8 @@ def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:
     width = experts["hidden"] or 0
     count = round(sum(f["hidden"] for f in shared) / width) if width and shared else len(shared)
     moe = {"experts": experts["experts"], "per_token": experts["per_token"], "shared": count}
+    if ffn.hand:  # a ModuleList of FFNs: named, with the router and the expert it was read through
+        moe["written_by_hand"] = {k: experts[k] for k in ("container", "router", "read_through")}
     return facts, moe
 
 
@@ -283,11 +316,19 @@ def _full_ffn(structure: dict, get, d: int) -> tuple[float, dict | None]:
     """The FFN ratio (active width per token for routed experts) and the experts, from the full-size modules."""
     ffn = structure["evidence"]["ffn"]
     if not structure.get("moe"):
-        return in_width(get(ffn["writer"])) / d, None
-    weights = experts_weights(get(ffn["writer"]))
-    w_out = next((w for w in weights if w.shape[1] == d and w.shape[-1] != d), weights[-1])
+        # the width it expands from: the layer's, or a bottleneck's (MobileBERT's FFNs read 128 of its 512; its tiny
+        # build has every width at 32)
+        reads = in_width(get(ffn["inputs"][0])) if ffn.get("inputs") else d
+        if reads != d:
+            ffn.update(reads_width=reads, layer_width=d)
+        return in_width(get(ffn["writer"])) / reads, None
     per_token = structure["moe"]["per_token"] or 0
     shared = sum(in_width(get(f["writer"])) for f in ffn["shared"])
+    if structure["moe"].get("written_by_hand"):  # one expert's own layers, as many as the container holds
+        container = get(structure["moe"]["written_by_hand"]["container"])
+        return (per_token * in_width(get(ffn["writer"])) + shared) / d, {**structure["moe"], "experts": len(container)}
+    weights = experts_weights(get(ffn["writer"]))
+    w_out = next((w for w in weights if w.shape[1] == d and w.shape[-1] != d), weights[-1])
     return (per_token * w_out.shape[-1] + shared) / d, {**structure["moe"], "experts": weights[0].shape[0]}
 
 

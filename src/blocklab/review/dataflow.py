@@ -3,7 +3,9 @@
 A driver maps the layer's input x (batch, time, width) to its output; every batch element of one run is the same x
 with one edit, so one forward pass answers many questions at once. In call order:
 
-    projections   leaf modules with a 2-D weight applied to a float input (Linear, GPT-2's Conv1D, fused QKV)
+    projections   leaf modules with a 2-D weight applied to a float input (Linear, GPT-2's Conv1D, fused QKV), and
+                  the layer's own parameters applied token by token by torch.einsum, matmul or F.linear (attention
+                  written with einsum on nn.Parameters): each application is a call like a layer's
     sub-layers    in-projections up to the first projection back to the model width that depends on one of them
                   (perturbing an in-projection's output changes its input): that one writes the sub-layer's output
     attention     a sub-layer that mixes tokens (an edit of its in-projections at position 0 reaches its writer's
@@ -24,10 +26,13 @@ with one edit, so one forward pass answers many questions at once. In call order
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .structure import ACTIVATIONS, GATED, PLAIN, norm_kind
 
@@ -114,6 +119,10 @@ class SubLayer:
     # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
     experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
     reach: list = None  # positions of the writer's input an edit of the in-projections at position 0 moves
+    hand: dict | None = None  # routed experts written by hand (a ModuleList of FFNs called on token subsets): this
+    # sub-layer is the one expert every token is routed to while the router's output is held (LayerAnalysis)
+    feeders: list = None  # projections before the attention's own in-projections whose outputs only it reads
+    # (MobileBERT's bottleneck: a projection of the layer's input, then the query reads it): see _merge_feeders
 
 
 def _rel(a, b) -> float:
@@ -175,20 +184,157 @@ def in_width(module: nn.Module) -> int:
                 module.weight.shape[1])
 
 
+APPLYING = {torch.einsum, torch.matmul, torch.Tensor.matmul, torch._C.TensorBase.matmul, torch.Tensor.__matmul__,
+            F.linear}  # the functions a parameter is applied with, outside a layer
+
+
+class Applied(nn.Module):
+    """A parameter of the layer applied by a function outside any layer (torch.einsum, matmul, F.linear), seen as a
+    projection from in_features to out_features: the features of its input it contracts, the features it adds."""
+
+    def __init__(self, name: str, in_features: int, out_features: int):
+        super().__init__()
+        self.name, self.in_features, self.out_features = name, in_features, out_features
+        self.weight = torch.empty(out_features, in_features, device="meta")  # the shape only, as a Linear's
+
+
+def _free_parameters(layer: nn.Module) -> dict:
+    """id -> name of the layer's parameters of 2 or more dimensions that no hook sees as a layer's weight: not the
+    2-D weight of a module without children (Linear, Conv1D, Embedding), not a convolution's kernel."""
+    out = {}
+    for mod_name, m in layer.named_modules():
+        weight = getattr(m, "weight", None)
+        layer_weight = not list(m.children()) and torch.is_tensor(weight) and weight.dim() == 2
+        if isinstance(m, nn.modules.conv._ConvNd):
+            continue
+        for p_name, p in m.named_parameters(recurse=False):
+            if p.dim() >= 2 and not (layer_weight and p_name == "weight"):
+                out[id(p)] = f"{mod_name}.{p_name}" if mod_name else p_name
+    return out
+
+
+def _einsum_letters(func, args, kwargs, params: dict):
+    """(parameter name, data operand, data letters, parameter letters, output letters, parameter) when ``func``
+    applies one of ``params`` to one other tensor; matmul(x, W) and F.linear(x, W) read as the einsums they are (W
+    second: W @ x projects no feature of x). Else None."""
+    if func is torch.einsum:
+        eq = args[0] if args and isinstance(args[0], str) else None
+        ops = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
+        if eq is None or "..." in eq or len(ops) != 2:
+            return None
+        eq = eq.replace(" ", "")
+        lhs, _, rhs = eq.partition("->")
+        ins = lhs.split(",")
+        if "->" not in eq:
+            rhs = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c != ","))
+    elif func is F.linear or func in APPLYING:
+        ops = [args[0] if args else kwargs.get("input"), args[1] if len(args) > 1 else kwargs.get("weight")]
+        x, w = ops
+        if not (torch.is_tensor(x) and torch.is_tensor(w)) or w.dim() != 2 or x.dim() < 2 or x.dim() > 20:
+            return None
+        lead = "abcdefghjklmnpqrstuvwxyz"[:x.dim() - 1]
+        ins, rhs = [lead + "i", "oi" if func is F.linear else "io"], lead + "o"
+    else:
+        return None
+    if func is not torch.einsum and id(ops[1]) not in params:
+        return None
+    which = [i for i, t in enumerate(ops) if torch.is_tensor(t) and id(t) in params]
+    if len(which) != 1 or not torch.is_tensor(ops[1 - which[0]]) or id(ops[1 - which[0]]) in params:
+        return None
+    p, d = which[0], 1 - which[0]
+    if len(ins) != 2 or len(ins[d]) != ops[d].dim() or len(ins[p]) != ops[p].dim():
+        return None
+    return params[id(ops[p])], ops[d], ins[d], ins[p], rhs, ops[p]
+
+
+class _Applications(TorchFunctionMode):
+    """While active, every application of one of ``params`` (see _einsum_letters) is handed to
+    ``seen(name, data, data_letters, param_letters, out_letters, param, output)``, which returns the output to use."""
+
+    def __init__(self, params: dict, seen):
+        super().__init__()
+        self.params, self.seen = params, seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in APPLYING and torch.is_tensor(out):
+            found = _einsum_letters(func, args, kwargs, self.params)
+            if found is not None:
+                out = self.seen(*found, out)
+        return out
+
+
+def _token_layout(data: torch.Tensor, data_letters: str, out_letters: str, batch: int, lengths) -> tuple | None:
+    """(batch letter, time letter) of an application's data operand: the first dimension of the batch's size, then
+    the first later one of a sequence's length; both must reach the output. None for anything else (experts applied
+    to (experts, tokens, d))."""
+    b = next((i for i, n in enumerate(data.shape[:2]) if n == batch), None)
+    if b is None:
+        return None
+    t = next((i for i, n in enumerate(data.shape) if i != b and n in lengths), None)
+    if t is None or data_letters[b] not in out_letters or data_letters[t] not in out_letters:
+        return None
+    return data_letters[b], data_letters[t]
+
+
+def _to_tokens(t: torch.Tensor, letters: str, b: str, time: str) -> tuple[torch.Tensor, object]:
+    """(batch, time, features) of a tensor laid out as ``letters``, and the map back from that."""
+    perm = [letters.index(b), letters.index(time)] + [i for i, c in enumerate(letters) if c not in (b, time)]
+    moved = t.permute(perm)
+    rest, inverse = tuple(moved.shape[2:]), [perm.index(i) for i in range(len(perm))]
+    flat = moved.reshape(moved.shape[0], moved.shape[1], -1)
+    return flat, lambda e: e.reshape(e.shape[0], e.shape[1], *rest).permute(inverse)
+
+
 class Tracer:
     """Runs the driver with hooks on every leaf module of the layer; ``edit(call_key, output)`` may change a copy of
-    an output, seen as (batch, time, ...), and return it."""
+    an output, seen as (batch, time, ...), and return it. ``standing`` edits (call key -> f(output)) apply in every
+    run, after the run's own edit (the router's output held, see LayerAnalysis._route_to_one_expert).
+
+    The layer's own parameters applied by a function on its tokens (torch.einsum, matmul, F.linear: an attention
+    written with einsum on nn.Parameters) are calls too, named after the parameter, found in a first run."""
 
     def __init__(self, driver, cap: int | None = None):
         self.driver, self.layer = driver, driver.layer
+        self.standing = {}
+        self.params = _free_parameters(self.layer)
+        self.modules = {}  # name -> Applied
+        self.applied = self._applications() if self.params else set()
         # leaf modules, and modules with 3-D weights (routed experts) as a whole: what runs inside them sees a
-        # routing-dependent subset of the tokens, differently in every batch
-        experts = [n for n, m in self.layer.named_modules() if experts_weights(m)]
-        self.leaves = [(n, m) for n, m in self.layer.named_modules()
-                       if (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
+        # routing-dependent subset of the tokens, differently in every batch. Not the layer itself, nor a module
+        # whose 3-D weights are applied token by token (an einsum attention's)
+        experts = [n for n, m in self.layer.named_modules() if n and experts_weights(m)
+                   and not all(f"{n}.{k}" in self.applied for k, p in m.named_parameters(recurse=False)
+                               if p.dim() == 3)]
+        self.leaves = [(n, m) for n, m in self.layer.named_modules() if n  # the layer itself is no call in it
+                       and (not list(m.children()) or n in experts) and not any(n.startswith(e + ".") for e in experts)]
         self.cap = cap or _CAP[0]
         self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
         self.seq_first = self._seq_first_calls() if getattr(driver, "seq_first", False) else set()
+
+    def _lengths(self) -> set:
+        return {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
+
+    def _applications(self) -> set:
+        """Names of the free parameters applied to the tokens (a batch of 2 independent inputs, so neither the batch
+        nor the time dimension can be mistaken for the other); only those are traced from then on."""
+        found, lengths = set(), self._lengths()
+
+        def seen(name, data, dl, pl, ol, param, out):
+            if _token_layout(data, dl, ol, 2, lengths) is not None:
+                found.add(name)
+            return out
+
+        x = torch.randn(2, self.driver.seq, self.driver.width, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(7))
+        try:
+            with _Applications(self.params, seen):
+                self.driver(x)
+        except Exception:  # noqa: BLE001 - read without them: the hooks alone, as before
+            return set()
+        self.params = {i: n for i, n in self.params.items() if n in found}
+        return found
 
     def _seq_first_calls(self) -> set:
         """(module name, 'in' or 'out') of the hooked tensors laid out (time, batch, ...), read from one run of a
@@ -220,7 +366,16 @@ class Tracer:
             raise MemoryCapExceeded(f"a batched run of {batch} inputs would hold about "
                                     f"{gib(2 * batch * self.per_element)} of activations, over the cap "
                                     f"of {gib(self.cap)} (--max-memory-gb)")
-        lengths = {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
+        lengths = self._lengths()
+        standing = self.standing
+
+        def edited(key, copy):
+            changed = edit(key, copy) if edit is not None else None
+            if key in standing:
+                changed = standing[key](copy if changed is None else changed)
+            return changed
+
+        editing = edit is not None or bool(standing)
 
         def hook(module, args, output, name):
             if not args or not torch.is_tensor(args[0]) or not torch.is_tensor(output):
@@ -229,10 +384,10 @@ class Tracer:
             key = (name, seen[name])
             flip_in, flip_out = (name, "in") in self.seq_first, (name, "out") in self.seq_first
             canon = lambda t, flip: t.transpose(0, 1) if flip else t  # noqa: E731 - (batch, time, ...) for all
-            if edit is not None:
+            if editing:
                 copy, back = _tokens(canon(output.clone(), flip_out), batch, lengths)
                 try:
-                    changed = edit(key, copy.contiguous())
+                    changed = edited(key, copy.contiguous())
                 except (RuntimeError, IndexError):  # a call on a token subset routed by content (a hand-written
                     changed = None  # MoE's experts): its layout differs from run to run, it is left as it is
                 output = output if changed is None else canon(back(changed), flip_out).reshape(output.shape)
@@ -241,10 +396,32 @@ class Tracer:
                               _tokens(canon(kept, flip_out), batch, lengths)[0].detach(), key, tuple(args)))
             return output
 
+        def applied(name, data, dl, pl, ol, param, output):
+            layout = _token_layout(data, dl, ol, batch, lengths)
+            if layout is None:
+                return output
+            seen[name] = seen.get(name, -1) + 1
+            key = (name, seen[name])
+            if name not in self.modules:
+                contracted = math.prod(n for c, n in zip(pl, param.shape) if c in dl)
+                added = math.prod(n for c, n in zip(pl, param.shape) if c in ol and c not in dl)
+                self.modules[name] = Applied(name, contracted, added)
+            out_tokens, back = _to_tokens(output, ol, *layout)
+            if editing:
+                changed = edited(key, out_tokens.clone().contiguous())
+                if changed is not None:
+                    output = back(changed).contiguous()
+                    out_tokens = _to_tokens(output, ol, *layout)[0]
+            kept = out_tokens.detach().clone() if clone else out_tokens.detach()
+            calls.append(Call(len(calls), name, self.modules[name], _to_tokens(data, dl, *layout)[0].detach(), kept,
+                              key, (data,)))
+            return output
+
         for name, module in self.leaves:
             handles.append(module.register_forward_hook(lambda m, a, o, name=name: hook(m, a, o, name)))
         try:
-            y = self.driver(x)
+            with _Applications(self.params, applied) if self.params else contextlib.nullcontext():
+                y = self.driver(x)
         finally:
             for h in handles:
                 h.remove()
@@ -345,18 +522,145 @@ def _distributions(patterns: torch.Tensor) -> bool:
     return bool(((sums - sums.mean()).abs() <= SUM_TOL * sums.mean().abs()).all() and sums.mean() > 0)
 
 
+ROUTE_LOGIT = 1000.0  # the held router output: +1000 for expert 0, -1000 for the others; softmax, sigmoid, top-k
+# before or after either, renormalised or not: weight 1 on expert 0 and exactly 0 elsewhere (exp(-2000) is 0)
+
+
+def hand_written_experts(a: LayerAnalysis) -> dict | None:
+    """Modules of one container (a ModuleList 'experts.0', 'experts.1', ...) called on subsets of the tokens chosen
+    by content: routed experts written by hand. How many (the container's length), and how many per token when every
+    token is routed alike (the rows the experts' first calls read, over the tokens)."""
+    memory = getattr(a.driver, "memory_seq", None)
+    tokens = a.x.shape[0] * a.seq
+
+    def member(c: Call) -> tuple | None:
+        parts = c.name.split(".")
+        at = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+        return (".".join(parts[:at]), parts[at]) if at else None
+
+    subsets = {}
+    for c in a.calls:
+        if c.inp.dim() >= 2 and c.inp.shape[-2] not in (a.seq, memory) and member(c):
+            subsets.setdefault(member(c), c)
+    if not subsets:
+        return None
+    container = max({k for k, _ in subsets}, key=lambda k: sum(1 for c, _ in subsets if c == k))
+    # every expert's first call, those that happened to get as many rows as a sequence has too
+    firsts = {}
+    for c in a.calls:
+        if member(c) and member(c)[0] == container:
+            firsts.setdefault(member(c), c)
+    rows = sum(c.inp[..., 0].numel() for c in firsts.values())
+    module = dict(a.driver.layer.named_modules()).get(container)
+    return {"container": container, "experts": len(module) if hasattr(module, "__len__") else
+            len({i for k, i in firsts if k == container}),
+            "per_token": rows // tokens if rows % tokens == 0 else None}
+
+
 class LayerAnalysis:
     """Everything the data flow says about one layer (see the module docstring)."""
 
     def __init__(self, driver, seed: int = 0, cap: int | None = None):
         self._start(driver, seed, cap)
+        # routed experts written by hand: read from the natural run, then every token routed to one expert
+        self.hand_experts = hand_written_experts(self)
+        self.unrouted = None  # why the hand-written experts could not be read through one expert
+        self.routing = self._route_to_one_expert() if self.hand_experts else None
         self.projections = [c for c in self.calls if _is_projection(c.module, c.inp)
                             or _is_experts(c.module, c.inp, c.out, self.width, c.args)]
         self.norm_calls = [c for c in self.calls if c not in self.projections and c.out.shape == c.inp.shape
                            and c.inp.shape[-1] > 1 and self._is_norm(c)]
         self.depends = self._dependencies()
         self.sublayers = self._sublayers()
+        if self.routing:
+            self._keep_routed_expert()
         self._mixing()
+        if self._merge_feeders():
+            self._mixing()
+
+    def _router(self) -> Call | None:
+        """The projection that routes the hand-written experts: called before the first of them on every token, with
+        one output per expert, and reading the very rows the experts are handed (each expert's input is a subset of
+        its input's rows)."""
+        container, n = self.hand_experts["container"], self.hand_experts["experts"]
+        inside = [c for c in self.calls if c.name.startswith(container + ".")]
+        if not inside:
+            return None
+        first = inside[0].index
+        firsts = {}
+        for c in inside:
+            firsts.setdefault(c.name[len(container) + 1:].split(".")[0], c)
+        for c in reversed(self.calls[:first]):
+            if not (_is_projection(c.module, c.inp) and c.inp.shape[:2] == (self.x.shape[0], self.seq)
+                    and c.out.shape[-1] == n):
+                continue
+            rows = c.inp.reshape(-1, c.inp.shape[-1])
+            scale = rows.abs().max().clamp_min(1e-30)
+            if all(e.inp.shape[-1] == rows.shape[-1] and (e.inp.reshape(-1, rows.shape[-1])[:, None, :] - rows[None])
+                   .abs().amax(-1).min(-1).values.max().item() <= TOL * scale for e in firsts.values()):
+                return c
+        return None
+
+    def _route_to_one_expert(self) -> dict | None:
+        """Hand-written experts are called on the tokens routed to them, a different subset in every run: nothing
+        can be compared from run to run. With the router's output held at ROUTE_LOGIT for expert 0 and -ROUTE_LOGIT
+        for the others (a standing edit, in every run from here on), every token goes to the same experts with weight
+        1 on one of them: that expert is called on every token, in order, and is the FFN to read. Kept only if
+        exactly one expert then moves the output when silenced and every expert call reads every token; else the
+        natural run stays (the FFN is then not read, and the review says why)."""
+        router = self._router()
+        if router is None:
+            self.unrouted = ("no router found: no projection before them, on every token, with one output per expert "
+                             "and the rows the experts are handed")
+            return None
+
+        def hold(out):
+            out = torch.full_like(out, -ROUTE_LOGIT)
+            out[..., 0] = ROUTE_LOGIT
+            return out
+
+        self.tracer.standing = {router.key: hold}
+        container = self.hand_experts["container"]
+        calls, y = self.tracer.run(self.x)
+        inside = [c for c in calls if c.name.startswith(container + ".")]
+        called = list(dict.fromkeys(c.name[len(container) + 1:].split(".")[0] for c in inside))
+        experts = dict(dict(self.driver.layer.named_modules())[container].named_children())
+        live = []
+        for e in called:
+            handle = experts[e].register_forward_hook(
+                lambda m, a, o: torch.zeros_like(o) if torch.is_tensor(o) else None)
+            try:
+                _, silenced = self.tracer.run(self.x)
+            finally:
+                handle.remove()
+            if _rel(silenced, y) > TOL:
+                live.append(e)
+        partial = [c.name for c in inside if c.inp.shape[:2] != (self.x.shape[0], self.seq)]
+        if len(live) != 1 or partial:
+            self.unrouted = (f"with the output of '{router.name}' held for one expert, "
+                             + (f"'{partial[0]}' was still handed a subset of the tokens (experts that choose their "
+                                "tokens, or a capacity)" if partial else
+                                f"{len(live)} experts moved the output when silenced, not one"))
+            self.tracer.standing = {}
+            return None
+        self.calls, self.y = calls, y
+        return {"router": router.name, "expert": f"{container}.{live[0]}", "held_logit": ROUTE_LOGIT,
+                "experts_called": [f"{container}.{e}" for e in called]}
+
+    def _keep_routed_expert(self) -> None:
+        """The sub-layer of the expert every token is routed to stands for the experts (SubLayer.hand); the other
+        experts called, at weight exactly 0, are dropped: they add nothing to the output."""
+        container, live = self.hand_experts["container"], self.routing["expert"]
+        kept = []
+        for g in self.sublayers:
+            # the router's output is held: it feeds nothing now, and is no input of a sub-layer
+            g.ins = [c for c in g.ins if c.name != self.routing["router"]] or g.ins
+            if g.out.name.startswith(live + "."):
+                g.hand = {**self.hand_experts, **self.routing}
+            elif g.out.name.startswith(container + "."):
+                continue
+            kept.append(g)
+        self.sublayers = kept
 
     def _start(self, driver, seed: int, cap: int | None) -> None:
         self.driver, self.width, self.seq, self.seed = driver, driver.width, driver.seq, seed
@@ -457,6 +761,38 @@ class LayerAnalysis:
             g.read = next((c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
                           g.out) if g.mixes else g.out
 
+    def _merge_feeders(self) -> bool:
+        """A per-token sub-layer just before a token-mixing one is the mixing one's input side when its writer's
+        output feeds the mixing writer's input and reaches nothing else: with the mixing writer silenced, an edit of
+        it moves no output. MobileBERT's layer projects its input through a bottleneck ('bottleneck.attention.dense')
+        that its query projection reads: query, key and value are then all the width of the layer, and the query
+        would read as the writer of a sub-layer of its own. A sub-layer whose output is on the residual stream
+        (Macaron's first FFN, a convolution before the attention) still moves the output: it stays. Returns whether
+        any was merged; the merged projections are the sub-layer's ``feeders``."""
+        merged = False
+        for i in range(len(self.sublayers) - 1, 0, -1):
+            g, p = self.sublayers[i], self.sublayers[i - 1]
+            if not g.mixes or g.cross or p.mixes or p.experts or p.hand \
+                    or not self.depends.get((p.out.key, g.out.key)):
+                continue
+            noise = self.randn(*p.out.out.shape[1:]) * p.out.out.abs().max().clamp_min(1)
+
+            def edit(key, out, g=g, p=p, noise=noise):
+                if key == g.out.key:
+                    return torch.zeros_like(out)
+                if key == p.out.key:
+                    out[1] += noise
+                    return out
+                return None
+
+            _, y = self.tracer.run(self.batch(2), edit)
+            if _rel(y[1], y[0]) <= TOL:
+                g.feeders = [*p.ins, p.out, *(g.feeders or [])]
+                g.ins = [*p.ins, p.out, *g.ins]
+                del self.sublayers[i - 1]
+                merged = True
+        return merged
+
     def read_input(self, traced: dict, g: SubLayer) -> torch.Tensor:
         """The mixed values as the attention hands them on, (batch, time, features): the read point's input."""
         return traced[g.read.key].inp.flatten(2)
@@ -476,10 +812,15 @@ class LayerAnalysis:
         over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
         the norms its features may feed."""
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index]
-        latent = {c.key for c in self.latents(g)}
+        latent = {c.key for c in self.latents(g) + self.bottleneck(g)}
         feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins if c.key not in latent}
         return [*[c for c in g.ins if c.key not in latent],
                 *[n for n in inner if n.key not in latent and any(n in f for f in feeds.values())]], feeds
+
+    def bottleneck(self, g: SubLayer) -> list[Call]:
+        """The feeders (see _merge_feeders) whose output another in-projection of the attention reads: they project
+        the layer's input for it (a bottleneck), their features are no head's."""
+        return [c for c in g.feeders or [] if any(self.depends.get((c.key, d.key)) for d in g.ins if d.index > c.index)]
 
     def latents(self, g: SubLayer) -> list[Call]:
         """Multi-head latent attention's down-projections (narrower out than in) whose output another in-projection
@@ -637,6 +978,25 @@ class LayerAnalysis:
             softmax = weights == "softmax"
         return {"measured": True, "kind": kind, "uniform": uniform, "linear_in_distance": linear, "softmax": softmax,
                 "weights": weights}
+
+    def query_axis(self, g: SubLayer, heads: dict) -> bool:
+        """The weights normalised over the queries, softmax(dim=-2), not over the keys. Heads whose query features
+        move every later row when edited at position 0 (no feature reads as a query) are read with queries and keys
+        as the block computes them and each value a one-hot code of its position: the writer then reads each head's
+        weights, and under such a softmax every column (a key, over the queries that see it) is a distribution and
+        the rows are not."""
+        length = max(c.inp.shape[-2] for c in g.ins)
+        roles = heads.get("roles") or {}
+        if not heads.get("measured") or heads["head_dim"] < length or not any("v" in r for r in roles.values()):
+            return False
+
+        def keep(flat, key, f):
+            return None
+
+        traced, _ = self.tracer.inputs_of(self.batch(1), _role_edit(roles, heads["v_offsets"], keep, keep))
+        hd, o = heads["head_dim"], self.read_input(traced, g)[0]
+        w = torch.stack([o[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
+        return _distributions(w.transpose(-1, -2)) and not _distributions(w)
 
     def logit_scale(self, g: SubLayer, heads: dict) -> float | None:
         """What q.k is divided by: one query feature of head 0 set to SCALE_PROBE everywhere, every key feature set to
@@ -948,6 +1308,11 @@ class LayerAnalysis:
         each token is routed to (the routing it is handed: the last dimension of its integer argument), and what
         one expert computes: the module called again on its own input with every token routed to expert 0 at
         weight 1, against W_out act(W_in x) and W_out (act(gate) * up) for each activation."""
+        if g.hand:  # written by hand: the expert every token was routed to, read as an FFN
+            f = self.ffn(g)
+            return {"experts": g.hand["experts"], "per_token": g.hand["per_token"], "hidden": f["hidden"],
+                    "kind": f["kind"], "activation": f["activation"], "module": g.out.name,
+                    "container": g.hand["container"], "router": g.hand["router"], "read_through": g.hand["expert"]}
         call = g.out
         weights = experts_weights(call.module)
         index = next((a for a in call.args[1:] if torch.is_tensor(a) and not a.is_floating_point()), None)

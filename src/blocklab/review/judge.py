@@ -78,9 +78,10 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
     except Exception as err:  # noqa: BLE001 - the user's forward under edited inputs: say so, never a traceback
         structure = {"reviewable": False, "reason": f"driving the block with hooks failed: {type(err).__name__}: "
                                                     f"{err}"}
-    if structure.get("reviewable") and structure["mixer"] != "attention":
+    if structure.get("reviewable") and structure["mixer"] not in ("attention", "query-axis-softmax"):
         # a block is reviewed for its attention: a block whose token mixing is no softmax attention is not passed,
-        # but the rest of it (norms, residuals, causality, FFN) is read and judged all the same
+        # but the rest of it (norms, residuals, causality, FFN) is read and judged all the same; a softmax over the
+        # query axis is an attention with a defect, flagged by the rules
         mixer = structure["mixer"]
         structure = {**structure, "reviewable": False, "rest_read": True,
                      "reason": f"no softmax attention recognised in the data flow: its token mixing reads as {mixer} "

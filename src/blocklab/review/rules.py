@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from .structure import heads_kind
+
 MAX_POST_NORM_DEPTH = 12
 MIN_FFN_RATIO = 2.0
 DEFAULTS = {"residual": "sequential", "norm_placement": "pre", "norm_kind": "rmsnorm", "attention": "GQA",
@@ -33,6 +35,9 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
             add("output projection", "flag", "the attention has no output projection (W_O): its heads' output is "
                 "added to the stream as it is", None)
         add("structure", "cannot", f"cannot review: {s.get('reason')}", None)
+        if s.get("partial"):  # the attention or the FFN was not found: what was, and causality
+            _part(add, s)
+            return
         if not s.get("rest_read"):  # nothing else was read
             return
     _placement(add, s, depth, warmup_steps)
@@ -40,13 +45,42 @@ def judge_structure(review, s: dict, prefix: str = "", depth: int | None = None,
     _residuals(add, s)
     _causal(add, s)
     _heads(add, s)
-    ratio = s["ffn_ratio"]
+    ratio, ffn = s["ffn_ratio"], s["evidence"].get("ffn") or {}
+    of = " of the width it reads, inside a bottleneck narrower than the layer" if ffn.get("reads_width") else ""
     if ratio < MIN_FFN_RATIO:
-        add("ffn ratio", "flag", f"expansion {ratio:.2f}x is below {MIN_FFN_RATIO:g}x", ratio)
+        add("ffn ratio", "flag", f"expansion {ratio:.2f}x{of} is below {MIN_FFN_RATIO:g}x", ratio)
     else:
-        add("ffn ratio", "pass", f"expansion {ratio:.2f}x", ratio)
+        add("ffn ratio", "pass", f"expansion {ratio:.2f}x{of}", ratio)
     if s["cross_attention"]:
         add("cross-attention", "info", "cross-attention: keys and values from the encoder output", True)
+
+
+def _part(add, s) -> None:
+    """A layer read in part (architecture._read_part): the sub-layer found, its norm and residual, causality."""
+    found = " and ".join(s["partial"])
+    add("structure", "info", f"read without the part named above: the {found}", s["partial"])
+    for which, p in s["evidence"]["norm_placement"].items():
+        where = p["placement"]
+        text = {"pre": "pre-norm", "sandwich": "sandwich norms", "output": "an output norm", "post": "post-norm",
+                "none": "no normalization found on its input, output or residual sum"}[where]
+        add("norm position", "pass" if where in ("pre", "sandwich") else "flag" if where == "none" else "info",
+            f"the {which}: {text}", where)
+    if s["norm_kind"]:
+        add("norm kind", "pass" if s["norm_kind"] == "rmsnorm" else "info", {"rmsnorm": "RMSNorm", "layernorm":
+            "LayerNorm"}.get(s["norm_kind"], s["norm_kind"]), s["norm_kind"])
+    if s.get("mixer"):
+        heads = s["evidence"].get("heads") or {}
+        add("mixer", "info", f"the token mixing reads as {s['mixer']}" + (
+            f", {heads['heads']} heads of {heads['head_dim']} ({heads_kind(heads['heads'], heads['kv_heads'])} "
+            f"{heads['heads']}/{heads['kv_heads']})" if heads.get("measured") else ""), s["mixer"])
+    if s.get("ffn"):
+        add("ffn kind", "flag" if s["ffn"] == "unknown" else "pass" if s["ffn"] == "swiglu" else "info",
+            f"{s['ffn']} (activation {s['evidence']['ffn']['activation']})", s["ffn"])
+        ratio = s["ffn_ratio"]
+        add("ffn ratio", "flag" if ratio < MIN_FFN_RATIO else "pass", f"expansion {ratio:.2f}x"
+            + (f" is below {MIN_FFN_RATIO:g}x" if ratio < MIN_FFN_RATIO else ""), ratio)
+    _residuals(add, {**s, "norm_placement": s["evidence"]["norm_placement"].get("attention", {}).get("placement")})
+    _causal(add, s)
 
 
 def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, warmup_steps: int = 0) -> None:
@@ -192,11 +226,17 @@ def post_norm_text(placements: dict) -> str:
 def _defaults(add, s) -> None:
     kind = s["norm_kind"]
     add("norm kind", "pass" if kind == "rmsnorm" else "info",
-        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(kind, str(kind))
+        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", None: "no norm found"}.get(kind, str(kind))
         + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
     mixer = s.get("mixer", "attention")
     if mixer == "attention":
         _attention(add, s)
+    elif mixer == "query-axis-softmax":
+        heads = s["evidence"].get("heads") or {}
+        add("attention", "flag", "softmax over the query axis (softmax(dim=-2)): each key's weights over the "
+            "queries sum to one, not each query's weights over the keys (softmax(dim=-1)); read with queries and "
+            "keys as computed and one-hot values, every head's weight columns are distributions and its rows are "
+            f"not" + (f" ({heads['heads']} heads of {heads['head_dim']})" if heads.get("heads") else ""), mixer)
     else:
         add("mixer", "info", f"token mixing by {mixer} (no softmax attention): "
             + {"linear-attention": "queries read a running state of keys and values",
@@ -245,8 +285,12 @@ def _defaults(add, s) -> None:
     if moe:
         shared = f" plus {moe['shared']} shared FFN{'s' if moe['shared'] > 1 else ''} on every token" \
             if moe["shared"] else ""
-        add("moe", "info", f"routed experts: {moe['per_token']} of {moe['experts']} per token{shared}; the FFN "
-            f"ratio below is the active width per token", moe)
+        hand = moe.get("written_by_hand")
+        by_hand = (f" (written by hand: a list of FFNs in '{hand['container']}', routed by '{hand['router']}'; read "
+                   f"through '{hand['read_through']}' with the router's output held so every token goes to it)"
+                   if hand else "")
+        add("moe", "info", f"routed experts: {moe['per_token']} of {moe['experts']} per token{shared}{by_hand}; the "
+            f"FFN ratio below is the active width per token", moe)
     add("residual", "pass" if s["residual"] == "sequential" else "info",
         "sequential: the FFN reads the attention's output" if s["residual"] == "sequential" else
         f"parallel: attention and FFN read the same input, h + attn(.) + ffn(.); {WHY['residual']}", s["residual"])
@@ -267,6 +311,10 @@ def _attention(add, s) -> None:
         add("attention", "info", "multi-head latent attention: each head's keys and values come up from a latent "
             "shared per token (" + ", ".join(f"'{n}' {w} wide" for n, w in latent.items()) + "); heads counted "
             "after it", "latent")
+    if s["evidence"].get("bottleneck"):
+        add("attention", "info", "the attention reads the layer's input through a bottleneck: "
+            + ", ".join(f"'{n}'" for n in s["evidence"]["bottleneck"]) + " projects it and the in-projections read "
+            "that (MobileBERT's shared query-key bottleneck); heads counted after it", "bottleneck")
     if mixer.get("weights") == "sinks":
         add("attention", "info", "attention sinks: an extra logit per head joins each softmax row and its weight is "
             "dropped (gpt-oss): a row's weights sum to less than one", "sinks")
@@ -322,7 +370,8 @@ def _causal(add, s) -> None:
     expected, causal, leak = s.get("expected_causal"), s["causal"], s["evidence"]["max_future_leak"]
     if expected and not causal:
         add("causal mask", "reject", f"future tokens leak into earlier positions (relative change {leak:.1e}) in a "
-            "decoder: it needs a causal mask", False)
+            "decoder: " + ("its softmax over the query axis lets a later query change an earlier query's weights"
+                           if s.get("mixer") == "query-axis-softmax" else "it needs a causal mask"), False)
     elif expected is False and causal:
         add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
     elif causal:
