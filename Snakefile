@@ -75,13 +75,15 @@ if workflow.is_main_process:
 
 
 # Once, when the jobs are about to start (not on a dry run): the jobs left and their ETA, from this machine measured
-# now: a job's start and a few training steps of this configuration (blocklab.status.measure_here, pipeline_eta).
+# now: a job's start (as many side by side as run at once) and a few training steps of this configuration
+# (blocklab.status.measure_here, pipeline_eta).
 onstart:
-    from blocklab.status import eta_line, measure_here, pipeline_eta
+    from blocklab.status import eta_line, lanes_of, measure_here, pipeline_eta
 
-    logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, workflow.resource_settings.cores or 1,
-                                         rules=[job.rule.name for job in workflow.dag.needrun_jobs()],
-                                         measured=measure_here(PARAMS_FILE))))
+    cores, jobs = workflow.resource_settings.cores or 1, list(workflow.dag.needrun_jobs())
+    logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, cores, rules=[job.rule.name for job in jobs],
+                                         measured=measure_here(PARAMS_FILE, lanes_of(config, cores)),
+                                         todo={str(path) for job in jobs for path in job.output})))
 
 PIPELINE_TARGETS = [
     *[STUDY_TARGETS[s]["outputs"] if s in IN_REPORT else STUDY_TARGETS[s]["plan"] for s in STUDIES],

@@ -101,6 +101,22 @@ def _copy_metrics(source: Path, target: Path) -> None:
         pass
 
 
+def _machine() -> dict:
+    """Where the smoke runs: the processor, its cores, the 1-minute load average at the start."""
+    from .provenance import cpu_name
+
+    return {"machine": cpu_name(), "cores": os.cpu_count(),
+            "load_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of every process this one waited for: Snakemake and, through it, its jobs."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _size(folder: Path) -> str:
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     return f"{total / 1e6:.0f} MB"
@@ -112,6 +128,7 @@ def _main(args) -> int:
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))  # Snakemake says it
     try:
         started, clock = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
+        machine = _machine()
         dest.mkdir(parents=True, exist_ok=True)
         make_scratch_project(dest, args.config)
         left_out = untracked_files()
@@ -137,11 +154,13 @@ def _main(args) -> int:
     if interrupted:
         return 130  # Snakemake's last line said what is kept and named the resume command (blocklab.pipeline.kept_line)
     if status == 0:  # the last lines a reader sees, after Snakemake's hundreds
-        wall = time.monotonic() - clock
+        wall, cpu = time.monotonic() - clock, _children_cpu_s()
         _record(PROJECT, project=str(dest), config=args.config, started=started,
-                finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=round(wall))
+                finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=round(wall),
+                cpu_s=round(cpu), **machine)  # a row of performance/measured/pipeline_times.csv, ready to copy
         _copy_metrics(dest / "data/claims/metrics.json", PROJECT / SMOKE_METRICS)
-        print(f"\nsmoke run finished in {dest} ({wall // 60:.0f} min {wall % 60:.0f} s, {_size(dest)})"
+        print(f"\nsmoke run finished in {dest} ({wall // 60:.0f} min {wall % 60:.0f} s; its jobs used {cpu:.0f} "
+              f"CPU-seconds; {_size(dest)})"
               f"\n  report:  {dest / 'reports/analysis.html'}\n  figures: {dest / 'figs'}/"
               f"\n  claims:  {dest / 'data/claims/claims.csv'}"
               "\n  here, until the pipeline's own data/ exists, `blocklab status`, `blocklab claims` and `blocklab "

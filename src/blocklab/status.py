@@ -130,22 +130,27 @@ def format_status(rows: list[dict]) -> str:
 
 
 # ---- the whole pipeline's ETA, said once when Snakemake starts ------------------------------------------------------
-# Snakemake's start measures this machine, now, under its present load (measure_here): one fresh Python importing what
-# every job imports, then three short runs of this configuration's sweep run through the real training code (its
-# diagnostics and files included), so that a step's cost and a run's fixed cost come apart (TIMED_STEPS). The estimate
-# is then made of four parts, each said in the line (pipeline_eta, eta_line):
+# Snakemake's start measures this machine, now, under its present load (measure_here): as many fresh Pythons as jobs
+# run side by side, started together, each importing what every job imports (a job's start, as the jobs will see it:
+# sharing the cores with each other and with whatever else runs), and in one of them three short runs of this
+# configuration's sweep run through the real training code (its diagnostics and files included), so that a step's
+# cost and a run's fixed cost come apart (TIMED_STEPS). The estimate is then made of four parts, each said in the line
+# (pipeline_eta, eta_line):
 #   training: the steps left (a resumed run's less those its log reports) x a step, plus each run's fixed cost;
-#   the jobs: each job left starts a Python that imports torch and pandas (a job's start, measured), and does a little
-#     more (ORDINARY_JOB starts in all); the tiny configuration's runs train for seconds, so this is most of its time;
+#   the jobs: each job left starts a Python that imports torch and pandas, and does a little more (ORDINARY_JOB
+#     starts in all, Snakemake's own work for the job included); a training job adds its run's training to that; the
+#     tiny configuration's runs train for a second or two, so the starts are most of its time;
 #   the SmolLM2 probe (probe_lm: it loads and dequantizes a 135M-parameter model) and the claims and the report (the
-#     notebook render), in starts (HEAVY_JOBS): the claims, metrics, report and the last check run one after another
-#     at the end, alone (SERIAL_JOBS); everything else runs on the lanes side by side.
-# The lanes: cores / threads_per_run jobs at once, fewer in effect on a loaded machine (each of them gets a share of the
-# cores the measurement, alone, did not have to share: effective_lanes, from the load average before measuring).
-# The multiples of a start, measured on 2 shared cores (Intel Xeon, load 2.8 to 5, 2026-12-06): a start 3.0-4.6 s; the
-# problem 9 job 3.3 s, the probe 36 s, the claims 57 s, the report 35 s (each command alone, timed with /usr/bin/time).
-ORDINARY_JOB = 1.5
-HEAVY_JOBS = {"probe_lm": 11.0, "claims": 15.0, "report": 10.0}
+#     notebook render), in starts (HEAVY_JOBS); the claims, metrics, report and the last check run one after another
+#     at the end, alone (SERIAL_JOBS); everything else shares the lanes side by side.
+# The multiples of a start (a start timed two side by side, as the jobs run on 2 cores), from the smoke of 2026-12-06
+# (Intel Xeon, 2 shared cores, load 3.6 at its start, 7 to 8 later): each job's time on its lane, Snakemake's own work
+# for it included, was 6-14 s for the jobs that plan, aggregate or draw (10 s on average), 19-24 s for a training job
+# (the tiny runs train for a second of it), 63 s for the probe, 28 s for the claims, 24 s for the report, where a
+# start, two side by side, took 3.5-4.7 s beside it. Alone, by CPU seconds against a start's (/usr/bin/time), the
+# probe is 10.5 starts, the claims 15.5 and the report 7.8: these vary with the load; within twice is what is asked.
+ORDINARY_JOB = 2.5
+HEAVY_JOBS = {"probe_lm": 14.0, "claims": 9.0, "report": 6.0, "all": 0.0}  # all: Snakemake's target, no command
 SERIAL_JOBS = ("claims", "metrics", "report", "verify_and_record")
 GALLERY = Path(__file__).resolve().parents[2] / records.GALLERY
 # The recorded default run's step cost stands for another configuration's only when that one is at least this share
@@ -242,23 +247,43 @@ for steps in map(int, sys.argv[3:]):
 """
 
 
-def measure_here(params_path: str | Path = "params.yaml", python: str = sys.executable,
+_START = """
+import json, time
+import pandas, torch, blocklab.training.train
+print(json.dumps({"imported": time.time()}), flush=True)
+"""
+
+
+def lanes_of(config: dict, cores: int) -> int:
+    """Jobs side by side: the cores Snakemake is given over each job's threads (a training job's threads_per_run)."""
+    return max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
+
+
+def measure_here(params_path: str | Path = "params.yaml", lanes: int = 1, python: str = sys.executable,
                  timeout_s: float = 300) -> dict:
-    """This machine, now: ``start_s`` (a fresh Python importing pandas, torch and the training code: every job's
-    start), ``step_s`` and ``run_s`` (a training step of this configuration's sweep run, and a run's fixed cost in a
-    fresh job: its one-time costs, building, writing its files; from short runs of ``TIMED_STEPS``), ``timed`` (the
-    steps timed) and ``load`` (the 1-minute load average before measuring). What could not be measured is None."""
+    """This machine, now: ``start_s`` (``lanes`` fresh Pythons started together, each importing pandas, torch and the
+    training code: a job's start as jobs side by side see it; the mean), ``step_s`` and ``run_s`` (a training step of
+    this configuration's sweep run, and a run's fixed cost in a fresh job: its one-time costs, building, writing its
+    files; from short runs of ``TIMED_STEPS``), ``timed`` (the steps timed) and ``load`` (the 1-minute load average
+    before measuring). What could not be measured is None."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    began = time.time()
     found = {"start_s": None, "step_s": None, "run_s": None, "timed": 0, "load": load}
+    began, children = time.time(), []
     try:
-        done = subprocess.run([python, "-c", _MEASURE, str(params_path), str(SLOW_RUN_S), *map(str, TIMED_STEPS)],
-                              capture_output=True, text=True, timeout=timeout_s)
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        children += [subprocess.Popen([python, "-c", _MEASURE, str(params_path), str(SLOW_RUN_S), *map(str, TIMED_STEPS)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)]
+        children += [subprocess.Popen([python, "-c", _START], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True) for _ in range(max(1, int(lanes)) - 1)]
+        outs = [child.communicate(timeout=timeout_s)[0] for child in children]
+        said = [[json.loads(line) for line in out.splitlines() if line.startswith("{")] for out in outs]
     except (OSError, subprocess.SubprocessError, ValueError):
+        for child in children:
+            child.kill()
         return found
-    if lines and "imported" in lines[0]:
-        found["start_s"] = max(0.0, lines[0]["imported"] - began)
+    starts = [lines[0]["imported"] - began for lines in said if lines and "imported" in lines[0]]
+    if starts:
+        found["start_s"] = max(0.0, sum(starts) / len(starts))
+    lines = said[0]
     runs = [(line["steps"], line["seconds"]) for line in lines[1:]]
     if len(runs) >= 3 and runs[2][0] > runs[1][0]:
         (k1, t1), (k2, t2), (k3, t3) = runs[:3]
@@ -270,34 +295,27 @@ def measure_here(params_path: str | Path = "params.yaml", python: str = sys.exec
     return found
 
 
-def effective_lanes(lanes: int, load: float, cpus: int | None = None) -> float:
-    """How many jobs' worth of work ``lanes`` jobs side by side do, against one job measured alone, on ``cpus`` cores
-    already running ``load`` other runnable processes: each gets min(1, cpus / (lanes + load)) of a core where the
-    measurement had min(1, cpus / (1 + load))."""
-    cpus = cpus or os.cpu_count() or 1
-    return lanes * min(1.0, cpus / (lanes + load)) / min(1.0, cpus / (1 + load))
-
-
 def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", rules: list[str] | None = None,
-                 measured: dict | None = None) -> dict:
+                 measured: dict | None = None, todo: set[str] | None = None) -> dict:
     """The time the DAG's jobs left will take: ``runs`` and ``steps`` left (of the run targets, their meta.json paths),
     ``lanes`` (runs side by side) and, in seconds, ``training`` (None without a step cost), ``jobs_s`` (the jobs' starts
     and their work on the lanes), ``probe_s`` (the SmolLM2 probe), ``serial_s`` (the claims, metrics, report and last
     check, at the end, one after another) and ``seconds``, their sum; ``step_s`` and ``basis`` (where the step cost
     comes from: the finished runs here, else ``measured``'s, else the recorded default run's). ``rules``: the rule of
-    each job left; ``measured``: ``measure_here``'s (without it, the training alone)."""
+    each job left; ``measured``: ``measure_here``'s (without it, the training alone); ``todo``: the outputs Snakemake
+    will make (a forced rerun's included; without it, the run targets without their meta.json)."""
     root, measured = Path(root), measured or {}
     left, steps = 0, 0
     for target in run_targets:
         run_dir = root / Path(target).parent
-        if (run_dir / "meta.json").is_file():
+        if (target not in todo) if todo is not None else (run_dir / "meta.json").is_file():
             continue
         family = Path(target).parts[1] if len(Path(target).parts) > 1 else "sweep"
         total = _family_steps(family, config)
         logged = _last_logged(run_dir / "train.log") if (run_dir / "checkpoint.pt").is_file() and (run_dir / "train.log").is_file() else None
         left += 1
         steps += max(0, total - (logged[0] if logged and logged[1] == total else 0))
-    lanes = max(1, int(cores) // max(1, int(config.get("threads_per_run", 1))))
+    lanes = lanes_of(config, cores)
     here = measured_step_seconds(root, config, measured)
     run_s = measured.get("run_s") or 0.0
     training = None if here is None else steps * here[0] + left * run_s
@@ -312,9 +330,8 @@ def pipeline_eta(run_targets, config: dict, cores: int, root: str | Path = ".", 
                 probe_s += cost
             else:
                 jobs_s += cost
-    lanes_in_effect = max(1.0, effective_lanes(lanes, measured.get("load") or 0.0)) if start else float(lanes)
-    seconds = None if training is None else (training + jobs_s + probe_s) / lanes_in_effect + serial_s
-    return {"runs": left, "steps": steps, "lanes": lanes, "lanes_in_effect": lanes_in_effect, "training": training,
+    seconds = None if training is None else (training + jobs_s + probe_s) / min(lanes, max(len(rules), left, 1)) + serial_s
+    return {"runs": left, "steps": steps, "lanes": lanes, "training": training,
             "jobs": len(rules), "jobs_s": jobs_s, "probe_s": probe_s, "serial_s": serial_s, "seconds": seconds,
             "step_s": None if here is None else here[0], "basis": None if here is None else here[1],
             "run_s": run_s, "start_s": start, "load": measured.get("load")}
@@ -335,12 +352,11 @@ def eta_line(eta: dict) -> str:
     if not eta.get("start_s"):
         return (f"blocklab: {what} on {eta['lanes']} lane(s): about {_clock(eta['seconds'])} of training at "
                 f"{eta['step_s']:.3g} s a step ({eta['basis']}), then the rest; `blocklab status` shows each run")
-    lanes = (f"{eta['lanes']} lane(s)" + (f", {eta['lanes_in_effect']:.1f} in effect at load {eta['load']:.1f}"
-                                          if eta["lanes_in_effect"] < eta["lanes"] - 0.05 else ""))
+    lanes = f"{eta['lanes']} lane(s) at load {eta['load']:.1f}" if eta.get("load") is not None else f"{eta['lanes']} lane(s)"
     parts = [f"training {_clock(eta['training'])} ({what} at {eta['step_s']:.3g} s a step, {eta['basis']}, and "
              f"{eta['run_s']:.2g} s a run)",
-             f"{eta['jobs']} job(s) starting and working {_clock(eta['jobs_s'])} (a start measured here now: "
-             f"{eta['start_s']:.1f} s)"]
+             f"{eta['jobs']} job(s) starting and working {_clock(eta['jobs_s'])} (a start, {eta['lanes']} side by "
+             f"side, measured here now: {eta['start_s']:.1f} s)"]
     if eta["probe_s"]:
         parts.append(f"the SmolLM2 probe {_clock(eta['probe_s'])}")
     if eta["serial_s"]:
@@ -377,9 +393,10 @@ def _main(args) -> int:
 
         config = yaml.safe_load((args.params or args.root / "params.yaml").read_text(encoding="utf-8"))
         eta = pipeline_eta([f"data/sweep/runs/{name}/meta.json" for name in planned], config, args.cores, args.root)
-        print("main sweep: " + eta_line(eta).removeprefix("blocklab: ").replace(", then the rest", "")
-              .replace("; `blocklab status` shows each run", "").replace(" (the first runs' logs will give their ETA)",
-                                                                          " (Snakemake measures one when it starts)"))
+        line = (eta_line(eta).removeprefix("blocklab: ").replace(", then the rest", "")
+                .replace("; `blocklab status` shows each run", "")
+                .replace(" (the first runs' logs will give their ETA)", " (Snakemake measures one when it starts)"))
+        print(f"main sweep: its {len(planned)} runs finished" if not eta["runs"] else f"main sweep: {line}")
     studies = [s for s in STUDIES if (args.root / "data" / s / "plan.csv").is_file()]
     if studies:
         print("Each study's plan, run by run, with its projected time: "
