@@ -33,7 +33,8 @@ TABLE = {
               "blocklab.bench.command"),
     "smoke": ("the whole pipeline on the tiny configuration in a scratch copy (minutes)", "blocklab.smoke"),
     "verify": ("check finished runs and recorded snapshots against their checksums", "blocklab.integrity"),
-    "lab-job": ("the stability lab's jobs (workflow/rules/lab.smk runs them; people run `blocklab lab`)", {
+    "lab-job": ("to use the lab, run `blocklab lab`; this holds the jobs its workflow runs (run, gradnorm, report: "
+                "workflow/rules/lab.smk) and the verbs that train and record records/lab (maintainers)", {
         "run": "blocklab.lab.jobs",
         "gradnorm": "blocklab.lab.jobs",
         "report": "blocklab.lab.jobs",

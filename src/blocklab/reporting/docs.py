@@ -562,6 +562,39 @@ def suite_timing(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(source)
 
 
+PIPELINE_TIMES = "performance/measured/pipeline_times.csv"
+
+
+def _duration(seconds: float, about: bool) -> str:
+    if about:
+        return f"about {seconds / 3600:.0f} h" if seconds >= 3600 else f"about {seconds / 60:.0f} min"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def run_times(data: Path, root: Path) -> str:
+    """How long `make run` and `make smoke` take, from the recorded measurements (PIPELINE_TIMES): for each, the
+    latest on shared cores and the latest on idle ones, each with its machine and date (a projection says so)."""
+    runs = pd.read_csv(root / PIPELINE_TIMES, keep_default_na=False).sort_values("date", kind="stable")
+    sentences = []
+    for what in ("make run", "make smoke"):
+        said = []
+        for cores in ("shared", "idle"):
+            picked = runs[(runs["what"] == what) & (runs["cores"] == cores)]
+            if picked.empty:
+                continue
+            r = picked.iloc[-1]
+            where = "" if r["basis"] == "projected" else (
+                f" ({r['machine']}, {r['date']}" + (f", {r['scope']}" if str(r["scope"]).strip() else "")
+                + (f"; its jobs: {float(r['cpu_s']):.0f} CPU-seconds" if str(r["cpu_s"]).strip() else "") + ")")
+            said.append(f"{_duration(float(r['wall_s']), r['about'] == 'yes')}"
+                        + (" projected" if r["basis"] == "projected" else "") + " on "
+                        + (f"{int(r['n_cores'])} {cores} cores" if not said else f"{cores} ones") + where)
+        if said:
+            sentences.append(f"`{what}`: " + ", ".join(said) + ".")
+    return " ".join(sentences) + "\n\n" + _note(PIPELINE_TIMES)
+
+
 def _dynamics_snapshots(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / DYNAMICS).glob("*/runs.csv"))
 
@@ -937,6 +970,7 @@ GENERATORS = {
     "depth-seed1-runs": depth_seed1_runs,
     "diagnostics-cost": diagnostics_cost,
     "suite-timing": suite_timing,
+    "run-times": run_times,
     "dynamics-runs": dynamics_runs,
     "inference-ranking": inference_ranking,
     "dynamics-summary": lambda data, root: dynamics_summary(
