@@ -440,7 +440,7 @@ def read_block(block: Block, setup: Setup) -> dict:
     # (DeepNorm's alpha h + F(h) included) ends normalised, so the stack gets no final norm; the residual findings
     read_rest = structure.get("reviewable") or structure.get("rest_read")
     placement = structure.get("norm_placement") if read_rest else None
-    # a block whose stream leaves it just normalised needs no final norm (config.NormPosition.ends_normalised, for the
+    # a block whose stream leaves it just normalised needs no final norm (model_config.NormPosition.ends_normalised, for the
     # placements the reviewer names: post, pre, sandwich)
     ends_normalised = placement in NORM_POSITION_SPECS and NORM_POSITION_SPECS[placement].ends_normalised
     residual = [f.message for f in review.findings if f.check == "residual" and f.severity in ("flag", "warn")]
