@@ -82,7 +82,8 @@ onstart:
 
     cores, jobs = workflow.resource_settings.cores or 1, list(workflow.dag.needrun_jobs())
     logger.warning(eta_line(pipeline_eta(RUN_TARGETS, config, cores, rules=[job.rule.name for job in jobs],
-                                         measured=measure_here(PARAMS_FILE, lanes_of(config, cores)),
+                                         measured=measure_here(PARAMS_FILE, lanes_of(config, cores),
+                                                               train=any(j.rule.name.startswith("train_") for j in jobs)),
                                          todo={str(path) for job in jobs for path in job.output})))
 
 PIPELINE_TARGETS = [

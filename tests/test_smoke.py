@@ -184,6 +184,8 @@ def test_measuring_here_times_a_start_and_real_training_steps_of_the_configurati
 
     found = measure_here(PROJECT / "configs/tiny.yaml", lanes=2)
     assert found["start_s"] > 0 and found["step_s"] > 0 and found["run_s"] >= 0 and found["timed"] == 16, found
+    starts = measure_here(PROJECT / "configs/tiny.yaml", lanes=1, train=False)  # no training job left to estimate
+    assert starts["start_s"] > 0 and starts["step_s"] is None and starts["timed"] == 0, starts
 
 
 def test_every_word_a_judge_gives_a_run_is_in_the_one_outcome_vocabulary():

@@ -260,18 +260,20 @@ def lanes_of(config: dict, cores: int) -> int:
 
 
 def measure_here(params_path: str | Path = "params.yaml", lanes: int = 1, python: str = sys.executable,
-                 timeout_s: float = 300) -> dict:
+                 timeout_s: float = 300, train: bool = True) -> dict:
     """This machine, now: ``start_s`` (``lanes`` fresh Pythons started together, each importing pandas, torch and the
     training code: a job's start as jobs side by side see it; the mean), ``step_s`` and ``run_s`` (a training step of
     this configuration's sweep run, and a run's fixed cost in a fresh job: its one-time costs, building, writing its
     files; from short runs of ``TIMED_STEPS``), ``timed`` (the steps timed) and ``load`` (the 1-minute load average
-    before measuring). What could not be measured is None."""
+    before measuring). What could not be measured is None. ``train=False`` (no training job left): the starts alone,
+    no training step timed (seconds saved at every start of a DAG with only tables, figures or the report to make)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     found = {"start_s": None, "step_s": None, "run_s": None, "timed": 0, "load": load}
     began, children = time.time(), []
     try:
-        children += [subprocess.Popen([python, "-c", _MEASURE, str(params_path), str(SLOW_RUN_S), *map(str, TIMED_STEPS)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)]
+        timed = [_MEASURE, str(params_path), str(SLOW_RUN_S), *map(str, TIMED_STEPS)] if train else [_START]
+        children += [subprocess.Popen([python, "-c", *timed], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)]
         children += [subprocess.Popen([python, "-c", _START], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True) for _ in range(max(1, int(lanes)) - 1)]
         outs = [child.communicate(timeout=timeout_s)[0] for child in children]
