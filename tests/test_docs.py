@@ -348,7 +348,9 @@ def test_the_gallerys_claim_by_setting_table_is_what_the_studys_snapshots_give(t
     params = yaml.safe_load((gallery / "params.yaml").read_text(encoding="utf-8"))
     (tmp_path / "data" / "sensitivity").mkdir(parents=True)
     shutil.copy(gallery / "sensitivity" / "gradnorm.csv", tmp_path / "data" / "sensitivity" / "gradnorm.csv")
-    subprocess.run(["blocklab", "sensitivity", "aggregate", "--params", str(gallery / "params.yaml"),
+    import sys
+
+    subprocess.run([str(Path(sys.executable).with_name("blocklab")), "sensitivity", "aggregate", "--params", str(gallery / "params.yaml"),
                     "--root", str(tmp_path), "--from", *[str(ROOT / s) for s in params["sensitivity"]["from_snapshots"]]],
                    check=True, cwd=ROOT, capture_output=True)
     for table in ("summary.csv", "claims_by_setting.csv"):
