@@ -14,7 +14,8 @@ from blocklab import ConfigError, DecoderLM, ModelConfig
 from blocklab.integrity import run_record, seal_meta
 from blocklab.cli import main
 from blocklab.experiments.probe import (
-    capture_stream, decoder_layers, load_causal_lm, measure_residual, probe_copy_run, prompt_ids, stream_stats,
+    capture_stream, decoder_layers, load_causal_lm, load_gguf_once, measure_residual, probe_copy_run, prompt_ids,
+    stream_stats,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +110,126 @@ def test_hooks_see_raw_blocks_not_the_final_norm(tiny_llama_dir):
         torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(model.model.norm(stream[-1]), hidden[-1])
     assert decoder_layers(model) is model.model.layers
+
+
+# ---- a tiny Llama GGUF, written as llama.cpp writes SmolLM2's ------------------------------------------------------
+
+def _byte_level_alphabet() -> list[str]:
+    """GPT-2's 256 byte-level characters (a space is "Ġ")."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(shifted)) for b in range(256)]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_gguf(tmp_path_factory):
+    """2 blocks of width 64, quantized as SmolLM2's file is (Q8_0 embeddings, Q4_1 projections, F32 norms), and a
+    byte-level BPE tokenizer with special tokens and a few merges."""
+    import gguf
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    merges = ["Ġ t", "Ġt h", "Ġth e", "a t", "Ġ b", "l o", "Ġb lo"]
+    tokens = specials + _byte_level_alphabet() + [m.replace(" ", "") for m in merges]
+    d, ffn, heads, kv_heads, layers = 64, 128, 4, 2, 2
+    path = tmp_path_factory.mktemp("tiny-gguf") / "tiny-llama.Q4_1.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(64)
+    writer.add_embedding_length(d)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_pad_token_id(2)
+    writer.add_add_bos_token(False)
+
+    rng = np.random.default_rng(0)
+
+    def add(name, shape, qtype):
+        values = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            values = 1.0 + values * 0.1  # norm weights near 1
+        writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+
+    F32, Q4_1, Q8_0 = (gguf.GGMLQuantizationType[t] for t in ("F32", "Q4_1", "Q8_0"))
+    add("token_embd.weight", (len(tokens), d), Q8_0)  # tied: no output.weight, as in SmolLM2
+    for b in range(layers):
+        add(f"blk.{b}.attn_norm.weight", (d,), F32)
+        add(f"blk.{b}.attn_q.weight", (d, d), Q4_1)
+        add(f"blk.{b}.attn_k.weight", (d * kv_heads // heads, d), Q4_1)
+        add(f"blk.{b}.attn_v.weight", (d * kv_heads // heads, d), Q4_1)
+        add(f"blk.{b}.attn_output.weight", (d, d), Q4_1)
+        add(f"blk.{b}.ffn_norm.weight", (d,), F32)
+        add(f"blk.{b}.ffn_gate.weight", (ffn, d), Q4_1)
+        add(f"blk.{b}.ffn_up.weight", (ffn, d), Q4_1)
+        add(f"blk.{b}.ffn_down.weight", (d, ffn), Q4_1)
+    add("output_norm.weight", (d,), F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@torch.no_grad()
+def test_gguf_read_once_matches_transformers(tiny_llama_gguf, monkeypatch):
+    """load_gguf_once (how SmolLM2 is loaded) against transformers' own AutoTokenizer/AutoModelForCausalLM with
+    gguf_file=: the same config, tokenizer, bit-identical weights and stream, with gguf-py parsing the file once and
+    building its tensor-name table once. It leans on transformers internals (pinned): this fails if they change."""
+    import gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    calls = {"parse": 0, "name_table": 0}
+    reader, name_table = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    class CountingReader(reader):
+        def __init__(self, *args, **kwargs):
+            calls["parse"] += 1
+            super().__init__(*args, **kwargs)
+
+    def counting_name_table(*args, **kwargs):
+        calls["name_table"] += 1
+        return name_table(*args, **kwargs)
+
+    # test-scoped: transformers imports both from gguf when it reads a file
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting_name_table)
+    model, tokenizer = load_gguf_once(tiny_llama_gguf)
+    assert calls == {"parse": 1, "name_table": 1}
+    monkeypatch.undo()
+
+    folder, name = tiny_llama_gguf.parent, tiny_llama_gguf.name
+    ref_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
+
+    assert type(model) is type(ref) and model.dtype == ref.dtype == torch.float32 and not model.training
+    ours, theirs = model.config.to_dict(), ref.config.to_dict()
+    theirs.pop("quantization_config")  # transformers records the file it dequantized; nothing reads it
+    assert ours == theirs and model.config._attn_implementation == ref.config._attn_implementation
+    weights, ref_weights = model.state_dict(), ref.state_dict()
+    assert list(weights) == list(ref_weights)
+    for key, value in ref_weights.items():
+        assert weights[key].dtype == value.dtype and torch.equal(weights[key], value), key
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as in the file
+
+    assert type(tokenizer) is type(ref_tokenizer) and repr(tokenizer) == repr(ref_tokenizer)
+    assert tokenizer.backend_tokenizer.to_str() == ref_tokenizer.backend_tokenizer.to_str()
+    ids = prompt_ids(tokenizer, "<|im_start|>the blot at the bat")
+    assert ids == prompt_ids(ref_tokenizer, "<|im_start|>the blot at the bat") and ids[0] == 1 and len(ids) > 5
+    stream, ref_stream = capture_stream(model, torch.tensor([ids])), capture_stream(ref, torch.tensor([ids]))
+    assert len(stream) == 3 and all(torch.equal(a, b) for a, b in zip(stream, ref_stream))
+    assert not torch.equal(stream[1], stream[2])
 
 
 def test_missing_path_is_a_config_error(tmp_path):

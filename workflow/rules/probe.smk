@@ -16,8 +16,9 @@ rule probe_lm:
     threads: config["threads_per_run"]
     resources:
         mem_mb=4000,
-    # Loading the pretrained LM takes a fixed ~20-60 s whatever the configuration: start it first so that it is not
-    # the last job before the report (it was, in the tiny pipeline).
+    # Loading the pretrained LM takes a fixed ~10-15 s on 2 busy cores whatever the configuration (load_gguf_once
+    # parses the GGUF once): start it first so that it is not the last job before the report (it was, in the tiny
+    # pipeline).
     priority: 10
     shell:
         "blocklab exp probe-residual --params {PARAMS_FILE} --out {output}"

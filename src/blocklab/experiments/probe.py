@@ -168,7 +168,10 @@ def load_causal_lm(spec: str, device="cpu"):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if spec == SMOLLM2:
         gguf = smollm2_gguf()
-        model, tokenizer = _from_pretrained(gguf.parent, gguf_file=gguf.name)
+        try:
+            model, tokenizer = load_gguf_once(gguf)
+        except (OSError, ValueError, KeyError) as err:
+            raise ConfigError(f"cannot load {SMOLLM2!r} from {str(gguf)!r}: {err}") from None
     else:
         path = Path(spec)
         if not path.is_dir():
@@ -179,10 +182,10 @@ def load_causal_lm(spec: str, device="cpu"):
     return model.to(device).eval(), tokenizer
 
 
-def _from_pretrained(folder: Path, gguf_file: str | None = None, **model_kwargs):
+def _from_pretrained(folder: Path, **model_kwargs):
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
-    common = {"local_files_only": True, **({"gguf_file": gguf_file} if gguf_file else {})}
+    common = {"local_files_only": True}
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **common)
         try:
@@ -196,6 +199,75 @@ def _from_pretrained(folder: Path, gguf_file: str | None = None, **model_kwargs)
                 raise ValueError(f"not a causal LM ({causal_err}) nor an image-text-to-text model ({vl_err})") from None
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"cannot load a model from {str(folder)!r}: {err}") from None
+    return model, tokenizer
+
+
+class _TopLevelNames:
+    """What transformers' get_gguf_hf_weights_map reads of a model: its config, its parameter names, its children.
+
+    Given the whole model, it maps the names of every submodule again, each time rebuilding gguf's tensor-name table
+    (~400 times for SmolLM2, seconds); the top level's names already map every tensor of a Llama (the test compares
+    the weights with transformers' own loading), so this stand-in has no children.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.config = model.config
+        self._names = dict.fromkeys(model.state_dict())
+
+    def state_dict(self) -> dict:
+        return self._names
+
+    def named_children(self) -> tuple:
+        return ()
+
+
+def load_gguf_once(path: Path):
+    """(model, tokenizer) from a GGUF file, the same float32 weights, config and tokenizer as transformers'
+    ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained(folder, gguf_file=...)``, with the file parsed once.
+
+    Those two calls parse it three times with gguf-py (seconds each, mostly the tokenizer's vocabulary): for the
+    config, for the tokenizer's config and for the weights. Here one ``load_gguf_checkpoint`` returns config and
+    weights together; to map the weights' names it needs a model before it has the config, so it gets the parameter
+    names of one built on the meta device (no memory) from the header's architecture and block count, and the real
+    config is checked to give the same model class, depth and parameter names (so: architectures whose GGUF name is
+    their transformers model type, as SmolLM2's llama). The tokenizer is read as AutoTokenizer reads it, with
+    transformers' own header reader (milliseconds).
+
+    transformers is pinned (5.24); this relies on its internals, and test_gguf_read_once_matches_transformers
+    (tests/test_probe.py) fails if they change:
+      modeling_gguf_pytorch_utils.load_gguf_checkpoint(path, return_tensors=True, model_to_load=...) -> config, tensors
+      modeling_gguf_pytorch_utils.get_gguf_hf_weights_map (its name mapping): reads only model_to_load.config
+          (model_type, num_hidden_layers), .state_dict() (names) and .named_children()
+      integrations.gguf.read_gguf_metadata(path) -> (metadata, tensor names)
+      PreTrainedModel.from_pretrained(None, config=..., state_dict=...)
+      AutoTokenizer's class for a GGUF folder without tokenizer_config.json: TOKENIZER_MAPPING.get(type(config),
+          TokenizersBackend), read with gguf_file=
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, TokenizersBackend
+    from transformers.integrations.gguf import read_gguf_metadata
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
+
+    path = Path(path)
+    metadata, _ = read_gguf_metadata(str(path))
+    arch = metadata["general.architecture"]
+    depth = metadata[f"{arch}.block_count"]
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, num_hidden_layers=depth))
+    parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=_TopLevelNames(skeleton))
+    config = AutoConfig.for_model(**parsed["config"])
+    if type(config) is not type(skeleton.config) or config.num_hidden_layers != depth:
+        raise ValueError(f"{path.name}: its config ({type(config).__name__}, {config.num_hidden_layers} blocks) is not "
+                         f"the {type(skeleton.config).__name__} of {depth} blocks its header gives")
+    model, info = type(skeleton).from_pretrained(None, config=config, state_dict=parsed["tensors"], dtype=torch.float32,
+                                                 output_loading_info=True)
+    kinds = ("missing_keys", "unexpected_keys", "mismatched_keys")
+    unmatched = {kind: sorted(info[kind]) for kind in kinds if info[kind]}
+    if unmatched or set(model.state_dict()) != set(skeleton.state_dict()):
+        raise ValueError(f"{path.name}: its weights do not match {type(model).__name__}'s parameters: {unmatched}")
+    model.config.name_or_path = str(path.parent)  # as from_pretrained(folder, gguf_file=...) names it
+    tokenizer = TOKENIZER_MAPPING.get(type(config), TokenizersBackend).from_pretrained(
+        path.parent, gguf_file=path.name, local_files_only=True)
     return model, tokenizer
 
 
