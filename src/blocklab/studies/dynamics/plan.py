@@ -150,7 +150,10 @@ def collapse_stop(params: dict):
 # ---- snapshots -------------------------------------------------------------------------------------------------------
 
 
-def read_snapshots(dirs, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def read_snapshots(dirs, verify: bool = True, diagnostics: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The snapshots' runs, losses and diagnostics, each snapshot verified against its manifest first.
+    ``diagnostics=False``: their diagnostics left unread (an empty table), for a check that needs only the runs (the
+    parameter checks run at every command's start; the diagnostics are the snapshots' largest file)."""
     runs, losses, diags = [], [], []
     for d in map(Path, dirs):
         missing = [name for name in SNAPSHOT_FILES if not (d / name).is_file()]
@@ -161,12 +164,14 @@ def read_snapshots(dirs, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFram
             verify_snapshot(d)
         runs.append(read_table(d / "runs.csv"))
         losses.append(read_table(d / "losses.csv"))
-        diags.append(pd.read_parquet(d / "diagnostics.parquet").astype({"value": "float64", "step": "int64", "block": "int64"}))
+        if diagnostics:
+            diags.append(pd.read_parquet(d / "diagnostics.parquet").astype({"value": "float64", "step": "int64",
+                                                                              "block": "int64"}))
     runs = pd.concat(runs, ignore_index=True)
     doubled = runs[runs.duplicated(["setting", "run"], keep=False)]
     if len(doubled):
         raise ConfigError(f"dynamics.from_snapshots: runs recorded twice: {sorted(set(doubled['setting'] + '/' + doubled['run']))}")
-    return runs, pd.concat(losses, ignore_index=True), pd.concat(diags, ignore_index=True)
+    return runs, pd.concat(losses, ignore_index=True), pd.concat(diags, ignore_index=True) if diags else pd.DataFrame()
 
 
 def unrecorded(runs: pd.DataFrame, planned: pd.DataFrame) -> str | None:
@@ -242,7 +247,7 @@ def check_problems(params: dict) -> list[tuple[str, str]]:
                              "written by `blocklab dynamics snapshot`, e.g. records/dynamics/collapse"))
         elif dyn.get("in_report", True):  # out of the pipeline, the snapshots need not cover the plan
             try:
-                runs, _, _ = read_snapshots(dirs)
+                runs, _, _ = read_snapshots(dirs, diagnostics=False)
                 why = unrecorded(runs, from_records(params))
                 if why:
                     problems.append(("dynamics.from_snapshots", why))
