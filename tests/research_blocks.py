@@ -457,30 +457,22 @@ class ZeroSinkAttentionBlock(SinkAttentionBlock):
 class QueryAxisEncoder(PreNormBlock):
     """An encoder block (no mask) whose softmax runs over the query axis: softmax(q.k / sqrt(d), dim=-2) @ v: each
     key's weights over the queries sum to one, no query's weights over the keys do."""
+    SOFTMAX_DIM = -2  # the query axis of (batch, heads, query, key)
 
     def __init__(self, d_model: int = 64, n_heads: int = 4):
         super().__init__(d_model, n_heads)
-        attn = self.attn
+        attn, dim = self.attn, self.SOFTMAX_DIM
 
         def forward(x):
             q, k = attn.split(attn.q(x)), attn.split(attn.k(x))
-            w = (q @ k.transpose(-2, -1) / math.sqrt(attn.hd)).softmax(-2)
+            w = (q @ k.transpose(-2, -1) / math.sqrt(attn.hd)).softmax(dim)
             return attn.o(attn.merge(w @ attn.split(attn.v(x))))
         attn.forward = forward
 
 
-class RowSoftmaxEncoder(PreNormBlock):
+class RowSoftmaxEncoder(QueryAxisEncoder):
     """QueryAxisEncoder with the softmax over the keys, softmax(dim=-1): a plain bidirectional encoder block."""
-
-    def __init__(self, d_model: int = 64, n_heads: int = 4):
-        super().__init__(d_model, n_heads)
-        attn = self.attn
-
-        def forward(x):
-            q, k = attn.split(attn.q(x)), attn.split(attn.k(x))
-            w = (q @ k.transpose(-2, -1) / math.sqrt(attn.hd)).softmax(-1)
-            return attn.o(attn.merge(w @ attn.split(attn.v(x))))
-        attn.forward = forward
+    SOFTMAX_DIM = -1
 
 
 # --- a mixture of experts and an attention written by hand, in other styles ---------------------------------------
