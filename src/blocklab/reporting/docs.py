@@ -669,14 +669,15 @@ def _rate_lines(table: pd.DataFrame, dynamics: dict) -> list[str]:
     def progress(t) -> str:
         if t.setting in collapse["settings"]:
             return "."
-        return (f"; under validation, not yet in params.yaml: {len(str(t.seeds).split())} of the "
+        return (f". Under validation, not yet in params.yaml: {len(str(t.seeds).split())} of the "
                 f"{len(collapse['seeds'])} planned seeds recorded so far.")
 
+    # one short sentence per count, so that a reader can take them one at a time
     return [f"{t.setting}, post-norm with warm-up: **{t.collapsed} of {t.learned}** learned runs collapsed "
-            f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}), **{t.spiked} of {t.learned}** spiked and "
-            f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}), **{t.to_chance} of {t.learned}** went back to "
+            f"(95 % Wilson {t.collapsed_low:.0%}–{t.collapsed_high:.0%}). **{t.spiked} of {t.learned}** spiked and "
+            f"recovered ({t.spiked_low:.0%}–{t.spiked_high:.0%}). **{t.to_chance} of {t.learned}** went back to "
             f"chance (≥ {rule['collapse_at']:g} × ln 64) at least once, recovered or not "
-            f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}); seeds {t.seeds}{progress(t)}"
+            f"({t.to_chance_low:.0%}–{t.to_chance_high:.0%}). Seeds {t.seeds}{progress(t)}"
             for t in table.itertuples(index=False)]
 
 
@@ -823,7 +824,7 @@ def inference_ranking(data: Path, root: Path) -> str:
 
 
 def dynamics_summary(data: Path, root: Path, link: str) -> str:
-    """Two lines on problem 11's open questions: the collapse rate so far, the fitting ranking's top settings and the
+    """Two bullets on problem 11's open questions: the collapse rate so far, the fitting ranking's top settings and the
     fitting runs' measured cost; ``link``: the procedure and its full table, from the page that shows them."""
     _, _, table, dynamics = _dynamics_events(root)
     ranked, dirs = _ranking(data, root)
@@ -839,9 +840,10 @@ def dynamics_summary(data: Path, root: Path, link: str) -> str:
         cost = (" Measured cost of a 300-step fitting run, two side by side on 2 cores: "
                 + ", ".join(f"batch {b}: {m:.0f} min" for b, m in per.items())
                 + f" ({', '.join(sorted(set(runs['machine'].astype(str))))}).")
-    lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)): " + " ".join(_rate_lines(table, dynamics)),
-             "- **The document's setup, inferred** (the pre-registered score over its five early losses, 0 = all five "
-             f"matched, lower is better; [procedure and full table]({link})): {top}.{cost}"]
+    lines = ["- **How often post-norm collapses after warm-up** (problem 11 (나)):",
+             *[f"  - {line}" for line in _rate_lines(table, dynamics)],
+             f"- **The document's setup, inferred** ([procedure and full table]({link})). The score is pre-registered, "
+             f"over its five early losses: 0 = all five matched, lower is better. The best three: {top}.{cost}"]
     return "\n".join(lines) + "\n\n" + _note(*[f"{d.relative_to(root).as_posix()}/" for d in _dynamics_snapshots(root)],
                                              *[f"{d.relative_to(root)}/" for d in dirs], *GALLERY_SWEEP)
 
@@ -924,12 +926,14 @@ def inference_validation(data: Path, root: Path) -> str:
         # "inconclusive" check is shown as such, and does not block it)
         open_ = [what for what, _, _, v in rows if v.startswith("pending") or v == "not checkable here"]
         undecided = [what for what, _, _, v in rows if v == "inconclusive"]
-        status = ("**not validated**: not reproduced: " + "; ".join(failed) if failed else
-                  f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open" if open_ else
-                  "**validated**" + (f" by step 4's rule (no check not reproduced), with {len(undecided)} of "
-                                     f"{len(verdicts)} checks inconclusive, which its recorded seeds cannot decide: "
-                                     + "; ".join(undecided) if undecided else ""))
-        lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): {status}.", "",
+        status = ("**not validated**: not reproduced: " + "; ".join(failed) + "." if failed else
+                  f"**not yet decided**: {len(open_)} of {len(verdicts)} checks still open." if open_ else
+                  "**validated**" + (f" by step 4's rule (no check not reproduced). {len(undecided)} of "
+                                     f"{len(verdicts)} checks are inconclusive, which its recorded seeds cannot "
+                                     "decide:" if undecided else "."))
+        # the undecided checks one per line (each is a claim's whole sentence)
+        listed = [f"- {what}" for what in undecided] + [""] if undecided and not failed and not open_ else []
+        lines += [f"**{r['rank']}. {candidate}** (score {r['score']:.2f}): {status}", "", *listed,
                   "| check (fixed before any validation run) | the document | measured | verdict |",
                   "| --- | --- | --- | --- |"]
         lines += [f"| {_cell(what)} | {_cell(doc)} | {_cell(measured)} | {verdict} |" for what, doc, measured, verdict in rows]
