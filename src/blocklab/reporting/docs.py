@@ -997,7 +997,7 @@ HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->
              re.compile(r"```.*?```", re.S),             # commands and their output
              re.compile(r"<!--.*?-->", re.S),             # comments
              re.compile(r"<[a-zA-Z][^>]*>"),               # HTML tags (an image's width="49%")
-             re.compile(r"`[^`\n]*`"),                   # code spans: names, commands, values of keys
+             re.compile(r"`[^`]*`"),                     # code spans (Markdown lets one run over a line break): names, commands, values
              re.compile(r"\]\([^)]*\)")]                 # link targets
 # What reads as a measured number: a number in scientific notation (5e-4, 2.3e-7), a decimal (4.16, 0.0104), a share
 # (22 %), a count of runs (2 of 9, 7/9), a factor (×1.15), a duration (50 min) or the step of an event (step 467: a
