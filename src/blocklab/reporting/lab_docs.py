@@ -325,7 +325,8 @@ def lr_block(data: Path, root: Path) -> str:
         interval = ("—" if not r.seeds else f"{r.lr_sensitivity:.3f}" + (
             f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else " (one seed: no interval)"))
         losses = [r.get(f"loss_lr{lr}") for lr in lrs]
-        lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {r.best_lr:g} | "
+        best = f"{r.best_lr:g}" if r.seeds else f"{r.best_lr:g} of the rates run so far"
+        lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {best} | "
                      + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
     if len(runs):  # the cost, measured: each run's own wall time (under whatever else the machine ran then)
         hours, median = runs["wall_time_s"].sum() / 3600, runs["wall_time_s"].median() / 60
