@@ -1,4 +1,5 @@
 """`blocklab lab` as a user lives with it: from any folder, the cost said first, progress, Ctrl-C and resume."""
+import json
 import os
 import re
 import shutil
@@ -227,3 +228,39 @@ def test_a_dry_run_from_another_folder_plans_and_prices_without_creating_the_out
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 run(s) to train, 24 steps at" in done.stderr and "lab_run" in done.stdout + done.stderr
     assert not out.exists() and not (tmp_path / "params.yaml").exists()
+
+
+def test_a_recorded_study_jobs_ctrl_c_names_the_command_that_resumes_it_and_that_command_resumes(tmp_path):
+    """`lab-job lr-run` (a run of the recorded LR study, started by docs/lab/lr-sweep.sh, not by Snakemake): a SIGINT at
+    step 3 keeps step 3 and says to resume with the same command or the study's script (never `snakemake` or `dvc
+    repro`, which do not run it); the same command then resumes from step 3 and finishes."""
+    out = tmp_path / "pre-lr0.001-w0-s0"
+    command = ["-m", "blocklab.cli", "lab-job", "lr-run", "--norm", "pre", "--lr", "0.001", "--seed", "0", "--profile",
+               "tiny", "--out-dir", str(out), "--params", str(ROOT / "params.yaml")]
+    # the step function sends the signal itself after step 3, so the test does not race the 12 steps' 0.3 s
+    interrupt_at_3 = ("import os, signal, sys, runpy; import blocklab.training.train as t\n"
+                      "made = t._make_step\n"
+                      "def make(*a, **k):\n"
+                      "    step = made(*a, **k)\n"
+                      "    def once(batch, number=0):\n"
+                      "        loss = step(batch, number)\n"
+                      "        if number == 3: os.kill(os.getpid(), signal.SIGINT)\n"
+                      "        return loss\n"
+                      "    return once\n"
+                      "t._make_step = make\n"
+                      "sys.argv = ['blocklab'] + sys.argv[3:]; runpy.run_module('blocklab.cli', run_name='__main__')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("BLOCKLAB_RESUME", "BLOCKLAB_INTERRUPT_SAID_BY")}
+    first = subprocess.run([sys.executable, "-c", interrupt_at_3, *command], cwd=tmp_path, env=env, text=True,
+                           capture_output=True, timeout=300)
+    assert first.returncode == 130, first.stderr[-3000:]
+    line = next(x for x in first.stderr.splitlines() if "interrupted;" in x)
+    assert "its checkpoint at step 3 of 12 is kept" in line, line
+    assert line.endswith("resume with the same command (or `bash docs/lab/lr-sweep.sh`, which skips finished runs)")
+    assert "snakemake" not in line and "dvc repro" not in line
+    assert not (out / "meta.json").exists()  # not taken as finished
+
+    again = subprocess.run([sys.executable, *command], cwd=tmp_path, env=env, text=True, capture_output=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["resumed_from_step"] == 3 and meta["status"] == "finished"

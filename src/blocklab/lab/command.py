@@ -245,14 +245,26 @@ def _job_run_builtin(args) -> int:
     setup = profile_setup(params, "document", seeds=[args.seed], warmups=[args.warmup])
     set_threads(1)
     _log_progress()
+    _resume_line("docs/lab/run.sh")
     train_copy_run(params_for(params, setup), args.norm, args.warmup, args.seed, args.out_dir, "cpu")
     return 0
+
+
+def _resume_line(script: str) -> None:
+    """What a Ctrl-C line tells the maintainer of a recorded run (not Snakemake's resume: this job is not a rule):
+    the same command resumes from the checkpoint, and so does the study's script, which skips finished runs."""
+    import os
+
+    from ..training.train import RESUME_ENV
+
+    os.environ.setdefault(RESUME_ENV, f"the same command (or `bash {script}`, which skips finished runs)")
 
 
 def _job_lr_run(args) -> int:
     from ..params_file import load_params
     from .lrsweep import train_builtin
 
+    _resume_line("docs/lab/lr-sweep.sh")
     train_builtin(load_params(args.params, studies=False), args.norm, args.lr, args.seed, args.out_dir, args.profile)
     return 0
 
