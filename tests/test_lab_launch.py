@@ -264,3 +264,4 @@ def test_a_recorded_study_jobs_ctrl_c_names_the_command_that_resumes_it_and_that
     assert again.returncode == 0, again.stderr[-3000:]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["resumed_from_step"] == 3 and meta["status"] == "finished"
+    assert re.search(r"step 12/12 loss [0-9.]+ lr .* s/step ETA", again.stderr), again.stderr[-2000:]  # its progress

@@ -264,6 +264,7 @@ def _job_lr_run(args) -> int:
     from ..params_file import load_params
     from .lrsweep import train_builtin
 
+    _log_progress()
     _resume_line("docs/lab/lr-sweep.sh")
     train_builtin(load_params(args.params, studies=False), args.norm, args.lr, args.seed, args.out_dir, args.profile)
     return 0
