@@ -567,7 +567,10 @@ def test_the_depth_grid_block_shows_every_seed_of_a_cell(tmp_path):
 
 # A work item, a session or a stop by its number ("issue N", "session-N", "stop N", "issueN_x.sh"): history lives
 # in git's commit messages and in docs/HISTORY.md, by date and commit.
-HISTORY_WORD = re.compile(r"(?<![a-z])(?:issues?|sessions?|stop)[ _-]?#?\d+", re.I)  # "stops 200 steps" is English
+HISTORY_WORD = re.compile(r"(?<![a-z])(?:issues?|sessions?|stop)[ _-]?#?\d+"  # "stops 200 steps" is English
+                          # and the work's own calendar (a result dated by the work's schedule, not by its commit
+                          # and date): a reader knows commits and dates, not how the work was scheduled
+                          r"|\b(?:this|last|previous|next|landed)\s+(?:stop|session)s?\b|\bproject lead\b", re.I)
 BINARY = {".png", ".pdf", ".parquet", ".pt", ".ttf", ".gz", ".zip"}
 
 
@@ -612,11 +615,13 @@ def test_the_history_check_sees_a_number_in_a_page_a_comment_and_a_file_name(tmp
     (tmp_path / "docs" / "extra" / "page.md").write_text(f"Fixed in {word} 62.\n", encoding="utf-8")
     (tmp_path / "code.py").write_text(f"x = 1  # see se{'ss'}ion-9\n", encoding="utf-8")
     (tmp_path / f"scripts_{word}44_seeds.sh").write_text("true\n", encoding="utf-8")
-    (tmp_path / "clean.md").write_text("Issued 3 times; the run stops 200 steps early? no: stopped.\n", encoding="utf-8")
+    (tmp_path / "clean.md").write_text("Issued 3 times; the run stops 200 steps early? no: stopped. The stop rule "
+                                       "fired; a pytest session's run.\n", encoding="utf-8")
+    (tmp_path / "records.csv").write_text(f"2026-12-05,abc,\"th{'is'} st{'op'}'s code; whole run 700 s\"\n", encoding="utf-8")
     names = [_rel_to(p, tmp_path) for p in sorted(tmp_path.rglob("*")) if p.is_file()]
     found = _history_mentions(tmp_path, names)
     assert [f.split(":")[0].split(" ")[0] for f in found] == ["scripts_" + word + "44_seeds.sh", "code.py",
-                                                               "docs/extra/page.md"]  # clean.md passes
+                                                               "docs/extra/page.md", "records.csv"]  # clean.md passes
 
 
 def _rel_to(path: Path, root: Path) -> str:
