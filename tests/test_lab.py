@@ -547,3 +547,23 @@ def test_the_lab_sweeps_the_learning_rate_from_any_folder_and_refuses_a_bad_rate
     curve = runs.set_index("lr")["final_loss"]
     assert table.loc[0, "lr_sensitivity"] == pytest.approx(np.mean(np.minimum(curve, chance) - np.minimum(curve, chance).min()))
     assert (out / "lr_sensitivity.png").is_file()
+
+
+def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_recorded_runs():
+    """docs/lab.md's cost of the LR study: from each recorded run's own seconds a step (its wall time over the steps it
+    ran: a diverged run stops early), read here from the runs' meta.json and loss.csv directly."""
+    from blocklab.lab import lrsweep
+    from blocklab.records import GALLERY, LAB_LR_RUNS
+    from blocklab.reporting.lab_docs import lr_block
+
+    rates, planned = [], set()
+    for meta_file in sorted((ROOT / LAB_LR_RUNS).glob("*/meta.json")):
+        meta = json.loads(meta_file.read_text())
+        rates.append(meta["wall_time_s"] / len(pd.read_csv(meta_file.with_name("loss.csv"))))
+        planned.add(meta["sweep"]["steps"])
+    if not rates:
+        pytest.skip("no run of the LR study recorded")
+    left = len(lrsweep.plan()) - len(rates)
+    block = lr_block(ROOT / GALLERY, ROOT)
+    assert f"from {min(rates):.2f} to {max(rates):.2f} s a step, median {np.median(rates):.2f}" in block, block
+    assert f"about {left * planned.pop() * min(rates) / 7200:.1f} wall-hours if every run went at the fastest rate" in block, block

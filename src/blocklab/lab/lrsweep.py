@@ -173,12 +173,12 @@ def recorded(root: Path | str = REPO) -> pd.DataFrame:
                      "warmup": int(meta["warmup"]), "seed": int(meta["seed"]),
                      "final_loss": final_loss(loss["step"], loss["loss"], meta["copy_task"]["vocab_size"],
                                               meta.get("diverged_step"), planned),
-                     "diverged": meta.get("diverged_step") is not None, "steps": len(loss),
+                     "diverged": meta.get("diverged_step") is not None, "steps": len(loss), "steps_planned": planned,
                      "vocab_size": int(meta["copy_task"]["vocab_size"]),
                      "n_layers": int(meta["model_config"]["n_layers"]), "batch_size": int(meta["copy_task"]["batch_size"]),
                      "wall_time_s": meta.get("wall_time_s"), "cpu": meta.get("libraries", {}).get("cpu") or ""})
     return pd.DataFrame(rows, columns=["run", "block", "lr", "warmup", "seed", "final_loss", "diverged", "steps",
-                                       "vocab_size", "n_layers", "batch_size", "wall_time_s", "cpu"])
+                                       "steps_planned", "vocab_size", "n_layers", "batch_size", "wall_time_s", "cpu"])
 
 
 def chance_of(runs: pd.DataFrame) -> float:

@@ -329,13 +329,16 @@ def lr_block(data: Path, root: Path) -> str:
         lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {best} | "
                      + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
     if len(runs):  # the cost, measured: each run's own wall time (under whatever else the machine ran then)
-        hours, median = runs["wall_time_s"].sum() / 3600, runs["wall_time_s"].median() / 60
-        left = planned - len(runs)
+        hours = runs["wall_time_s"].sum() / 3600
+        per_step = runs["wall_time_s"] / runs["steps"]  # a diverged run stops early: its rate, not its run time
+        fast, median = per_step.min(), per_step.median()
+        left, steps = planned - len(runs), int(runs["steps_planned"].max())
         cpus = ", ".join(sorted(set(runs["cpu"])))
-        lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs (each run's own wall time, under whatever "
-                  f"else the machine ran then; median {median:.0f} min a run, on "
-                  f"{cpus}); the {left} runs left, at that median and two at a time: about {left * median / 120:.1f} "
-                  "wall-hours."]
+        lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs, on {cpus}. Each run's own wall time "
+                  f"depends on what else the machine ran then: from {fast:.2f} to {per_step.max():.2f} s a step, "
+                  f"median {median:.2f}. The {left} runs left, {steps} steps each, two at a time: about "
+                  f"{left * steps * fast / 7200:.1f} wall-hours if every run went at the fastest rate measured, "
+                  f"{left * steps * median / 7200:.1f} at the median; less where runs diverge and stop early."]
     learned, failed = lr_groups(data, root)
     verdict, why = lrsweep.ranking(table, learned, failed)
     lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
