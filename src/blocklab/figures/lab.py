@@ -57,11 +57,13 @@ def lab_fixes_figure(curves: pd.DataFrame, fixes, lang: str = "ko", vocab_size: 
     return fig
 
 
-def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang: str = "ko", vocab_size: int = 64):
+def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang: str = "ko", vocab_size: int = 64,
+                          lrs=None):
     """The learning-rate sweep side by side: one panel a block, its final loss (the mean of the last steps) against
     the learning rate (log axes), one line a seed and the mean over seeds thick; a diverged run marked x at chance
     (ln V, dotted), where the measure counts it; each panel's title gives its LR sensitivity with the 95 % interval.
-    ``runs``: block, lr, seed, final_loss, diverged; ``table``: ``lab.lrsweep.table``'s rows."""
+    ``runs``: block, lr, seed, final_loss, diverged; ``table``: ``lab.lrsweep.table``'s rows; ``lrs``: the grid, which
+    every panel's x axis spans (so that a block with only its lower rates run is not drawn on a shorter axis)."""
     style.setup(lang)
     fig, axes = plt.subplots(1, len(blocks), figsize=(2.6 * len(blocks), 3.1), sharex=True, sharey=True, squeeze=False)
     chance = math.log(vocab_size)
@@ -77,14 +79,19 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
             ax.plot(bad["lr"], bad["final_loss"], "x", color="black", ms=6)
         if len(mine):
             mean = mine.groupby("lr")["final_loss"].mean()
+            seeds = mine["seed"].nunique()
             ax.plot(mean.index, mean.values, color=colour, lw=2.2,
-                    label=text(lang, f"시드 {mine['seed'].nunique()}개의 평균", f"mean of {mine['seed'].nunique()} seeds"))
-            ax.legend(fontsize=7, loc="lower left")
+                    label=text(lang, f"시드 {seeds}개의 평균" if seeds > 1 else "시드 1개",
+                               f"mean of {seeds} seeds" if seeds > 1 else "one seed"))
         else:
             ax.text(0.5, 0.5, text(lang, "아직 기록 없음", "not recorded yet"), transform=ax.transAxes, ha="center",
                     va="center", color="grey")
         ax.axhline(chance, color="grey", ls=":", lw=0.8)
+        if len(mine):
+            ax.legend(fontsize=7, loc="lower left")
         ax.set_xscale("log")
+        if lrs is not None:
+            ax.set_xlim(min(lrs) / 1.6, max(lrs) * 1.6)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # no mathtext minus (NanumGothic)
         ax.xaxis.set_minor_formatter(NullFormatter())
         style.log_y(ax)
@@ -101,5 +108,13 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
     fig.suptitle(text(lang, "학습률 민감도 (Wortsman 외 2023): 학습률마다의 마지막 손실, 블록별",
                       "Learning-rate sensitivity (Wortsman et al. 2023): the final loss at each learning rate, per block"),
                  fontsize=11)
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    key = [Line2D([], [], color="grey", ls=":", lw=0.8),
+           Line2D([], [], color="black", marker="x", ls="none", ms=6)]
+    fig.legend(key, [text(lang, f"우연 수준 ln {vocab_size}: 발산한 실행은 이 값으로 센다",
+                          f"chance, ln {vocab_size}: a diverged run counts as this"),
+                     text(lang, "발산한 실행", "a diverged run")],
+               loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig

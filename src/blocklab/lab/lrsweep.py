@@ -283,7 +283,7 @@ def write_sweep(out: Path, args) -> int:
     write_table(runs.drop(columns=["vocab_size"]), Path(out) / "lr_runs.csv")
     write_table(result, Path(out) / "lr_sensitivity.csv")
     block = result["block"].iloc[0]
-    fig = lr_sensitivity_figure(runs, result, [block], "en", int(runs["vocab_size"].iloc[0]))
+    fig = lr_sensitivity_figure(runs, result, [block], "en", int(runs["vocab_size"].iloc[0]), lrs=LRS)
     style.save(fig, Path(out) / "lr_sensitivity.png", sources=["lr_runs.csv"], params={"grid": list(LRS)})
     r = result.iloc[0]
     print(f"blocklab lab --lr-sweep: {block}: LR sensitivity {r.lr_sensitivity:.3f}"

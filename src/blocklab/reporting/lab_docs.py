@@ -358,5 +358,6 @@ def lr_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int 
     table = lrsweep.table(runs, lrsweep.chance_of(runs)) if len(runs) else pd.DataFrame()
     return _redraw(out, LR_FIGURE, sorted(runs["run"]),
                    lambda lang: lr_sensitivity_figure(runs, table, lrsweep.BLOCKS, lang,
-                                                      int(runs["vocab_size"].iloc[0]) if len(runs) else 64),
+                                                      int(runs["vocab_size"].iloc[0]) if len(runs) else 64,
+                                                      lrs=lrsweep.LRS),
                    [LAB_LR_RUNS], check, dpi)
