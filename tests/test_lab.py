@@ -518,6 +518,13 @@ def test_lr_sensitivity_is_wortsmans_measure_on_hand_made_curves():
     assert lrsweep.table(part, chance).set_index("block").loc["pre", "seeds"] == 2  # a seed counts with its whole grid
     with pytest.raises(ConfigError, match="counted twice"):
         lrsweep.table(pd.concat([runs, runs.iloc[:1]]), chance)
+    # a block that learns nowhere: its ℓ* is near chance, so its excess over it is small; the runs that learned say so
+    stuck = pd.Series([chance - 0.3, chance, chance, chance, chance], index=lrs)
+    runs = pd.DataFrame([{"block": b, "lr": lr, "seed": 0, "final_loss": c.iloc[i], "learned": c.iloc[i] < 0.1 * chance}
+                         for b, c in (("pre", narrow), ("post", stuck)) for i, lr in enumerate(lrs)])
+    table = lrsweep.table(runs, chance).set_index("block")
+    assert table.loc["post", "lr_sensitivity"] < table.loc["pre", "lr_sensitivity"]  # the blind spot, as measured
+    assert (table.loc["post", "runs_learned"], table.loc["pre", "runs_learned"], table.loc["pre", "runs"]) == (0, 1, 5)
 
 
 def test_the_lab_sweeps_the_learning_rate_from_any_folder_and_refuses_a_bad_rate(tmp_path):
@@ -547,6 +554,8 @@ def test_the_lab_sweeps_the_learning_rate_from_any_folder_and_refuses_a_bad_rate
     curve = runs.set_index("lr")["final_loss"]
     assert table.loc[0, "lr_sensitivity"] == pytest.approx(np.mean(np.minimum(curve, chance) - np.minimum(curve, chance).min()))
     assert (out / "lr_sensitivity.png").is_file()
+    assert table.loc[0, "runs_learned"] == runs["learned"].sum() and table.loc[0, "runs"] == len(runs)
+    assert f"{int(runs['learned'].sum())} of {len(runs)} runs learned" in done.stderr
 
 
 def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_recorded_runs():
@@ -567,3 +576,16 @@ def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_re
     block = lr_block(ROOT / GALLERY, ROOT)
     assert f"from {min(rates):.2f} to {max(rates):.2f} s a step, median {np.median(rates):.2f}" in block, block
     assert f"about {left * planned.pop() * min(rates) / 7200:.1f} wall-hours if every run went at the fastest rate" in block, block
+    # the blocks named as learning nowhere are those none of whose recorded runs learned (the lab's outcome rule)
+    from blocklab.lab.outcomes import outcome
+
+    learned = {}
+    for meta_file in sorted((ROOT / LAB_LR_RUNS).glob("*/meta.json")):
+        meta, loss = json.loads(meta_file.read_text()), pd.read_csv(meta_file.with_name("loss.csv"))
+        got = outcome(loss["step"].tolist(), loss["loss"].tolist(), meta["copy_task"]["vocab_size"],
+                      meta.get("diverged_step"))["outcome"]
+        learned.setdefault(meta["norm"], []).append(got == "learned")
+    nowhere = [b for b in lrsweep.BLOCKS if b in learned and not any(learned[b])]
+    said = block.split("Read with it:")[1] if "Read with it:" in block else ""
+    for b in lrsweep.BLOCKS:
+        assert (f"{b}, 0 of {len(learned.get(b, []))} runs learned" in said) == (b in nowhere), (b, said)

@@ -113,7 +113,9 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
 def table(runs: pd.DataFrame, chance: float, lrs=LRS) -> pd.DataFrame:
     """One row per block: the LR sensitivity's mean over the seeds that have the whole grid ``lrs`` (``seeds``: how
     many), with its 95 % t interval; the best learning rate (of the mean curve) and the mean final loss at every
-    learning rate recorded. ``runs``: one row per run with block, lr, seed, final_loss."""
+    learning rate recorded. ``runs``: one row per run with block, lr, seed, final_loss; where it has ``learned`` (the
+    lab's outcome rule, ``lab.outcomes``), the block's ``runs`` and ``runs_learned`` too: the measure is each block's
+    excess over its own best loss, so a block that learns at no rate of the grid scores low, and these say so."""
     if runs.duplicated(["block", "lr", "seed"]).any():
         twice = runs[runs.duplicated(["block", "lr", "seed"], keep=False)].iloc[0]
         raise ConfigError(f"run {run_name(twice.block, twice.lr, int(twice.seed))} is counted twice")
@@ -124,9 +126,10 @@ def table(runs: pd.DataFrame, chance: float, lrs=LRS) -> pd.DataFrame:
         per_seed = [sensitivity(row, chance) for _, row in complete.iterrows()]
         mean, low, high = t_interval(per_seed) if per_seed else (float("nan"),) * 3
         curve = wide.mean()
+        learned = ({"runs": len(part), "runs_learned": int(part["learned"].sum())} if "learned" in part else {})
         rows.append({"block": block, "seeds": len(complete), "lr_sensitivity": mean, "low": low, "high": high,
                      "per_seed": ", ".join(f"{v:.3f}" for v in per_seed), "best_lr": float(curve.idxmin()),
-                     **{f"loss_lr{lr:g}": float(curve[lr]) for lr in curve.index}})
+                     **learned, **{f"loss_lr{lr:g}": float(curve[lr]) for lr in curve.index}})
     return pd.DataFrame(rows)
 
 
@@ -158,7 +161,9 @@ def record(runs: Path, to: Path | None = None) -> list[str]:
 
 def recorded(root: Path | str = REPO) -> pd.DataFrame:
     """One row a recorded run of the study: block, lr, warmup, seed, final loss (``final_loss``), whether it diverged,
-    its steps, wall time and processor; each read with its checksums (``lab.records.read_run``)."""
+    whether it learned (the lab's outcome rule, ``lab.outcomes``: below a tenth of chance and not collapsed), its
+    steps, wall time and processor; each read with its checksums (``lab.records.read_run``)."""
+    from .outcomes import outcome
     from .records import read_run
 
     rows = []
@@ -169,16 +174,19 @@ def recorded(root: Path | str = REPO) -> pd.DataFrame:
             continue
         meta, loss = read_run(run_dir)
         planned = int(meta["sweep"]["steps"])
+        found = outcome(loss["step"].tolist(), loss["loss"].tolist(), meta["copy_task"]["vocab_size"],
+                        meta.get("diverged_step"))["outcome"]
         rows.append({"run": run_dir.name, "block": meta["norm"], "lr": float(meta["sweep"]["lr"]),
                      "warmup": int(meta["warmup"]), "seed": int(meta["seed"]),
                      "final_loss": final_loss(loss["step"], loss["loss"], meta["copy_task"]["vocab_size"],
                                               meta.get("diverged_step"), planned),
-                     "diverged": meta.get("diverged_step") is not None, "steps": len(loss), "steps_planned": planned,
+                     "diverged": meta.get("diverged_step") is not None, "learned": found == "learned",
+                     "steps": len(loss), "steps_planned": planned,
                      "vocab_size": int(meta["copy_task"]["vocab_size"]),
                      "n_layers": int(meta["model_config"]["n_layers"]), "batch_size": int(meta["copy_task"]["batch_size"]),
                      "wall_time_s": meta.get("wall_time_s"), "cpu": meta.get("libraries", {}).get("cpu") or ""})
-    return pd.DataFrame(rows, columns=["run", "block", "lr", "warmup", "seed", "final_loss", "diverged", "steps",
-                                       "steps_planned", "vocab_size", "n_layers", "batch_size", "wall_time_s", "cpu"])
+    return pd.DataFrame(rows, columns=["run", "block", "lr", "warmup", "seed", "final_loss", "diverged", "learned",
+                                       "steps", "steps_planned", "vocab_size", "n_layers", "batch_size", "wall_time_s", "cpu"])
 
 
 def chance_of(runs: pd.DataFrame) -> float:
@@ -251,7 +259,8 @@ def sweep_main(args, lab_main) -> int:
 
 
 def _lab_runs(out: Path) -> pd.DataFrame:
-    """Every finished run of the sweep's labs under ``out``: block, lr, warmup, seed, final_loss, diverged."""
+    """Every finished run of the sweep's labs under ``out``: block, lr, warmup, seed, final_loss, diverged, learned."""
+    from .outcomes import outcome
     from .records import adopted, read_run as read_recorded
     from ..integrity import read_run
     from .spec import Spec
@@ -266,7 +275,10 @@ def _lab_runs(out: Path) -> pd.DataFrame:
             rows.append({"block": spec.block.label, "lr": lr, "warmup": warmup, "seed": seed,
                          "final_loss": final_loss(loss["step"], loss["loss"], spec.setup.vocab_size,
                                                   meta.get("diverged_step"), spec.setup.steps),
-                         "diverged": meta.get("diverged_step") is not None, "vocab_size": spec.setup.vocab_size})
+                         "diverged": meta.get("diverged_step") is not None,
+                         "learned": outcome(loss["step"].tolist(), loss["loss"].tolist(), spec.setup.vocab_size,
+                                            meta.get("diverged_step"))["outcome"] == "learned",
+                         "vocab_size": spec.setup.vocab_size})
     return pd.DataFrame(rows)
 
 
@@ -288,5 +300,8 @@ def write_sweep(out: Path, args) -> int:
     r = result.iloc[0]
     print(f"blocklab lab --lr-sweep: {block}: LR sensitivity {r.lr_sensitivity:.3f}"
           + (f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else "") + f" over {int(r.seeds)} seed(s), best lr "
-          f"{r.best_lr:g}; {Path(out) / 'lr_sensitivity.csv'}, {Path(out) / 'lr_sensitivity.png'}", file=sys.stderr)
+          f"{r.best_lr:g}, {int(r.runs_learned)} of {int(r.runs)} runs learned"
+          + (" (learned at no rate: the measure compares each block with its own best, here a failure)"
+             if r.runs_learned == 0 else "")
+          + f"; {Path(out) / 'lr_sensitivity.csv'}, {Path(out) / 'lr_sensitivity.png'}", file=sys.stderr)
     return 0

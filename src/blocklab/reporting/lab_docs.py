@@ -314,12 +314,12 @@ def lr_block(data: Path, root: Path) -> str:
     lines = [f"Recorded: {len(runs)} of the {planned} planned runs ({len(lrsweep.BLOCKS)} blocks x "
              f"{len(lrsweep.LRS)} learning rates x seeds {', '.join(map(str, lrsweep.SEEDS))}).", "",
              "| block | seeds with the whole grid | LR sensitivity (mean over seeds, 95 % t interval) | per seed | best lr | "
-             + " | ".join(f"final loss at {lr}" for lr in lrs) + " |",
-             "| --- | ---: | --- | --- | ---: | " + " | ".join("---:" for _ in lrs) + " |"]
+             "runs that learned | " + " | ".join(f"final loss at {lr}" for lr in lrs) + " |",
+             "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in lrs) + " |"]
     by = table.set_index("block") if len(table) else pd.DataFrame()
     for block in lrsweep.BLOCKS:
         if block not in by.index:
-            lines.append(f"| {block} | 0 | — | — | — | " + " | ".join("—" for _ in lrs) + " |")
+            lines.append(f"| {block} | 0 | — | — | — | — | " + " | ".join("—" for _ in lrs) + " |")
             continue
         r = by.loc[block]
         interval = ("—" if not r.seeds else f"{r.lr_sensitivity:.3f}" + (
@@ -327,7 +327,7 @@ def lr_block(data: Path, root: Path) -> str:
         losses = [r.get(f"loss_lr{lr}") for lr in lrs]
         best = f"{r.best_lr:g}" if r.seeds else f"{r.best_lr:g} of the rates run so far"
         lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {best} | "
-                     + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
+                     f"{int(r.runs_learned)} of {int(r.runs)} | " + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
     if len(runs):  # the cost, measured: each run's own wall time (under whatever else the machine ran then)
         hours = runs["wall_time_s"].sum() / 3600
         per_step = runs["wall_time_s"] / runs["steps"]  # a diverged run stops early: its rate, not its run time
@@ -344,6 +344,14 @@ def lr_block(data: Path, root: Path) -> str:
     lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
               f"{', '.join(learned) or 'none'}; learned in none: {', '.join(failed) or 'none'}. "
               f"**{verdict}**: {why}."]
+    nowhere = [b for b in lrsweep.BLOCKS if b in by.index and by.loc[b, "runs_learned"] == 0]
+    if nowhere:  # the measure's blind spot, read from the runs (not part of the check stated before them)
+        lines += ["", f"Read with it: the measure is each block's excess over its own best loss ℓ*. A block that learns "
+                  f"at no rate of the grid has an ℓ* near chance and so a small sensitivity: "
+                  + "; ".join(f"{b}, {int(by.loc[b, 'runs_learned'])} of {int(by.loc[b, 'runs'])} runs learned "
+                              f"(the lab's outcome rule), best mean final loss {by.loc[b, [c for c in by.columns if c.startswith('loss_lr')]].min():.3g} "
+                              f"against chance {lrsweep.chance_of(runs):.3g}" for b in nowhere)
+                  + ". A low number there means the block fails alike at every rate, not that it trains at every rate."]
     return "\n".join(lines) + "\n\n" + _note(LAB_LR_RUNS, records.RUNS, *GALLERY_SWEEP)
 
 
