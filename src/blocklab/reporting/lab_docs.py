@@ -336,7 +336,7 @@ def lr_block(data: Path, root: Path) -> str:
         cpus = ", ".join(sorted(set(runs["cpu"])))
         lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs, on {cpus}. Each run's own wall time "
                   f"depends on what else the machine ran then: from {fast:.2f} to {per_step.max():.2f} s a step, "
-                  f"median {median:.2f}. The {left} runs left, {steps} steps each, two at a time: about "
+                  f"median {median:.2f}. The {left} run{'s' if left != 1 else ''} left, {steps} steps each, two at a time: about "
                   f"{left * steps * fast / 7200:.1f} wall-hours if every run went at the fastest rate measured, "
                   f"{left * steps * median / 7200:.1f} at the median; less where runs diverge and stop early."]
     learned, failed = lr_groups(data, root)
