@@ -432,6 +432,14 @@ def test_the_gallerys_lab_figure_is_redrawn_when_a_run_is_recorded(tmp_path):
     runs = json.loads((out / "lab_fixes.json").read_text())["params"]["runs"]
     assert "deepnorm-w0-s0" in runs and "post-w0-s0" in runs and "pre-w0-s2" in runs and "post-w400-s0" not in runs
     assert lab_docs.gallery_figures(data, root, out, check=True) == []
+    # a change to how the figure is drawn redraws it too (the sidecar keys the figure modules' hash)
+    sidecar = json.loads((out / "lab_fixes.json").read_text())
+    assert sidecar["params"]["figure_code"] == lab_docs.figure_code()
+    sidecar["params"]["figure_code"] = "drawn-by-older-code"
+    (out / "lab_fixes.json").write_text(json.dumps(sidecar))
+    assert lab_docs.gallery_figures(data, root, out, check=True) == [out / "lab_fixes.png"]
+    lab_docs.gallery_figures(data, root, out)
+    assert lab_docs.gallery_figures(data, root, out, check=True) == []
     _project_with_records(root, {"admin-w0-s0": "admin-w0-s0"})
     assert len(lab_docs.gallery_figures(data, root, out, check=True)) == 2
     curves = lab_docs.gallery_curves(data, root)
@@ -512,7 +520,8 @@ def test_lr_sensitivity_is_wortsmans_measure_on_hand_made_curves():
     assert table.loc["pre", "seeds"] == 3 and table.loc["pre", "lr_sensitivity"] == pytest.approx(0.0)
     assert table.loc["post", "lr_sensitivity"] > 3 and table.loc["post", "best_lr"] == 1e-3
     assert lrsweep.ranking(table.reset_index(), ["pre"], ["post"])[0] == "agrees decisively"
-    assert lrsweep.ranking(table.reset_index(), ["post"], ["pre"])[0] == "disagrees"
+    assert lrsweep.ranking(table.reset_index(), ["post"], ["pre"]) == (
+        "disagrees", f"1 of the 1 learning block is not below pre (0.000): post {table.loc['post', 'lr_sensitivity']:.3f}")
     assert lrsweep.ranking(table.reset_index().iloc[:1], ["pre"], ["post"])[0] == "not yet"
     part = runs[~((runs["block"] == "pre") & (runs["seed"] == 2) & (runs["lr"] == 1e-2))]  # one rate of one seed missing
     assert lrsweep.table(part, chance).set_index("block").loc["pre", "seeds"] == 2  # a seed counts with its whole grid
@@ -565,17 +574,23 @@ def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_re
     from blocklab.records import GALLERY, LAB_LR_RUNS
     from blocklab.reporting.lab_docs import lr_block
 
-    rates, planned = [], set()
+    rates, planned, cells = [], set(), {}
     for meta_file in sorted((ROOT / LAB_LR_RUNS).glob("*/meta.json")):
         meta = json.loads(meta_file.read_text())
         rates.append(meta["wall_time_s"] / len(pd.read_csv(meta_file.with_name("loss.csv"))))
         planned.add(meta["sweep"]["steps"])
+        cells.setdefault((meta["norm"], float(meta["sweep"]["lr"])), []).append(rates[-1])
     if not rates:
         pytest.skip("no run of the LR study recorded")
     left = len(lrsweep.plan()) - len(rates)
     block = lr_block(ROOT / GALLERY, ROOT)
-    assert f"from {min(rates):.2f} to {max(rates):.2f} s a step, median {np.median(rates):.2f}" in block, block
-    assert f"about {left * planned.pop() * min(rates) / 7200:.1f} wall-hours if every run went at the fastest rate" in block, block
+    assert f"from {min(rates):.2f} to {max(rates):.2f}, median {np.median(rates):.2f}" in block, block
+    (block_, lr), slowest = max(((k, np.median(v)) for k, v in cells.items()), key=lambda kv: kv[1])
+    assert f"the slowest cell, {block_} at lr {lr:g}: median {slowest:.2f} s a step" in block, block
+    if left:
+        assert f"about {left * planned.pop() * min(rates) / 7200:.1f} wall-hours if every run went at the fastest rate" in block, block
+    else:
+        assert f"for all {len(rates)} planned runs" in block and "left" not in block.split("Cost:")[1].split("\n")[0], block
     # the blocks named as learning nowhere are those none of whose recorded runs learned (the lab's outcome rule)
     from blocklab.lab.outcomes import outcome
 
@@ -589,3 +604,108 @@ def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_re
     said = block.split("Read with it:")[1] if "Read with it:" in block else ""
     for b in lrsweep.BLOCKS:
         assert (f"{b}, 0 of {len(learned.get(b, []))} runs learned" in said) == (b in nowhere), (b, said)
+
+
+def test_gradient_underflow_counts_subnormal_entries_per_block():
+    """`lab.underflow`: an entry is subnormal when non-zero and below float32's smallest normal number; a block's
+    gradient scaled into that range is counted there and nowhere else."""
+    import torch
+
+    from blocklab.lab.underflow import SUBNORMAL_BELOW, backward_underflow, gradient_underflow, subnormal
+    from blocklab.model.models import DecoderLM
+    from blocklab.model_config import ModelConfig
+
+    assert SUBNORMAL_BELOW == pytest.approx(1.1754944e-38)
+    assert subnormal(torch.tensor([0.0, 1e-39, -1e-40, 1e-30, 2e-38, float("nan")])) == 2
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(d_model=16, n_heads=2, n_layers=3, vocab_size=11, max_len=8,
+                                  norm_position="post"))
+    model(torch.randint(0, 11, (2, 8))).float().square().mean().backward()
+    parts = gradient_underflow(model).set_index("part")
+    assert set(parts.index) == {"other", "block 0", "block 1", "block 2"}
+    assert parts["subnormal"].sum() == 0
+    entries = sum(p.numel() for p in model.blocks[1].parameters())
+    assert parts.loc["block 1", "entries"] == entries
+    for p in model.blocks[1].parameters():
+        p.grad.mul_(1e-39 / p.grad.abs().max().clamp_min(1e-30))  # every entry now at most 1e-39 in size
+    parts = gradient_underflow(model).set_index("part")
+    nonzero = sum(int((p.grad != 0).sum()) for p in model.blocks[1].parameters())
+    assert parts.loc["block 1", "subnormal"] == nonzero > entries // 2
+    assert parts.drop("block 1")["subnormal"].sum() == 0
+    # the backward stream: a loss scaled into float32's subnormal range sends subnormal gradients out of every layer
+    x = torch.randint(0, 11, (2, 8))
+
+    def step(scale):
+        return lambda: (model.zero_grad(set_to_none=True), (model(x).float().square().mean() * scale).backward())
+
+    plain = backward_underflow(model, step(1.0))
+    tiny = backward_underflow(model, step(1e-36)).set_index("part")
+    assert plain["subnormal"].sum() == 0 and set(plain["part"]) == {"other", "block 0", "block 1", "block 2"}
+    assert (tiny["subnormal"] > tiny["entries"] / 10).all(), tiny
+
+
+def test_the_underflow_summary_reads_cells_against_the_runs_without_subnormals():
+    """`lab.underflow.summary`: a cell a (block, lr) with any subnormal entry, with its ranges; the control is every
+    run with none; Spearman's rho over all runs."""
+    from scipy import stats
+
+    from blocklab.lab.underflow import summary
+
+    rows = [("post-a", "post", 0.01, 0.2, 0.15, 8, 5.0, 0.4, 8.0), ("post-b", "post", 0.01, 0.09, 0.001, 0, 3.2, 0.4, 3.0),
+            ("pre-a", "pre", 0.01, 0.007, 0.0, 0, 0.6, 0.4, 0.5), ("pre-b", "pre", 0.001, 0.0, 0.0, 0, 0.41, 0.4, 0.42),
+            ("rezero-a", "rezero", 0.001, 0.0, 0.0, 0, 0.38, 0.4, 0.39)]
+    table = pd.DataFrame([{"run": r, "block": b, "lr": lr, "subnormal_backward": sb, "subnormal_params": sp,
+                           "blocks_underflowing": k, "n_blocks": 24, "s_kept": kept, "s_flushed": fl,
+                           "s_per_step_trained": st} for r, b, lr, sb, sp, k, kept, fl, st in rows])
+    said = summary(table)
+    assert (said["runs"], said["with_any"], said["underflowing"]) == (5, 3, 1)
+    cells = said["cells"].set_index(["block", "lr"])
+    assert list(cells.index) == [("post", 0.01), ("pre", 0.01)]
+    post = cells.loc[("post", 0.01)]
+    assert post["runs"] == 2 and (post["ratio_low"], post["ratio_high"]) == pytest.approx((8.0, 12.5))
+    assert (post["blocks_low"], post["blocks_high"], post["s_low"], post["s_high"]) == (0, 8, 3.0, 8.0)
+    assert said["control"]["runs"] == 2 and said["control"]["ratio"] == pytest.approx((0.41 / 0.4 + 0.38 / 0.4) / 2)
+    assert said["control"]["ratio_max"] == pytest.approx(0.41 / 0.4)
+    rho, _ = stats.spearmanr(table["subnormal_backward"], table["s_kept"] / table["s_flushed"])
+    assert said["rho"] == pytest.approx(rho) and rho > 0.8
+
+
+def test_the_underflow_probe_reads_a_finished_run_and_refuses_bad_input_first(tmp_path):
+    """`blocklab lab-job underflow`: one row a finished run (its block, lr, seed, seconds a step in training, subnormal
+    share, blocks underflowing out of the stack's, seconds a pass kept and flushed), its CSV checksummed; a folder
+    without finished runs, or --repeats 0, is refused before any compute."""
+    import subprocess
+
+    blocklab = str(Path(sys.executable).with_name("blocklab"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = subprocess.run([blocklab, "lab-job", "underflow", "--runs", str(empty), "--out", str(tmp_path / "u.csv")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "holds no finished run" in bad.stderr and not (tmp_path / "u.csv").exists()
+    bad = subprocess.run([blocklab, "lab-job", "underflow", "--runs", str(empty), "--out", str(tmp_path / "u.csv"),
+                          "--repeats", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--repeats must be 1 or more" in bad.stderr
+    runs = tmp_path / "runs"
+    trained = subprocess.run([blocklab, "lab-job", "lr-run", "--norm", "post", "--lr", "0.01", "--seed", "0",
+                              "--profile", "tiny", "--out-dir", str(runs / "post-lr0.01-w0-s0"),
+                              "--params", str(ROOT / "params.yaml")], capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    done = subprocess.run([blocklab, "lab-job", "underflow", "--runs", str(runs), "--out", str(tmp_path / "u.csv"),
+                           "--repeats", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from blocklab.io import read_table
+    from blocklab.lab.underflow import COLUMNS
+
+    table = read_table(tmp_path / "u.csv")
+    meta = json.loads((runs / "post-lr0.01-w0-s0" / "meta.json").read_text())
+    assert list(table.columns) == COLUMNS and len(table) == 1
+    row = table.iloc[0]
+    assert (row["run"], row["block"], row["lr"], row["seed"]) == ("post-lr0.01-w0-s0", "post", 0.01, 0)
+    assert row["n_blocks"] == meta["model_config"]["n_layers"] and 0 <= row["blocks_underflowing"] <= row["n_blocks"]
+    assert 0 <= row["subnormal_backward"] <= 1 and 0 <= row["subnormal_params"] <= 1 and row["s_kept"] > 0
+    steps = len(pd.read_csv(runs / "post-lr0.01-w0-s0" / "loss.csv"))
+    assert row["s_per_step_trained"] == pytest.approx(meta["wall_time_s"] / steps)
+    made = json.loads((tmp_path / "u.json").read_text())  # what made the table: its command and code
+    assert made["rows"] == 1 and made["code"]["blocklab_source_sha256"] and "--repeats 1" in made["command"]
+    assert f"{int(row['subnormal_backward'] > 0)} of 1 runs have subnormal entries in their backward pass, " \
+        f"{int(row['blocks_underflowing'] > 0)} a block with over 1 % of them" in done.stderr

@@ -20,6 +20,7 @@ DYNAMICS = f"{RECORDS}/dynamics"
 INFERENCE = f"{RECORDS}/inference"
 LAB_RUNS = f"{RECORDS}/lab/runs"
 LAB_LR_RUNS = f"{RECORDS}/lab/lr-sweep/runs"  # the learning-rate sensitivity study's recorded runs (lab.lrsweep)
+LAB_LR_UNDERFLOW = f"{RECORDS}/lab/lr-sweep/underflow.csv"  # the study's runs' subnormal gradients (lab.underflow)
 REVIEWER = f"{RECORDS}/reviewer"
 
 # Where `blocklab smoke` last ran: its scratch copy's directory, its configuration, when it started and finished (a

@@ -222,6 +222,13 @@ def register_jobs(subparsers) -> None:
                                 "meta.json, checked against their checksums) in records/lab/lr-sweep/runs")
     lrr.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<block>-lr<lr>-w0-s<seed>)")
     lrr.set_defaults(func=_job_lr_record)
+    und = subparsers.add_parser("underflow", help="the share of subnormal gradient entries in each finished run's "
+                                "final weights, and a forward and backward pass's seconds with them kept and flushed "
+                                "(records/lab/lr-sweep/underflow.csv)")
+    und.add_argument("--runs", required=True, type=Path, help="a folder of finished run folders (model.safetensors)")
+    und.add_argument("--out", required=True, type=Path, help="the CSV to write")
+    und.add_argument("--repeats", type=int, default=2, help="passes timed each way; the fastest counts (default 2)")
+    und.set_defaults(func=_job_underflow)
     STATUS_PAGE = "docs/lab/STATUS.md"  # a page: docs/ holds pages, records/ the data
     rec = subparsers.add_parser("record", help="record finished runs in git (loss.csv, meta.json) and write STATUS.md")
     rec.add_argument("--runs", required=True, type=Path, help="a folder of run folders (<norm>-w<warmup>-s<seed>)")
@@ -276,6 +283,25 @@ def _job_lr_record(args) -> int:
     done = record(args.runs)
     print(f"blocklab lab-job lr-record: {len(done)} finished run(s) recorded: {', '.join(done) or 'none'}",
           file=sys.stderr)
+    return 0
+
+
+def _job_underflow(args) -> int:
+    from .underflow import probe_runs, summary
+
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be 1 or more, not {args.repeats}")
+    from ..io import write_json
+    from ..provenance import code_version, library_versions
+
+    table = probe_runs(args.runs, args.repeats)
+    write_table(table, args.out)
+    write_json({"command": f"blocklab lab-job underflow --runs {args.runs} --out {args.out} --repeats {args.repeats}",
+                "code": code_version(), "libraries": library_versions(), "rows": len(table)},
+               args.out.with_suffix(".json"))
+    said = summary(table)
+    print(f"blocklab lab-job underflow: {args.out}: {said['with_any']} of {said['runs']} runs have subnormal entries "
+          f"in their backward pass, {said['underflowing']} a block with over 1 % of them", file=sys.stderr)
     return 0
 
 

@@ -163,7 +163,7 @@ def recorded(root: Path | str = REPO) -> pd.DataFrame:
     """One row a recorded run of the study: block, lr, warmup, seed, final loss (``final_loss``), whether it diverged,
     whether it learned (the lab's outcome rule, ``lab.outcomes``: below a tenth of chance and not collapsed), its
     steps, wall time and processor; each read with its checksums (``lab.records.read_run``)."""
-    from .outcomes import outcome
+    from .outcomes import learned
     from .records import read_run
 
     rows = []
@@ -174,13 +174,13 @@ def recorded(root: Path | str = REPO) -> pd.DataFrame:
             continue
         meta, loss = read_run(run_dir)
         planned = int(meta["sweep"]["steps"])
-        found = outcome(loss["step"].tolist(), loss["loss"].tolist(), meta["copy_task"]["vocab_size"],
-                        meta.get("diverged_step"))["outcome"]
         rows.append({"run": run_dir.name, "block": meta["norm"], "lr": float(meta["sweep"]["lr"]),
                      "warmup": int(meta["warmup"]), "seed": int(meta["seed"]),
                      "final_loss": final_loss(loss["step"], loss["loss"], meta["copy_task"]["vocab_size"],
                                               meta.get("diverged_step"), planned),
-                     "diverged": meta.get("diverged_step") is not None, "learned": found == "learned",
+                     "diverged": meta.get("diverged_step") is not None,
+                     "learned": learned(loss["step"].tolist(), loss["loss"].tolist(), meta["copy_task"]["vocab_size"],
+                                        meta.get("diverged_step")),
                      "steps": len(loss), "steps_planned": planned,
                      "vocab_size": int(meta["copy_task"]["vocab_size"]),
                      "n_layers": int(meta["model_config"]["n_layers"]), "batch_size": int(meta["copy_task"]["batch_size"]),
@@ -222,7 +222,10 @@ def ranking(table_: pd.DataFrame, learned: list[str], failed: list[str]) -> tupl
     best_failed = min(failed, key=lambda b: by.loc[b, "lr_sensitivity"])
     means = (by.loc[worst_learned, "lr_sensitivity"], by.loc[best_failed, "lr_sensitivity"])
     if means[0] >= means[1]:
-        return "disagrees", (f"{worst_learned} ({means[0]:.3f}) is not below {best_failed} ({means[1]:.3f})")
+        above = [b for b in learned if by.loc[b, "lr_sensitivity"] >= means[1]]
+        return "disagrees", (f"{len(above)} of the {len(learned)} learning block{'s' if len(learned) != 1 else ''} "
+                             f"{'are' if len(above) != 1 else 'is'} not below {best_failed} "
+                             f"({means[1]:.3f}): " + ", ".join(f"{b} {by.loc[b, 'lr_sensitivity']:.3f}" for b in above))
     high = max(by.loc[b, "high"] for b in learned)
     low = min(by.loc[b, "low"] for b in failed)
     if high < low:
@@ -260,7 +263,7 @@ def sweep_main(args, lab_main) -> int:
 
 def _lab_runs(out: Path) -> pd.DataFrame:
     """Every finished run of the sweep's labs under ``out``: block, lr, warmup, seed, final_loss, diverged, learned."""
-    from .outcomes import outcome
+    from .outcomes import learned
     from .records import adopted, read_run as read_recorded
     from ..integrity import read_run
     from .spec import Spec
@@ -276,8 +279,8 @@ def _lab_runs(out: Path) -> pd.DataFrame:
                          "final_loss": final_loss(loss["step"], loss["loss"], spec.setup.vocab_size,
                                                   meta.get("diverged_step"), spec.setup.steps),
                          "diverged": meta.get("diverged_step") is not None,
-                         "learned": outcome(loss["step"].tolist(), loss["loss"].tolist(), spec.setup.vocab_size,
-                                            meta.get("diverged_step"))["outcome"] == "learned",
+                         "learned": learned(loss["step"].tolist(), loss["loss"].tolist(), spec.setup.vocab_size,
+                                            meta.get("diverged_step")),
                          "vocab_size": spec.setup.vocab_size})
     return pd.DataFrame(rows)
 

@@ -30,3 +30,8 @@ def outcome(steps: list[int], losses: list[float], vocab_size: int, diverged_ste
     else:
         kind = "learned"
     return {"outcome": kind, "final_loss": final, "step_learned": learned, "step_collapsed": back}
+
+
+def learned(steps: list[int], losses: list[float], vocab_size: int, diverged_step: int | None) -> bool:
+    """Whether the run's outcome is ``learned`` (the one reading the lab's tables and the LR study share)."""
+    return outcome(steps, losses, vocab_size, diverged_step)["outcome"] == "learned"

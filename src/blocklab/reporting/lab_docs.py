@@ -244,23 +244,38 @@ def gallery_figures(data: Path, root: Path, out: Path, check: bool = False, dpi:
 
 def _redraw(out: Path, name: str, runs: list[str], draw, sources: list[str], check: bool, dpi: int) -> list[Path]:
     """Figure ``name`` in Korean (``out``) and English (``out/en``), drawn by ``draw(lang)`` where its sidecar names
-    other runs than ``runs`` (or there is none); returns the figures (with ``check``: that would be) redrawn."""
+    other runs than ``runs``, or other figure code than ``figure_code()`` (or there is none); returns the figures (with
+    ``check``: that would be) redrawn."""
     from ..figures import style
 
     stale = []
+    code = figure_code()
     for lang, folder in (("ko", out), ("en", out / "en")):
         path = folder / f"{name}.png"
         sidecar = path.with_suffix(".json")
-        drawn = (json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}).get("runs")
-                 if sidecar.is_file() else None)
-        if path.is_file() and drawn == runs:
+        drawn = json.loads(sidecar.read_text(encoding="utf-8")).get("params", {}) if sidecar.is_file() else {}
+        if path.is_file() and drawn.get("runs") == runs and drawn.get("figure_code") == code:
             continue
         stale.append(path)
         if check:
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        style.save(draw(lang), path, dpi=dpi, sources=sources, params={"lang": lang, "runs": runs}, record=False)  # in git
+        style.save(draw(lang), path, dpi=dpi, sources=sources,
+                   params={"lang": lang, "runs": runs, "figure_code": code}, record=False)  # in git
     return stale
+
+
+def figure_code() -> str:
+    """The lab figures' code version: a hash of the modules that draw them (``figures/lab.py``, ``figures/style.py``),
+    so a change to how a figure is drawn redraws it, and a change elsewhere does not."""
+    import hashlib
+
+    from ..figures import lab as lab_figures, style
+
+    digest = hashlib.sha256()
+    for module in (lab_figures, style):
+        digest.update(Path(module.__file__).read_bytes().replace(b"\r\n", b"\n"))
+    return digest.hexdigest()[:16]
 
 
 def run_list_block(data: Path, root: Path) -> str:
@@ -305,7 +320,7 @@ def lr_block(data: Path, root: Path) -> str:
     """docs/lab.md: each built-in block's LR sensitivity over the recorded runs (mean over seeds, 95 % t interval),
     its final loss at each learning rate, how many runs are recorded, and the check stated before the runs."""
     from ..lab import lrsweep
-    from ..records import LAB_LR_RUNS
+    from ..records import LAB_LR_RUNS, LAB_LR_UNDERFLOW
 
     runs = lrsweep.recorded(root)
     planned = len(lrsweep.plan())
@@ -334,11 +349,20 @@ def lr_block(data: Path, root: Path) -> str:
         fast, median = per_step.min(), per_step.median()
         left, steps = planned - len(runs), int(runs["steps_planned"].max())
         cpus = ", ".join(sorted(set(runs["cpu"])))
-        lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs, on {cpus}. Each run's own wall time "
-                  f"depends on what else the machine ran then: from {fast:.2f} to {per_step.max():.2f} s a step, "
-                  f"median {median:.2f}. The {left} run{'s' if left != 1 else ''} left, {steps} steps each, two at a time: about "
-                  f"{left * steps * fast / 7200:.1f} wall-hours if every run went at the fastest rate measured, "
-                  f"{left * steps * median / 7200:.1f} at the median; less where runs diverge and stop early."]
+        cells = runs.assign(per_step=per_step).groupby(["block", "lr"])["per_step"].median()
+        (slow_block, slow_lr), slow = cells.idxmax(), cells.max()
+        rates = (f"Seconds a step, each run's wall time over its steps (also slowed by whatever else the machine ran "
+                 f"then): from {fast:.2f} to {per_step.max():.2f}, median {median:.2f}; the slowest cell, {slow_block} "
+                 f"at lr {slow_lr:g}: median {slow:.2f} s a step ({slow / median:.0f} times the median).")
+        if left:
+            lines += ["", f"Cost so far: {hours:.1f} run-hours for {len(runs)} runs, on {cpus}. {rates} The {left} "
+                      f"run{'s' if left != 1 else ''} left, {steps} steps each, two at a time: about "
+                      f"{left * steps * fast / 7200:.1f} wall-hours if every run went at the fastest rate measured, "
+                      f"{left * steps * median / 7200:.1f} at the median; less where runs diverge and stop early."]
+        else:
+            lines += ["", f"Cost: {hours:.1f} run-hours for all {len(runs)} planned runs, on {cpus}. {rates}"]
+    if (root / LAB_LR_UNDERFLOW).is_file():
+        lines += ["", underflow_line(read_table(root / LAB_LR_UNDERFLOW))]
     learned, failed = lr_groups(data, root)
     verdict, why = lrsweep.ranking(table, learned, failed)
     lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
@@ -352,7 +376,43 @@ def lr_block(data: Path, root: Path) -> str:
                               f"(the lab's outcome rule), best mean final loss {by.loc[b, [c for c in by.columns if c.startswith('loss_lr')]].min():.3g} "
                               f"against chance {lrsweep.chance_of(runs):.3g}" for b in nowhere)
                   + ". A low number there means the block fails alike at every rate, not that it trains at every rate."]
-    return "\n".join(lines) + "\n\n" + _note(LAB_LR_RUNS, records.RUNS, *GALLERY_SWEEP)
+    sources = [LAB_LR_RUNS, *([LAB_LR_UNDERFLOW] if (root / LAB_LR_UNDERFLOW).is_file() else []), records.RUNS]
+    return "\n".join(lines) + "\n\n" + _note(*sources, *GALLERY_SWEEP)
+
+
+def underflow_line(table: pd.DataFrame) -> str:
+    """What ``blocklab lab-job underflow`` measured on the study's final weights: per cell with subnormal entries in a
+    run's backward pass, their share, the forward and backward pass's kept/flushed ratio and the seconds a step its
+    training took, against the runs with none (the control)."""
+    from ..lab.underflow import UNDERFLOWING, summary
+
+    said = summary(table)
+    control = said["control"]
+    over = f"{UNDERFLOWING * 100:g} %"
+    head = (f"Subnormal numbers (non-zero, below 1.2e-38) in the backward pass, measured on each run's final weights "
+            f"(`blocklab lab-job underflow`: one copy-task batch, one thread, on {', '.join(sorted(set(table['cpu'])))}"
+            f"): {said['with_any']} of {said['runs']} runs have any; {said['underflowing']} have a block with over "
+            f"{over} of its backward-pass gradient entries subnormal. The ratio is a forward and backward "
+            f"pass's time with subnormals kept, as training kept them, over its time with them flushed to zero.")
+    rows = ["| block | lr | runs | subnormal share of the backward pass | of the parameters' gradients | blocks over "
+            f"{over} | kept / flushed | training, s a step |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def span(low, high, fmt):
+        return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)} to {fmt(high)}"
+
+    def pct(v):  # two significant digits: a share of 3e-6 is not 0
+        return "0" if v == 0 else f"{v * 100:.2g} %"
+
+    for c in said["cells"].itertuples():
+        rows.append(f"| {c.block} | {c.lr:g} | {c.runs} | {span(c.backward_low, c.backward_high, pct)} | "
+                    f"{span(c.params_low, c.params_high, pct)} | "
+                    f"{span(c.blocks_low, c.blocks_high, lambda v: f'{int(v)}')} of {int(c.n_blocks)} | "
+                    f"{span(c.ratio_low, c.ratio_high, lambda v: f'{v:.2f}')} | {span(c.s_low, c.s_high, lambda v: f'{v:.2f}')} |")
+    rows.append(f"| every other run (none) | | {control['runs']} | 0 | 0 | 0 | median {control['ratio']:.2f}, at most "
+                f"{control['ratio_max']:.2f} | median {control['s_per_step']:.2f} |")
+    tail = (f"Spearman's rank correlation of the backward share with the ratio over all {said['runs']} runs: "
+            f"{said['rho']:.2f} (p = {said['p']:.2g}). The runs without subnormals give the timing's own spread.")
+    return head + "\n\n" + "\n".join(rows) + "\n\n" + tail
 
 
 def lr_figures(data: Path, root: Path, out: Path, check: bool = False, dpi: int = 100) -> list[Path]:
