@@ -75,7 +75,7 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
         shutil.copyfile(page, root / _rel(page))
     shutil.copytree(ROOT / "performance" / "measured", root / "performance" / "measured")
     shutil.copytree(DATA, root / GALLERY, dirs_exist_ok=True)
-    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS, LAB_LR_RUNS):  # recorded runs
+    for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS, Path(LAB_LR_RUNS).parent):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
     assert main(["docs", "--root", str(root), "--check"]) == 0

@@ -42,6 +42,7 @@ TABLE = {
         "record": "blocklab.lab.jobs",
         "lr-run": "blocklab.lab.jobs",
         "lr-record": "blocklab.lab.jobs",
+        "underflow": "blocklab.lab.jobs",
     }),
     "sweep": ("document 000's copy-task sweep: norm position x warm-up x seed", {
         "train": "blocklab.training.sweep",
