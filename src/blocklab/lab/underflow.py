@@ -7,7 +7,9 @@ final weights, takes one copy-task batch, and measures (1) the share of subnorma
 flow out of every layer in the backward pass (each leaf module's output gradient) and among the parameters' gradients,
 over the model and per block, and (2) the forward and backward pass's seconds with subnormals kept, as training kept
 them, and flushed to zero (``torch.set_flush_denormal``), on one thread as the runs trained: the ratio is the slow
-path's cost, and the runs without subnormal entries are the control (their ratio is the timing's own spread).
+path's cost, and the runs without subnormal entries are the control (their ratio is the timing's own spread). The
+probe runs the model's plain modules; training ran the fast path (``model.fastpath``: the same arithmetic in fewer
+kernels), whose own seconds a step the table carries beside the probe's (``s_per_step_trained``).
 """
 from __future__ import annotations
 
