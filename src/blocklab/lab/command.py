@@ -287,12 +287,12 @@ def _job_lr_record(args) -> int:
 
 
 def _job_underflow(args) -> int:
-    from .underflow import probe_runs, summary
+    from ..io import write_json
+    from ..provenance import code_version, library_versions
+    from .underflow import UNDERFLOWING, probe_runs, summary
 
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be 1 or more, not {args.repeats}")
-    from ..io import write_json
-    from ..provenance import code_version, library_versions
 
     table = probe_runs(args.runs, args.repeats)
     write_table(table, args.out)
@@ -301,7 +301,7 @@ def _job_underflow(args) -> int:
                args.out.with_suffix(".json"))
     said = summary(table)
     print(f"blocklab lab-job underflow: {args.out}: {said['with_any']} of {said['runs']} runs have subnormal entries "
-          f"in their backward pass, {said['underflowing']} a block with over 1 % of them", file=sys.stderr)
+          f"in their backward pass, {said['underflowing']} a block with over {UNDERFLOWING * 100:g} % of them", file=sys.stderr)
     return 0
 
 

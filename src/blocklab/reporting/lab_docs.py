@@ -384,12 +384,12 @@ def underflow_line(table: pd.DataFrame) -> str:
     """What ``blocklab lab-job underflow`` measured on the study's final weights: per cell with subnormal entries in a
     run's backward pass, their share, the forward and backward pass's kept/flushed ratio and the seconds a step its
     training took, against the runs with none (the control)."""
-    from ..lab.underflow import UNDERFLOWING, summary
+    from ..lab.underflow import SUBNORMAL_BELOW, UNDERFLOWING, summary
 
     said = summary(table)
     control = said["control"]
     over = f"{UNDERFLOWING * 100:g} %"
-    head = (f"Subnormal numbers (non-zero, below 1.2e-38) in the backward pass, measured on each run's final weights "
+    head = (f"Subnormal numbers (non-zero, below {SUBNORMAL_BELOW:.2g}) in the backward pass, measured on each run's final weights "
             f"(`blocklab lab-job underflow`: one copy-task batch, one thread, on {', '.join(sorted(set(table['cpu'])))}"
             f"): {said['with_any']} of {said['runs']} runs have any; {said['underflowing']} have a block with over "
             f"{over} of its backward-pass gradient entries subnormal. The ratio is a forward and backward "
