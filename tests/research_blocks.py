@@ -142,6 +142,26 @@ class RenormedStream(_Block):
         return self.n2(h + self.mlp(self.ln2(h)))
 
 
+class NormalisedFFNResidual(_Block):
+    """Pre-norm attention, then an FFN that adds back the normalised stream: h = x + attn(ln1(x)), n = ln2(h),
+    out = n + mlp(n): the raw h never reaches the output."""
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        n = self.ln2(h)
+        return n + self.mlp(n)
+
+
+class NormalisedAttentionResidual(_Block):
+    """The attention adds back the normalised stream, n = ln1(x), h = n + attn(n); then a pre-norm FFN,
+    h + mlp(ln2(h))."""
+
+    def forward(self, x):
+        n = self.ln1(x)
+        h = n + self.attn(n)
+        return h + self.mlp(self.ln2(h))
+
+
 class MisroutedSkip(_Block):
     """x + mlp(ln2(x + attn(ln1(x)))): the attention's output reaches the block's output only through the MLP (it is
     off the residual stream)."""

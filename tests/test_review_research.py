@@ -392,3 +392,19 @@ def test_falcons_parallel_sum_is_read_whole():
     total = r.facts["structure"]["evidence"]["output_sum"]["coefficients"]
     assert total == {"x": 1.0, "self_attention.dense": 1.0, "mlp.dense_4h_to_h": 1.0}
     assert r.facts["structure"]["residual"] == "parallel" and r.exit_status == EXIT_PASS
+
+
+# --- the normalised stream added back ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, carries, placement, writer", [
+    ("NormalisedFFNResidual", [None, "ln2"], "pre", "mlp.down"),  # x + attn(ln1(x)), then ln2(h) + mlp(ln2(h))
+    ("NormalisedAttentionResidual", ["ln1", None], "post", "attn.o"),  # ln1(x) + attn(ln1(x)), then h + mlp(ln2(h))
+])
+def test_a_normalised_stream_added_back_is_flagged_in_either_sub_layer(name, carries, placement, writer):
+    r = review(name)
+    s = r.facts["structure"]
+    assert [x["residual_carries_norm"] for x in s["evidence"]["sublayers"]] == carries
+    assert s["norm_placement"] == placement
+    assert [(f.check, f.value) for f in r.findings if f.severity == "flag"] == [("residual", writer)]
+    assert r.exit_status == EXIT_FLAG

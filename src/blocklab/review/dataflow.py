@@ -1172,9 +1172,14 @@ class LayerAnalysis:
         """The input norm N whose output the residual carries, h = N(h) + F(N(h)): a later tensor (a call's input or
         the layer's output) is N's output plus the sub-layer's. Not a post-norm block's second sub-layer, whose input
         norm is the norm of the sum before it (norm(h + F(h)) feeds the FFN and its residual): only a norm of the
-        raw stream counts. None when the residual carries the raw stream."""
+        raw stream counts. None when the residual carries the raw stream.
+        A norm of an earlier sum counts as a post-norm only when that sum adds the earlier sub-layer's output to what
+        the sub-layer itself read (norm(h + F(h)), DeepNorm's norm(alpha h + F(h)), or h = N(h) + F(N(h)) before):
+        after a pre-norm sub-layer, x + F(norm(x)), the stream is x, and a norm of that sum is the next sub-layer's
+        input norm, whose output added back is the normalised stream."""
         stream_in = self.stream_input(g)
-        sums = {n.key for o in self.sublayers if o.out.index < g.out.index for n in self._sum_norms(o)}
+        sums = {n.key for o in self.sublayers if o.out.index < g.out.index for n in self._sum_norms(o)
+                if self._sums_own_input(n, o)}
         later = [c.inp for c in self.calls if c.index > g.out.index] + [self.y]
         for n in self.norm_calls:
             if n.index < stream_in.index and n.key not in sums and _same(n.out, stream_in.inp) \
@@ -1193,6 +1198,23 @@ class LayerAnalysis:
         norm(h + F(h)), DeepNorm's norm(alpha h + F(h)), Admin's norm(omega * h + F(h)), B2T's norm(h + F(h) + x)."""
         return [n for n in self.norm_calls if n.index > g.out.index and n.inp.shape == g.out.out.shape
                 and not self._inside(n) and self.stream_sum(n.key, g) is not None]
+
+    def _sums_own_input(self, n: Call, g: SubLayer) -> bool:
+        """The sum norm ``n`` reads (see _sum_norms) has, besides g's output, a term that is g's own input (the
+        stream a post-norm sub-layer reads as it is), not only the input of a pre-norm before it."""
+        fit = self.stream_sum(n.key, g)
+        if fit is None:
+            return False
+        traced = self._fit_run()[0]
+        stream = self.stream_input(g)
+        if stream.key not in traced:
+            return False
+        own = traced[stream.key].inp
+        terms = {"x": self._fit_run()[1],
+                 **{(c.name if c.key[1] == 0 else f"{c.name}#{c.key[1]}"): traced[c.key].out
+                    for c in self.calls if c.key in traced}}
+        return any(k in terms and terms[k].shape == own.shape and _same(terms[k], own)
+                   for k in fit["coefficients"] if k != fit["branch"])
 
     def _inside(self, c: Call) -> bool:
         return any(self.stream_input(o).index < c.index < o.out.index for o in self.sublayers)
