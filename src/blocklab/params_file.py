@@ -387,27 +387,90 @@ def _cross_field_problems(params) -> list[tuple[str, str]]:
 # A width or depth that does not fit would be killed by the kernel (exit 137, an empty log) or end in an allocation
 # traceback after the DAG has started; a step count of years would train on. The estimate is deliberately simple and
 # on the generous side (fp32 weights, gradients and Adam's two moments; the activations autograd keeps, attention
-# scores included; a fixed allowance for the runtime), and the limits are the machine's: its memory (or the cgroup's,
-# where smaller) and a year of compute at a rate no CPU of 2026 reaches, so no configuration that can run is refused.
+# scores included; the logits with their log-softmax and gradients; a fixed allowance for the runtime; checked against
+# the peak a real training step measures in tests/test_faults_io.py), and the limits are the process's: the machine's
+# memory, or the smallest limit of the process's own memory cgroup and those above it (/proc/self/cgroup, v1 or v2),
+# where smaller, and a year of compute at a rate no CPU of 2026 reaches, so no configuration that can run is refused.
 RUNTIME_BYTES = 1 << 30          # torch itself, the data, the diagnostics: an allowance
 FLOPS_CEILING = 1e13             # floating-point operations a second: above any CPU (the H200's fp32 is ~6e13)
 STEP_OVERHEAD_S = 1e-4          # a training step of any size takes longer in PyTorch (dispatch, optimizer, data)
 MAX_SECONDS = 365 * 24 * 3600
 
 
-def machine_memory() -> int:
-    """Bytes of memory this process may use: physical memory, or the cgroup's limit where smaller."""
+# Where the memory limits are: the cgroup file system and this process's own cgroups (module-level, so that a test can
+# point them at a tree of its own).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+
+
+def _cgroup_levels(mount: Path, path: str):
+    """``mount``/``path`` and every folder above it up to ``mount`` itself: the cgroup and its ancestors."""
+    level = mount.joinpath(*[part for part in path.split("/") if part and part not in (".", "..")])
+    while True:
+        yield level
+        if level == mount:
+            return
+        level = level.parent
+
+
+def _v1_memory_mounts(root: Path, controllers: str) -> list[Path]:
+    """Where cgroup v1's memory controller is mounted under ``root``: ``memory``, or a folder of joint controllers."""
+    found = [root / "memory", root / controllers]
+    try:
+        found += sorted(p for p in root.iterdir() if "memory" in p.name.split(","))
+    except OSError:
+        pass
+    return [p for p in dict.fromkeys(found) if p.is_dir()]
+
+
+def cgroup_memory_limit(root: str | Path | None = None, self_cgroup: str | Path | None = None) -> tuple[int, Path] | None:
+    """(bytes, the file that says so) of the smallest memory limit on this process: its own cgroup's (read from
+    ``self_cgroup``, /proc/self/cgroup) or one above it, cgroup v2 (``memory.max``) or v1 (``memory.limit_in_bytes``),
+    under ``root`` (/sys/fs/cgroup); None where no limit is set (``max``, or no cgroup file system)."""
+    root = Path(CGROUP_ROOT if root is None else root)
+    try:
+        lines = Path(PROC_SELF_CGROUP if self_cgroup is None else self_cgroup).read_text().splitlines()
+    except OSError:
+        lines = []
+    places: list[tuple[Path, str, str]] = []  # (the controller's mount, the cgroup's path in it, the limit's file)
+    for line in lines:
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2: one hierarchy, every controller
+            places.append((root, path, "memory.max"))
+        elif "memory" in controllers.split(","):
+            places += [(mount, path, "memory.limit_in_bytes") for mount in _v1_memory_mounts(root, controllers)]
+    if not places:  # no /proc/self/cgroup: the roots' own files, where there are any
+        places = [(root, "/", "memory.max"), (root / "memory", "/", "memory.limit_in_bytes")]
+    smallest = None
+    for mount, path, name in places:
+        for level in _cgroup_levels(mount, path):
+            try:
+                text = (level / name).read_text().strip()
+            except OSError:
+                continue  # not this level (a container sees its own cgroup at the mount's root)
+            if text.isdigit() and (smallest is None or int(text) < smallest[0]):
+                smallest = (int(text), level / name)
+    return smallest
+
+
+def memory_limit() -> tuple[int, str]:
+    """(bytes of memory this process may use, where that number comes from): physical memory, or the smallest limit
+    of its cgroup and the cgroups above it where smaller."""
     import os
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(limit).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
+    limit = cgroup_memory_limit()
+    if limit is not None and limit[0] < total:
+        return limit[0], f"the limit of this process's memory cgroup ({limit[1]})"
+    return total, "this machine's memory"
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: physical memory, or its cgroup's limit where smaller."""
+    return memory_limit()[0]
 
 
 def training_cost(model: dict, task: dict, steps: int) -> tuple[int, float, int]:
@@ -422,7 +485,10 @@ def training_cost(model: dict, task: dict, steps: int) -> tuple[int, float, int]
     # MLP's width, and the scores and their softmax (batch x heads x positions^2, twice)
     activations = layers * (tokens * (12 * d + (3 if gated else 2) * ffn)
                             + 2 * task["batch_size"] * model["n_heads"] * positions * positions)
-    memory = 4 * (4 * weights + activations) + RUNTIME_BYTES
+    # the logits, tokens x vocabulary, three times at once in the backward pass: their log-softmax (kept for backward),
+    # its gradient and the logits' gradient; at a large vocabulary they are most of the job
+    logits = 3 * tokens * vocab
+    memory = 4 * (4 * weights + activations + logits) + RUNTIME_BYTES
     flops = 6.0 * weights * tokens + 12.0 * layers * task["batch_size"] * positions * positions * d
     return memory, steps * (flops / FLOPS_CEILING + STEP_OVERHEAD_S), ffn
 
@@ -464,7 +530,7 @@ def _cost_problems(params) -> list[tuple[str, str]]:
         problems.append(("copy_model.ffn_ratio", f"{model['ffn_ratio']} gives an MLP of width round({model['ffn_ratio']} x "
                          f"{model['d_model']}) = {ffn}; allowed: a ratio giving a width of at least 1 "
                          f"(>= {0.5 / model['d_model']:.3g} at d_model={model['d_model']})"))
-    available = machine_memory()
+    available, where = memory_limit()
     if memory > available:
         # the keys one of which, changed alone, brings the estimate within the machine, each at its largest value that
         # fits; the key blamed is the one that must shrink least (by factor): the one that drives the estimate
@@ -477,8 +543,8 @@ def _cost_problems(params) -> list[tuple[str, str]]:
                   "as they are") if fits else "smaller values of copy_model.d_model, n_layers and copy_task's sizes together"
         problems.append((key, f"one training job needs an estimated {_gib(memory)} (copy_task.vocab_size="
                          f"{task['vocab_size']:,}, copy_model.d_model={model['d_model']:,}, n_layers={model['n_layers']:,}, "
-                         f"batch {task['batch_size']:,} x {2 * task['seq_len']:,} tokens: weights, Adam and activations) and "
-                         f"this machine has {_gib(available)}; allowed: a configuration whose estimate fits, here {advice}"))
+                         f"batch {task['batch_size']:,} x {2 * task['seq_len']:,} tokens: weights, Adam, activations and logits) "
+                         f"and this process may use {_gib(available)}, {where}; allowed: a configuration whose estimate fits, here {advice}"))
     if seconds > MAX_SECONDS:
         problems.append(("sweep.steps", f"{sweep['steps']} steps need an estimated {seconds / 86400:,.0f} days a run "
                          f"even at {FLOPS_CEILING:.0e} floating-point operations a second and {STEP_OVERHEAD_S * 1e6:.0f} µs a step; allowed: a step count "
