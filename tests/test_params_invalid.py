@@ -136,8 +136,8 @@ DICT_CASES = [
     ("inf-ffn-ratio", setting("copy_model.ffn_ratio", float("inf")), "copy_model.ffn_ratio", "inf is not a finite number; allowed: a number > 0"),
     ("nan-in-a-list", setting("problem9.scores.A", [90, float("nan"), 70]), "problem9.scores.A[1]", "not a finite number"),
     # what does not fit: an estimate before any job, against this machine's memory and a year of compute
-    ("width-2-20", setting("copy_model.d_model", 2 ** 20), "copy_model.d_model", "activations) and this machine has"),
-    ("depth-a-million", setting("copy_model.n_layers", 10 ** 6), "copy_model.n_layers", "activations) and this machine has"),
+    ("width-2-20", setting("copy_model.d_model", 2 ** 20), "copy_model.d_model", "activations and logits) and this process may use"),
+    ("depth-a-million", setting("copy_model.n_layers", 10 ** 6), "copy_model.n_layers", "activations and logits) and this process may use"),
     ("steps-1e12", setting("sweep.steps", 10 ** 12), "sweep.steps", "a step count under a year"),
     ("zero-width-mlp", setting("copy_model.ffn_ratio", 1e-9), "copy_model.ffn_ratio", "a width of at least 1"),
 ]
