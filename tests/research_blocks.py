@@ -658,3 +658,70 @@ class TensordotLeakBlock(TensordotAttentionBlock):
         q, k, v = (torch.tensordot(x, w, dims=1).transpose(1, 2) for w in (self.w_q, self.w_k, self.w_v))
         s = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
         return torch.tensordot((s.softmax(-1) @ v).transpose(1, 2), self.w_o, dims=2)
+
+
+# --- mutants with one planted defect each: the scale, an input written in place, RoPE on v, a linear FFN ---------
+
+
+class ModelWidthScores(PreNormBlock):
+    """PreNormBlock with scores q.k / sqrt(d_model) (8 at d_model 64), not / sqrt(head_dim) (4)."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+        attn.scores = lambda x: (attn.split(attn.q(x)) @ attn.split(attn.k(x)).transpose(-2, -1) / math.sqrt(d_model)
+                                 + causal_mask(x.shape[1], x.dtype))
+
+
+class InPlaceNormBlock(_Block):
+    """x.copy_(ln1(x)): the input normalised in place (the caller's tensor too), then x + attn(x), h + mlp(ln2(h)):
+    the residual carries ln1(x)."""
+
+    def forward(self, x):
+        x.copy_(self.ln1(x))
+        h = x + self.attn(x)
+        return h + self.mlp(self.ln2(h))
+
+
+class InPlaceRMSBlock(_Block):
+    """An RMS norm written in place on the input, x.mul_(rsqrt(mean(x^2) + eps)), then x + attn(x), h + mlp(ln2(h))."""
+
+    def forward(self, x):
+        x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        h = x + self.attn(x)
+        return h + self.mlp(self.ln2(h))
+
+
+def _rotate_half(t, cos, sin):
+    """Llama's RoPE on (..., T, head_dim): pairs (i, i + head_dim / 2)."""
+    d = t.shape[-1] // 2
+    t1, t2 = t[..., :d], t[..., d:]
+    return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], -1)
+
+
+class RopeOnValues(PreNormBlock):
+    """PreNormBlock whose attention applies RoPE (theta 10000, Llama's halves) to q and v, and leaves k as it is."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn, hd = self.attn, d_model // n_heads
+        inv = 1.0 / 10000 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+
+        def forward(x):
+            angles = torch.outer(torch.arange(x.shape[1], dtype=torch.float64), inv)
+            cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+            q, k, v = attn.split(attn.q(x)), attn.split(attn.k(x)), attn.split(attn.v(x))
+            q, v = _rotate_half(q, cos, sin), _rotate_half(v, cos, sin)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(hd) + causal_mask(x.shape[1], x.dtype)
+            return attn.o(attn.merge(scores.softmax(-1) @ v))
+
+        attn.forward = forward
+
+
+class IdentityActivationFFN(PreNormBlock):
+    """PreNormBlock whose MLP has no activation: down(up(x))."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        mlp = self.mlp
+        mlp.forward = lambda x: mlp.down(mlp.up(x))

@@ -408,3 +408,48 @@ def test_a_normalised_stream_added_back_is_flagged_in_either_sub_layer(name, car
     assert s["norm_placement"] == placement
     assert [(f.check, f.value) for f in r.findings if f.severity == "flag"] == [("residual", writer)]
     assert r.exit_status == EXIT_FLAG
+
+
+# --- mutants: one planted defect each ------------------------------------------------------------------------------
+
+
+def test_scores_divided_by_the_model_width_are_flagged():
+    # ModelWidthScores: q.k / sqrt(64) = 8 with heads of 16 (sqrt: 4)
+    r = review("ModelWidthScores")
+    scale = r.facts["structure"]["evidence"]["logit_scale"]
+    assert (scale["divisor"], scale["rule"]) == (pytest.approx(8.0), "1/sqrt(d_model)")
+    assert bad(r) == [("logit scale", "flag")] and "sqrt(d_model)" in r.text() and r.exit_status == EXIT_FLAG
+
+
+def test_a_learned_temperature_is_not_flagged():
+    # user_blocks.TemperatureBlock: q.k / sqrt(16) * exp(logit_scale), logit_scale a parameter (0.5 per head)
+    r = review_module("user_blocks:TemperatureBlock", "decoder")
+    assert r.facts["structure"]["evidence"]["logit_scale"]["rule"] == "learned" and r.exit_status == EXIT_PASS
+
+
+@pytest.mark.parametrize("name, written", [("InPlaceNormBlock", "ln1"), ("InPlaceRMSBlock", "RMSNorm")])
+def test_a_block_that_normalises_its_input_in_place_is_flagged_not_misread(name, written):
+    r = review(name)
+    s = r.facts["structure"]
+    # read on a copy of its input: (batch, time, d_model), a causal softmax attention, 4 heads
+    assert r.facts["layout"] == "(batch, time, d_model)" and r.severity_of("layout") is None
+    assert (s["mixer"], s["query_heads"], s["causal"]) == ("attention", 4, True)
+    assert r.severity_of("input") == "flag" and r.facts["input_overwritten"]["as"] == written
+    assert r.exit_status == EXIT_FLAG
+
+
+def test_rope_on_the_values_instead_of_the_keys_is_named():
+    # RopeOnValues: q and v rotated, k not; a causal softmax over q.k / 4
+    r = review("RopeOnValues")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"], s["causal"]) == ("attention", "MHA", 4, True)
+    rotated = s["evidence"]["heads"]["values_rotated"]
+    assert rotated["keys_rotated"] is False and [0, 8] in rotated["planes"]
+    assert bad(r) == [("position", "flag")] and "RoPE on q and v" in r.text() and r.exit_status == EXIT_FLAG
+
+
+def test_an_ffn_without_an_activation_is_called_linear():
+    # IdentityActivationFFN: down(up(x))
+    r = review("IdentityActivationFFN")
+    assert r.facts["structure"]["ffn"] == "linear"
+    assert bad(r) == [("ffn kind", "flag")] and "the FFN is linear" in r.text() and r.exit_status == EXIT_FLAG

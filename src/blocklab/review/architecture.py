@@ -122,6 +122,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     # position-aware for another reason (a mask off by one, a sliding window) has neither
     rotary = a.rotary_fraction(attn, heads) if is_attention and bias.get("kind") == "none" else None
     scale = a.logit_scale(attn, heads) if is_attention else None
+    if is_attention and heads.get("values_rotated"):
+        heads = {**heads, "values_rotated": {**heads["values_rotated"], "keys_rotated": a.keys_rotated(attn, heads)}}
     if bias.get("kind") in ("alibi", "relative-bias"):
         position = bias["kind"]
     elif rotary:
@@ -189,7 +191,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
-            "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim")),
+            "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim"), a.width,
+                                                                  lambda: a.scale_is_learned(attn, heads, scale)),
         },
     }
 
@@ -235,14 +238,22 @@ def _read_part(a: LayerAnalysis, selfs: list) -> dict:
     }
 
 
-def _scale_facts(scale: float | None, head_dim: int | None) -> dict | None:
-    """The measured divisor of q.k, and which rule it is: 1/sqrt(head_dim), 1/head_dim (muP), none (T5), other (a
-    learned temperature, or a head_dim the probe does not see)."""
+def _scale_facts(scale: float | None, head_dim: int | None, width: int | None = None, learned=None) -> dict | None:
+    """The measured divisor of q.k, and which rule it is: 1/sqrt(head_dim), 1/head_dim (muP), none (T5), times
+    sqrt(head_dim) (nGPT's, on unit queries and keys), 1/sqrt(d_model) (the model's width where the head's belongs),
+    learned (a parameter of the block moves it: a temperature), other. ``learned()`` is asked only for a scale that
+    follows no rule."""
     if scale is None or not head_dim:
         return None
-    rules = {"1/sqrt(head_dim)": head_dim ** 0.5, "1/head_dim": float(head_dim), "none": 1.0}
+    rules = {"1/sqrt(head_dim)": head_dim ** 0.5, "1/head_dim": float(head_dim), "none": 1.0,
+             "sqrt(head_dim)": head_dim ** -0.5}
+    if width and width != head_dim and abs(width ** 0.5 / head_dim - 1) > 1e-3:
+        rules["1/sqrt(d_model)"] = width ** 0.5
     rule = next((r for r, v in rules.items() if abs(scale / v - 1) < 1e-3), "other")
-    return {"divisor": round(scale, 6), "head_dim": head_dim, "rule": rule}
+    if rule == "other" and learned is not None and learned():
+        rule = "learned"
+    return {"divisor": round(scale, 6), "head_dim": head_dim, "rule": rule,
+            **({"d_model": width} if width else {})}
 
 
 def _ffn_and_moe(a: LayerAnalysis, ffn, routed) -> tuple[dict, dict | None]:

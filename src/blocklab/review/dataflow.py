@@ -53,6 +53,7 @@ FIT_TOL = 1e-8  # relative: an exact linear combination fits to round-off (~1e-1
 COEF_TOL, COEF_DIGITS = 1e-6, 6  # a coefficient below COEF_TOL is no term of the sum
 CURVATURE_TOL = 1e-2  # spread of log-weight sums along a row: softmax ~1e-12, under Gemma 2's tanh softcap at 50 (unit
 # RMS queries and keys: logits ~1) ~1e-4, elu + 1 linear attention ~1e-1
+SCALE_NUDGE = 0.3  # added to every parameter but the projections' weights: a temperature moves the scale
 SCALE_PROBE = 2.0  # logit of the scale probe: 4 / scale (1 at head_dim 16 under 1/sqrt(d)), far below a softcap
 FUNCTIONAL_TOL = 1e-4  # a norm recomputed with another eps (1e-5, 1e-6, float eps) inside agrees to ~1e-5
 FUNCTIONAL_NORMS = {"rms_norm()": lambda t: torch.nn.functional.rms_norm(t, (t.shape[-1],)),
@@ -119,6 +120,8 @@ class SubLayer:
     # DIFF attention's, NormFormer's, BitNet's sub-norm), else the writer
     experts: bool = False  # routed experts, applied by one module with 3-D weights (its inside has no layer)
     reach: list = None  # positions of the writer's input an edit of the in-projections at position 0 moves
+    value_pairs: list = None  # values rotated by position (RoPE on v): the (offset, partner) planes each position's
+    # one-hot code is read from (see LayerAnalysis.heads and read_input)
     hand: dict | None = None  # routed experts written by hand (a ModuleList of FFNs called on token subsets): this
     # sub-layer is the one expert every token is routed to while the router's output is held (LayerAnalysis)
     feeders: list = None  # projections before the attention's own in-projections whose outputs only it reads
@@ -462,7 +465,7 @@ def _value_or_gate(flat: torch.Tensor, f: int, role: str, offset: int | None) ->
     """Feature f of a (batch, time, features) edit: a value becomes the one-hot code of its offset's position (the
     writer then reads the attention weights), a per-token gate is held at GATE_VALUE; anything else is left."""
     if role == "v":
-        flat[..., f] = (torch.arange(flat.shape[1]) == offset).to(flat.dtype)
+        flat[..., f] = (torch.arange(flat.shape[1]) == offset).to(flat.dtype) if offset is not None else 0.0
     elif role == "gate":
         flat[..., f] = GATE_VALUE
 
@@ -794,8 +797,18 @@ class LayerAnalysis:
         return merged
 
     def read_input(self, traced: dict, g: SubLayer) -> torch.Tensor:
-        """The mixed values as the attention hands them on, (batch, time, features): the read point's input."""
-        return traced[g.read.key].inp.flatten(2)
+        """The mixed values as the attention hands them on, (batch, time, features): the read point's input. Where the
+        values are rotated by position (g.value_pairs), each position's one-hot code sits in one rotary plane: its
+        weight is the length of the plane's output, put back at the column of that position."""
+        o = traced[g.read.key].inp.flatten(2)
+        if not g.value_pairs:
+            return o
+        hd = g.value_pairs[0][2]
+        out = torch.zeros_like(o)
+        for h in range(o.shape[-1] // hd):
+            for j, (a, b, _) in enumerate(g.value_pairs):
+                out[..., h * hd + j] = torch.hypot(o[..., h * hd + a], o[..., h * hd + b])
+        return out
 
     @property
     def attentions(self) -> list[SubLayer]:
@@ -853,6 +866,7 @@ class LayerAnalysis:
             return out
 
         traced, _ = self.tracer.inputs_of(self.batch(2 * n + 1), edit)
+        g.value_pairs = None
         o_in = self.read_input(traced, g)
         base, scale = o_in[0], o_in[0].abs().max().clamp_min(1e-30)
         moved = ((o_in[1:n + 1] - base).abs().amax(dim=1) / scale) > TOL  # (features, o_width)
@@ -884,6 +898,7 @@ class LayerAnalysis:
                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
                "v_offsets": v_offsets}
+        self._rotated_values(g, out, features, moved, roles, head_dim)
         out["maps_per_head"] = self._maps_per_head(g, queries)
         if "v" not in {r for rs in out["roles"].values() for r in rs} and queries:
             # no value projection: the heads average the in-projections' input itself; read through the norm that
@@ -897,6 +912,59 @@ class LayerAnalysis:
                 out["roles"][source.key] = ["v"] * o_width
                 out["v_offsets"].update({(source.key, f): f % head_dim for f in range(o_width)})
         return out
+
+    def _rotated_values(self, g: SubLayer, out: dict, features, moved, roles, head_dim: int) -> None:
+        """Values rotated by position (RoPE applied to v): every value feature moves two offsets of its head, its
+        own and its rotary partner's, the offsets paired one to one. Each position's one-hot code then goes to the
+        first feature of one plane (the other feature of the plane is held at zero) and is read back as the length
+        of that plane's output (read_input), so the weights read as they would without the rotation."""
+        planes = {}
+        for (key, f), row, role in zip(features, moved, roles):
+            if role != "v":
+                continue
+            moves = row.nonzero().flatten().tolist()
+            cols = tuple(sorted({c % head_dim for c in moves}))
+            if len(cols) != 2:
+                return
+            planes.setdefault((tuple(sorted({c // head_dim for c in moves})), cols), []).append((key, f))
+        pairs = sorted({cols for _, cols in planes})
+        offsets = [c for cols in pairs for c in cols]
+        if not planes or len(offsets) != len(set(offsets)) or any(len(v) != 2 for v in planes.values()):
+            return
+        for (_, cols), feats in planes.items():
+            for i, (key, f) in enumerate(sorted(feats)):
+                out["v_offsets"][(key, f)] = pairs.index(cols) if i == 0 else None
+        g.value_pairs = [(a, b, head_dim) for a, b in pairs]
+        out["values_rotated"] = {"planes": [[a, b] for a, b in pairs]}
+
+    def keys_rotated(self, g: SubLayer, heads: dict) -> bool | None:
+        """With one query feature and the same key feature at ROTARY_PROBE at every position (all others zero), a
+        logit moves along a row only if the keys turn with their position: rotated queries alone change every logit
+        of a row alike, which the softmax does not see."""
+        pairs = g.value_pairs
+        if not pairs:
+            return None
+        a = pairs[0][0]
+        qs = [(k, f) for k, rs in heads["roles"].items() for f, r in enumerate(rs) if r == "q" and f % pairs[0][2] == a]
+        ks = [(k, f) for k, rs in heads["roles"].items() for f, r in enumerate(rs) if r == "k" and f % pairs[0][2] == a]
+        if not qs or not ks:
+            return None
+
+        def query(flat, key, f):
+            flat[..., f] = ROTARY_PROBE if (key, f) == qs[0] else 0.0
+
+        def key_(flat, key, f):
+            flat[..., f] = ROTARY_PROBE if (key, f) in ks else 0.0
+
+        traced, _ = self.tracer.inputs_of(self.batch(1), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
+        hd, length = heads["head_dim"], max(c.inp.shape[-2] for c in g.ins)
+        w = self.read_input(traced, g)[0, :, :length]  # head 0: (T, S)
+        spread = 0.0
+        for row in w:
+            seen = row[row > VISIBLE]
+            if len(seen) > 1:
+                spread = max(spread, (seen.log() - seen.log().max()).abs().max().item())
+        return spread > ROTARY_TOL
 
     def _maps_per_head(self, g: SubLayer, queries: dict) -> int:
         """2 when each head's output is the sum of two separate softmax readings (differential attention: each half
@@ -945,7 +1013,9 @@ class LayerAnalysis:
                 if role in ("q", "k"):
                     flat[..., f] = 0.0
                 elif role == "v":
-                    flat[..., f] = amplitude * (torch.arange(out.shape[1]) == offsets[(key, f)]).to(out.dtype)
+                    offset = offsets[(key, f)]
+                    flat[..., f] = 0.0 if offset is None else \
+                        amplitude * (torch.arange(out.shape[1]) == offset).to(out.dtype)
                 elif role == "gate":
                     flat[..., f] = GATE_VALUE
             return out
@@ -1023,6 +1093,26 @@ class LayerAnalysis:
             return None
         shift = (row[1, last] / row[1, 0]).log() - (row[0, last] / row[0, 0]).log()
         return SCALE_PROBE ** 2 / shift.item() if shift.item() > 0 else None
+
+    def scale_is_learned(self, g: SubLayer, heads: dict, scale: float) -> bool:
+        """Whether a parameter of the layer sets the logit scale (a learned temperature, Swin v2's logit_scale): the
+        scale measured again with every parameter but the projections' weights moved by SCALE_NUDGE."""
+        weights = {id(c.module.weight) for c in self.projections if isinstance(getattr(c.module, "weight", None),
+                                                                                  torch.Tensor)}
+        moved = [p for p in self.driver.layer.parameters() if id(p) not in weights and p.is_floating_point()]
+        if not moved:
+            return False
+        kept = [p.detach().clone() for p in moved]
+        try:
+            with torch.no_grad():
+                for p in moved:
+                    p.add_(SCALE_NUDGE)
+            again = self.logit_scale(g, heads)
+        finally:
+            with torch.no_grad():
+                for p, k in zip(moved, kept):
+                    p.copy_(k)
+        return again is None or abs(again / scale - 1) > 1e-3
 
     def _log_curvature(self, g: SubLayer, heads: dict) -> float | None:
         """Softmax weights are exp(q.k + bias) / Z(q): log w(u) + log w(-u) - log w(v) - log w(-v) is the same for

@@ -5,6 +5,7 @@ parameters follow d_model, and whether the measured heads are the heads the bloc
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..model_config import ConfigError
 from .architecture import layer_entry, read_layer
@@ -12,8 +13,8 @@ from .build import DEFAULT_WIDTH, Builder, resolve
 from .dataflow import LayerAnalysis, MemoryCapExceeded, memory_cap, one_thread
 from .probe import MEMORY_SEQ, SEQ, BlockDriver, Probe, width_check
 from .report import Review
-from .rules import judge_structure
-from .structure import infer_width
+from .rules import judge_logit_scale, judge_structure
+from .structure import infer_width, norm_kind
 
 ROLES = ("encoder", "decoder", "cross")
 
@@ -71,6 +72,7 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         review.add("layout", "info", "the block reads (time, batch, d_model), torch's default layout (batch_first="
                    "False): a change of one batch element moved the others; reviewed with x transposed", "seq_first")
     _caller_mask(review, probe)
+    _judge_in_place(review, probe)
     try:
         structure = read_layer(LayerAnalysis(BlockDriver(probe), seed))
     except MemoryCapExceeded as err:
@@ -97,6 +99,7 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
                    f"{measured['max_leak']:.1e}, measured on the whole block) in a decoder", False)
     if structure.get("reviewable"):
         _judge_heads(review, structure, builder.declared_heads)
+        judge_logit_scale(review, structure)
     if role == "cross":
         _judge_cross(review, probe, structure)
     _judge_widths(review, widths, requested if builder.follows_width else None, width)
@@ -124,6 +127,37 @@ def _caller_mask(review: Review, probe: Probe) -> None:
         names = ", ".join(probe.call.mask_kwargs(SEQ))
         review.add("causal mask", "warn", f"leaks unless the caller passes a causal mask ({names}, "
                    f"{MASK_TEXT[probe.call.mask_style]}); reviewed with that mask", "caller")
+
+
+def _judge_in_place(review: Review, probe: Probe) -> None:
+    """A block that writes into its own input (x.copy_(norm(x)), x.mul_(rsqrt(...))): the caller's tensor is changed
+    and, when the block adds it back, its residual carries what was written, not the input. The reviewer hands every
+    call a copy (probe.Caller), so the rest of the review reads the block on an intact input."""
+    written = probe.call.overwritten
+    if written is None:
+        return
+    before, after = written["before"], written["after"]
+    width = before.shape[-1]
+    norms = [("LayerNorm", lambda t: F.layer_norm(t, (width,))), ("RMSNorm", lambda t: F.rms_norm(t, (width,)))]
+    for name, m in probe.module.named_modules():
+        if name and not list(m.children()) and sum(p.numel() for p in m.parameters()) <= 2 * width:
+            try:
+                if norm_kind(m, width, torch.Generator().manual_seed(0)) in ("layernorm", "rmsnorm"):
+                    norms.insert(0, (f"'{name}'", m))
+            except (TypeError, RuntimeError, ValueError):  # not a module of one tensor of this width
+                continue
+
+    def written_by(norm) -> bool:
+        with torch.no_grad():
+            return (after - norm(before)).abs().max().item() <= 1e-4 * after.abs().max().item()
+
+    what = next((name for name, norm in norms if written_by(norm)), None)
+    done = f"normalises its input in place ({what} of x written into x)" if what else "writes into its input in place"
+    review.facts["input_overwritten"] = {"as": what.strip("'") if what else None,
+                                         "max_change": (after - before).abs().max().item()}
+    review.add("input", "flag", f"the block {done} (an in-place op on x: copy_, mul_, ...): the caller's tensor is "
+               "changed, and a residual that adds x back then carries the written stream, not the block's input; "
+               "reviewed on a copy of its input", what.strip("'") if what else "in-place")
 
 
 def _judge_heads(review: Review, structure: dict, declared) -> None:

@@ -41,6 +41,7 @@ class Caller:
         self.forward_params = _parameters(module.forward)
         self.seq_first = False  # the block reads (time, batch, d): torch's layers with batch_first=False
         self.mask_style = MASK_STYLES[0]
+        self.overwritten = None  # the block's input before and after a call that wrote into it in place
 
     def mask_kwargs(self, length: int) -> dict | None:
         p, mask = self.forward_params, causal_mask(length, self.mask_style)
@@ -63,7 +64,12 @@ class Caller:
         kwargs = (self.mask_kwargs(x.shape[-2]) or {}) if masked else {}
         if self.seq_first:
             x, memory = x.transpose(0, 1), None if memory is None else memory.transpose(0, 1)
-        out = self.module(x, memory, **kwargs) if self.role == "cross" else self.module(x, **kwargs)
+        # the block is handed copies: one that writes into its input in place (x.copy_(norm(x)), x.mul_(...)) must
+        # not change the reviewer's own x; what it wrote is kept, the first time, for the review to say
+        given, memory = x.clone(), None if memory is None else memory.clone()
+        out = self.module(given, memory, **kwargs) if self.role == "cross" else self.module(given, **kwargs)
+        if self.overwritten is None and _changed(given, x, x.abs().max().item()) > TOL:
+            self.overwritten = {"before": x.detach().clone(), "after": given.detach().clone()}
         out = out[0] if isinstance(out, (tuple, list)) else out
         return (out.transpose(0, 1) if self.seq_first and torch.is_tensor(out) else out).detach()
 

@@ -74,8 +74,10 @@ def _part(add, s) -> None:
             f", {heads['heads']} heads of {heads['head_dim']} ({heads_kind(heads['heads'], heads['kv_heads'])} "
             f"{heads['heads']}/{heads['kv_heads']})" if heads.get("measured") else ""), s["mixer"])
     if s.get("ffn"):
-        add("ffn kind", "flag" if s["ffn"] == "unknown" else "pass" if s["ffn"] == "swiglu" else "info",
-            f"{s['ffn']} (activation {s['evidence']['ffn']['activation']})", s["ffn"])
+        add("ffn kind", "flag" if s["ffn"] in ("unknown", "linear") else "pass" if s["ffn"] == "swiglu" else "info",
+            f"{s['ffn']} (activation {s['evidence']['ffn']['activation']})"
+            + (": the FFN is linear, no activation between its projections" if s["ffn"] == "linear" else ""),
+            s["ffn"])
         ratio = s["ffn_ratio"]
         add("ffn ratio", "flag" if ratio < MIN_FFN_RATIO else "pass", f"expansion {ratio:.2f}x"
             + (f" is below {MIN_FFN_RATIO:g}x" if ratio < MIN_FFN_RATIO else ""), ratio)
@@ -277,6 +279,10 @@ def _defaults(add, s) -> None:
     if ffn == "unknown":
         add("ffn kind", "flag", "the FFN's activation is none of ReLU, ReLU², GELU (erf, tanh, quick), SiLU, gated "
             "or not", ffn)
+    elif ffn == "linear":
+        add("ffn kind", "flag", f"the FFN is linear: no activation between its projections (the writer reads the "
+            f"in-projection's output as it is), so its {s['evidence']['ffn']['matrices']} matrices are one linear "
+            "map and the block has no per-token nonlinearity", ffn)
     else:
         add("ffn kind", "pass" if ffn == "swiglu" else "info", f"{ffn} (activation {act}, "
             f"{s['evidence']['ffn']['matrices']} matrices)" + ("" if ffn == "swiglu" else
@@ -322,6 +328,15 @@ def _attention(add, s) -> None:
         add("attention", "flag", "no value projection (W_V): the heads average their input as it is"
             + (f" (the values are the output of '{mixer['values_from']}')" if mixer.get("values_from") else ""),
             "no W_V")
+    rotated = (s["evidence"].get("heads") or {}).get("values_rotated")
+    if rotated:
+        keys = rotated.get("keys_rotated")
+        add("position", "flag", "RoPE rotates the values: each value feature moves its rotary partner's column too "
+            f"({len(rotated['planes'])} planes per head, e.g. offsets {rotated['planes'][0]}), so the output carries "
+            "each token's absolute position; RoPE belongs on the queries and keys, where the rotations cancel to "
+            "the relative position" + (" (the keys are not rotated: RoPE on q and v instead of q and k, and a "
+                                       "rotation of the queries alone moves a row's logits alike: no position in "
+                                       "the weights)" if keys is False else ""), "rope on values")
     scale = s["evidence"].get("logit_scale")
     if scale and scale["rule"] == "1/head_dim":
         add("attention", "info", f"scores q.k / {scale['divisor']:.3g}: divided by head_dim ({scale['head_dim']}), "
@@ -334,6 +349,35 @@ def _attention(add, s) -> None:
     add("attention", "pass" if attention == "GQA" else "info",
         f"{attention} {heads}" + ("" if attention == "GQA" else f"; 2026 default: GQA ({WHY['attention']})"),
         attention)
+
+
+def judge_logit_scale(review, s: dict) -> None:
+    """A user's block: scores scaled by anything but 1/sqrt(head_dim) or a documented alternative are flagged (the
+    divisor measured, evidence.logit_scale). The alternatives: 1/head_dim (muP, said as info by _attention), none
+    (T5, whose initialisation takes the scale in), times sqrt(head_dim) (nGPT, on unit-norm queries and keys), and a
+    temperature a parameter of the block sets."""
+    scale = (s.get("evidence") or {}).get("logit_scale")
+    if not s.get("reviewable") or s.get("mixer") != "attention" or not scale:
+        return
+    rule, divisor, hd = scale["rule"], scale["divisor"], scale["head_dim"]
+    usual = f"sqrt(head_dim) = sqrt({hd}) = {hd ** 0.5:.3g}"
+    if rule == "1/sqrt(d_model)":
+        review.add("logit scale", "flag", f"scores q.k / {divisor:.3g}: divided by sqrt(d_model) = "
+                   f"sqrt({scale['d_model']}), not by {usual}: logits {divisor / hd ** 0.5:.3g}x smaller than the "
+                   "usual scale at this width, and smaller still as heads are added", rule)
+    elif rule == "other":
+        review.add("logit scale", "flag", f"scores q.k / {divisor:.3g}: neither 1/{usual} nor a documented "
+                   "alternative (1/head_dim as muP, none as T5, times sqrt(head_dim) on unit vectors as nGPT), and "
+                   "no parameter of the block sets it (no learned temperature)", rule)
+    elif rule == "none":
+        review.add("logit scale", "info", f"scores q.k not scaled (divisor 1, not {usual}): T5's convention, "
+                   "which folds the scale into the initialisation of the queries", rule)
+    elif rule == "sqrt(head_dim)":
+        review.add("logit scale", "info", f"scores q.k times sqrt(head_dim) ({hd ** 0.5:.3g}): nGPT's scale, "
+                   "for queries and keys of unit norm", rule)
+    elif rule == "learned":
+        review.add("logit scale", "info", f"scores q.k / {divisor:.3g} as probed: a parameter of the block sets "
+                   "the scale (a learned temperature)", rule)
 
 
 def _residuals(add, s) -> None:

@@ -48,8 +48,10 @@ ACTIVATIONS = {
     "relu": F.relu,
     "relu2": lambda t: F.relu(t).square(),
     "quick_gelu": lambda t: t * torch.sigmoid(1.702 * t),
+    "identity": lambda t: t,  # last: no activation at all (a linear FFN; gated, the bilinear GLU)
 }
 # the FFN kind an activation makes, gated (act(gate) * up) or not
 GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu", "quick_gelu": "geglu", "relu": "reglu",
-         "relu2": "reglu2"}
-PLAIN = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu", "quick_gelu": "gelu", "relu": "relu", "relu2": "relu2"}
+         "relu2": "reglu2", "identity": "bilinear"}
+PLAIN = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu", "quick_gelu": "gelu", "relu": "relu", "relu2": "relu2",
+         "identity": "linear"}
