@@ -592,3 +592,7 @@ def test_damaged_dvc_cache_object_is_found_by_verify(tmp_path):
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
     assert f"{objects[0].relative_to(tmp_path)}: damaged DVC cache object" in done.stdout
     assert "blocklab verify --dvc-cache --record-dvc pipeline" in done.stdout and "verified 2 of 3" in done.stdout
+    bare = blocklab(["verify"], tmp_path)  # the README's check: the cache too, where there is one
+    assert bare.returncode == 3 and f"{objects[0].relative_to(tmp_path)}: damaged DVC cache object" in bare.stdout
+    assert "verified 2 of 3 run(s), table(s), snapshot(s) and cache object(s) in data/, DVC's cache (figs/, reports/: " \
+        "none here)" in bare.stdout, bare.stdout

@@ -85,6 +85,11 @@ def test_a_flipped_byte_in_a_figure_sidecar_or_report_fails_verify_naming_it(tmp
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and f"{folder}/{damaged.name}: damaged file" in done.stderr
     assert "verified 3 of 4" in done.stdout
+    bare = blocklab("verify", cwd=tmp_path)  # the README's check: what the pipeline makes, not data/ alone
+    assert bare.returncode == 3 and f"{folder}/{damaged.name}: damaged file" in bare.stderr, bare.stderr
+    assert bare.stdout.strip().splitlines()[-1] == ("verified 3 of 4 run(s), table(s), snapshot(s) and cache object(s) "
+                                                    "in data/, figs/, reports/ (DVC's cache: none here); 1 damaged "
+                                                    "(above)"), bare.stdout
 
 
 def test_the_pipeline_start_removes_a_damaged_figure_and_its_sidecar_so_that_it_is_drawn_again(tmp_path, monkeypatch):

@@ -9,8 +9,10 @@ checks it first (``verify_run``, ``io.read_table``, ``verify_snapshot``): a dama
 line that names it, says what differs and how to repair it. A meta.json without its records is damage, never taken
 for an old run; runs finished before meta.json carried its own checksum are sealed once by ``blocklab verify --seal``
 after the checks their content allows. Snapshots recorded before manifests existed get one from ``blocklab verify
---record``. ``blocklab verify --dvc-cache`` checks DVC's cache objects too, and ``--record-dvc`` records the checked
-outputs in dvc.lock (the Snakefile's last step).
+--record``. Bare ``blocklab verify`` checks what the pipeline makes: data/, and figs/, reports/ and DVC's cache
+where they exist (its last line names what it checked and what was not there). ``blocklab verify --dvc-cache``
+checks DVC's cache objects too, and ``--record-dvc`` records the checked outputs in dvc.lock (the Snakefile's last
+step).
 """
 from __future__ import annotations
 
@@ -384,8 +386,9 @@ def verify_tree(path: str | Path) -> tuple[int, list[str]]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("verify", help="check finished runs and recorded snapshots against their checksums")
-    p.add_argument("paths", nargs="*", type=Path, default=[Path("data")],
-                   help="data directories, run directories or snapshot directories (default: data)")
+    p.add_argument("paths", nargs="*", type=Path, default=[],
+                   help="data directories, run directories or snapshot directories (default: what the pipeline makes: "
+                        "data, and figs, reports and DVC's cache where they exist)")
     p.add_argument("--record", action="store_true",
                    help="write the MANIFEST.json of each snapshot directory given, after checking what its content "
                         "allows (for snapshots recorded before manifests existed)")
@@ -402,7 +405,27 @@ def register(subparsers) -> None:
     p.set_defaults(func=_verify_main)
 
 
+BARE = ("data", "figs", "reports")  # what the pipeline makes (the Snakefile's last step checks the same, and the cache)
+
+
+def _bare_targets(args) -> str:
+    """Bare `blocklab verify`: what the pipeline makes, data/ (always: its absence is said) and figs/, reports/ and
+    DVC's cache where they exist; returns the words for the last line."""
+    args.paths = [Path(BARE[0])] + [Path(name) for name in BARE[1:] if Path(name).is_dir()]
+    cache = Path(".dvc") / "cache"
+    args.dvc_cache = args.dvc_cache or cache.is_dir()
+    names = [f"{path}/" for path in args.paths] + (["DVC's cache"] if args.dvc_cache else [])
+    absent = [f"{name}/" for name in BARE[1:] if not Path(name).is_dir()] + ([] if args.dvc_cache else ["DVC's cache"])
+    return (" in " + ", ".join(names) + (f" ({', '.join(absent)}: none here)" if absent else ""))
+
+
 def _verify_main(args) -> int:
+    scope = ""
+    if not args.paths:  # argparse gives [] to a bare command
+        if args.seal or args.record:
+            args.paths = [Path(BARE[0])]
+        else:
+            scope = _bare_targets(args)
     if args.seal:
         for path in args.paths:
             runs = [path] if (path / "meta.json").is_file() else sorted(
@@ -438,7 +461,7 @@ def _verify_main(args) -> int:
         print(f"{obj}: damaged DVC cache object removed; recorded again from the verified workspace below")
     for message in failures:
         print(message)
-    print(f"verified {total - len(failures)} of {total} run(s), table(s), snapshot(s) and cache object(s)"
+    print(f"verified {total - len(failures)} of {total} run(s), table(s), snapshot(s) and cache object(s){scope}"
           + (f"; {len(failures)} damaged (above)" if failures else ""))
     if failures:
         raise DamagedArtifact(f"{len(failures)} damaged: {failures[0]}" + (" (and more above)" if len(failures) > 1 else ""))
