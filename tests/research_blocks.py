@@ -85,6 +85,22 @@ class AdminBlock(_Block):
         return self.ln2(self.omega2 * h + self.mlp(h))
 
 
+class AdminDefaultBlock(_Block):
+    """Admin with admin-torch's default for N = 24 blocks: omega0 = sqrt((M + 1) / ln(M + 1) - 1), M = 2N = 48
+    (3.40), a learned vector per feature, here as after some training (omega0 to 1.2 omega0 across the features):
+    LN(omega * x + attn(x)), the same around the MLP."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        omega0 = math.sqrt(49 / math.log(49) - 1)
+        self.omega1 = nn.Parameter(torch.linspace(omega0, 1.2 * omega0, d_model))
+        self.omega2 = nn.Parameter(torch.linspace(omega0, 1.2 * omega0, d_model))
+
+    def forward(self, x):
+        h = self.ln1(self.omega1 * x + self.attn(x))
+        return self.ln2(self.omega2 * h + self.mlp(h))
+
+
 class B2TBlock(_Block):
     """B2T connection (Takase et al. 2023): h = LN(x + attn(x)), out = LN(h + mlp(h) + x): the block's input skips
     both sub-layers into the last norm."""

@@ -37,8 +37,7 @@ def test_post_norm_with_coefficients_is_read_with_them(name):
         fit = s["evidence"]["norm_placement"][which]["post_sum"]
         assert fit["per_feature"] is False
         assert fit["coefficients"] == pytest.approx(truth, abs=1e-6), which
-    # the depth rule applies as to plain post-norm: 24 blocks without warm-up rejected, with warm-up not
-    assert review(name, depth=24).severity_of("post-norm depth") == "reject"
+    # with warm-up, any post-norm passes the depth rule (without it, see test_post_norm_depth_is_judged_...)
     assert review(name, depth=24, warmup_steps=100).severity_of("post-norm depth") == "pass"
 
 
@@ -453,3 +452,56 @@ def test_an_ffn_without_an_activation_is_called_linear():
     r = review("IdentityActivationFFN")
     assert r.facts["structure"]["ffn"] == "linear"
     assert bad(r) == [("ffn kind", "flag")] and "the FFN is linear" in r.text() and r.exit_status == EXIT_FLAG
+
+
+# --- post-norm's fixes judged at the depth asked, with the lab's recorded runs ------------------------------------
+
+
+def _lab_says(block, depth=24):
+    """The lab's recorded runs of its built-in ``block`` without warm-up, as the reviewer must cite them."""
+    from blocklab.lab.records import recorded
+
+    runs = recorded(norm=block, warmup=0)
+    runs = runs[runs["n_layers"] == depth]
+    learned = int((runs["outcome"] == "learned").sum())
+    return f"learns {learned} of {len(runs)} at {depth} blocks without warm-up, records/lab/runs", learned == len(runs)
+
+
+@pytest.mark.parametrize("name, fix", [
+    ("DeepNormBlock", "deepnorm"),  # alpha = 48^(1/4) = (2 * 24)^(1/4): DeepNorm's constant for 24 blocks
+    ("AdminDefaultBlock", "admin"),  # omega from admin-torch's omega0 for 24 blocks (3.40) up, per feature
+    ("B2TBlock", "b2t"),  # the block's input joins the last sum
+])
+def test_a_post_norm_fix_that_holds_at_the_depth_cites_the_lab(name, fix):
+    said, all_learned = _lab_says(fix)
+    r = review(name, depth=24)
+    (depth,) = [f for f in r.findings if f.check == "post-norm depth"]
+    assert depth.severity == ("pass" if all_learned else "warn") and said in depth.message
+    assert r.severity_of("post-norm depth") != "reject"
+
+
+@pytest.mark.parametrize("name, depth", [
+    ("DeepNormBlock", 48),  # alpha for 24 blocks, (2 * 48)^(1/4) = 3.13 needed
+    ("NearlyPlainPostNorm", 24),  # 1.01 on the skip: (2N)^(1/4) >= 1.19 for any N >= 1
+    ("HalfBranchPostNorm", 24),  # h + 0.5 F(h) = 2h + F(h) under the norm: alpha 2, DeepNorm's for 8 blocks
+    ("AdminBlock", 24),  # omega 1.2 to 1.8: below admin-torch's omega0 for 1 block (1.32)
+    ("RenormedStream", 24),  # plain sums, re-normed
+])
+def test_a_post_norm_whose_coefficients_fall_short_at_the_depth_is_rejected(name, depth):
+    r = review(name, depth=depth)
+    assert r.severity_of("post-norm depth") == "reject" and r.exit_status == EXIT_REJECT
+    assert "records/lab" not in r.text()
+
+
+def test_the_lab_outcome_is_read_from_the_records_not_typed(monkeypatch):
+    import pandas as pd
+
+    from blocklab.lab import records
+
+    fake = pd.DataFrame({"run": [f"deepnorm-w0-s{i}" for i in range(5)], "block": "deepnorm", "n_layers": 24,
+                         "warmup": 0, "seed": range(5), "outcome": ["learned"] * 3 + ["never", "diverged"]})
+    monkeypatch.setattr(records, "recorded", lambda **kw: fake)
+    r = review("DeepNormBlock", depth=24)
+    (depth,) = [f for f in r.findings if f.check == "post-norm depth"]
+    assert depth.severity == "warn" and "learns 3 of 5 at 24 blocks" in depth.message
+    assert "deepnorm-w0-s3: never" in depth.message

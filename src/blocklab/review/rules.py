@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from .structure import heads_kind
 
 MAX_POST_NORM_DEPTH = 12
@@ -172,12 +174,124 @@ def _placement(add, s, depth, warmup_steps) -> None:
                            f"({WHY['norm_placement']})"
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
-        if depth > MAX_POST_NORM_DEPTH and not warmup_steps:
-            add("post-norm depth", "reject", f"post-norm stack of {depth} blocks without warm-up: deeper than "
-                f"{MAX_POST_NORM_DEPTH} it needs a warm-up schedule, or switch to pre-norm", depth)
+        _post_norm_depth(add, s, depth, warmup_steps)
+
+
+def deepnorm_alpha(n: int) -> float:
+    """DeepNorm's skip weight for a decoder of n blocks (Wang et al. 2022): alpha = (2N)^(1/4)."""
+    return (2 * n) ** 0.25
+
+
+def admin_omega(n: int) -> float:
+    """Admin's skip weight at init for n blocks, the admin-torch default (blocklab.model.blocks.AdminResidual):
+    omega0 = sqrt((M + 1) / ln(M + 1) - 1), M = 2N residual sub-layers."""
+    m = 2 * n
+    return math.sqrt((m + 1) / math.log(m + 1) - 1)
+
+
+def covered(weight: float, needed) -> int:
+    """The most blocks whose constant ``needed(n)`` the weight reaches (0: not even one)."""
+    n = 0
+    while n < 100_000 and weight >= needed(n + 1) * (1 - WEIGHT_TOL):
+        n += 1
+    return n
+
+
+WEIGHT_TOL = 1e-4  # a skip weight written as (2N)^(1/4) to 4 digits still reaches it
+LAB_BLOCKS = {"deepnorm": "DeepNorm", "admin": "Admin", "b2t": "B2T"}
+
+
+def post_norm_fix(placements: dict) -> dict:
+    """What the post-norm sums' coefficients make of the block: 'b2t' (the block's input joins a later sum), 'admin'
+    (a weight per feature on the skip), 'deepnorm' (the skip weighted above the branch: h + 0.5 F(h) is norm(2h +
+    F(h)), as the norm does not see the scale), else 'plain'; with the smallest skip weight over the branch."""
+    fits = [p["post_sum"] for p in placements.values() if p.get("placement") == "post" and p.get("post_sum")]
+    if not fits:
+        return {"kind": "plain", "weight": 1.0}
+    weights, per_feature, b2t = [], False, False
+    for fit in fits:
+        branch = abs(fit["coefficients"][fit["branch"]]) or 1.0
+        stream = fit.get("stream")
+        if "x" in fit["coefficients"] and stream != "x":
+            b2t = True
+        if stream is None:
+            continue
+        if fit["per_feature"] and fit["range"][stream][1] - fit["range"][stream][0] > 1e-6:
+            per_feature = True
+            weights.append(fit["range"][stream][0] / branch)
         else:
-            add("post-norm depth", "pass", f"post-norm stack of {depth} blocks"
-                + (f" with {warmup_steps} warm-up steps" if warmup_steps else f" (<= {MAX_POST_NORM_DEPTH})"), depth)
+            weights.append(fit["coefficients"][stream] / branch)
+    weight = min(weights) if weights else 1.0
+    kind = "b2t" if b2t else "admin" if per_feature else "deepnorm" if weight > 1 + 1e-6 else "plain"
+    return {"kind": kind, "weight": weight}
+
+
+def lab_record(block: str, depth: int) -> str | None:
+    """The lab's recorded outcome of its built-in ``block`` without warm-up (records/lab/runs, read and checked by
+    blocklab.lab.records.recorded): 'learns 4 of 4 at 24 blocks without warm-up, records/lab/runs', or None where
+    nothing is recorded (or the records cannot be read)."""
+    try:
+        from ..lab.records import RUNS, recorded
+
+        runs = recorded(norm=block, warmup=0)
+    except Exception:  # noqa: BLE001 - an installed copy without the records, or a damaged record: no citation
+        return None
+    if not len(runs):
+        return None
+    depths = sorted({int(n) for n in runs["n_layers"]})
+    at = max((n for n in depths if n <= depth), default=depths[0])
+    rows = runs[runs["n_layers"] == at]
+    learned = int((rows["outcome"] == "learned").sum())
+    others = rows[rows["outcome"] != "learned"]
+    text = f"learns {learned} of {len(rows)} at {at} blocks without warm-up, {RUNS}"
+    if len(others):
+        text += " (" + ", ".join(f"{r.run}: {r.outcome}" for r in others.itertuples()) + ")"
+    if at != depth:
+        text += f"; the lab measured {at} blocks, not {depth}"
+    return text, learned == len(rows) and at >= depth
+
+
+def _post_norm_depth(add, s, depth: int, warmup_steps: int) -> None:
+    """REJECT post-norm deeper than MAX_POST_NORM_DEPTH without warm-up, unless its coefficients are a fix that holds
+    at that depth: DeepNorm's skip weight alpha >= (2N)^(1/4), Admin's omega >= the admin-torch omega0(N), B2T's
+    input joining the last sum. A recognised fix cites the lab's recorded runs of its built-in counterpart."""
+    if warmup_steps or depth <= MAX_POST_NORM_DEPTH:
+        add("post-norm depth", "pass", f"post-norm stack of {depth} blocks"
+            + (f" with {warmup_steps} warm-up steps" if warmup_steps else f" (<= {MAX_POST_NORM_DEPTH})"), depth)
+        return
+    fix = post_norm_fix(s["evidence"]["norm_placement"])
+    kind, weight = fix["kind"], fix["weight"]
+    plain = (f"post-norm stack of {depth} blocks without warm-up: deeper than {MAX_POST_NORM_DEPTH} it needs a "
+             "warm-up schedule, or switch to pre-norm")
+    if kind == "deepnorm":
+        need, reach = deepnorm_alpha(depth), covered(weight, deepnorm_alpha)
+        holds = weight >= need * (1 - WEIGHT_TOL)
+        said = (f"the skip weighs {weight:.3g}x the branch: DeepNorm's alpha = (2N)^(1/4) "
+                + (f"for N = {reach} blocks" if reach else f"for no depth (1 block needs {deepnorm_alpha(1):.3g})")
+                + f"; {depth} blocks need {need:.3g}")
+    elif kind == "admin":
+        need, reach = admin_omega(depth), covered(weight, admin_omega)
+        holds = weight >= need * (1 - WEIGHT_TOL)
+        said = (f"Admin's weight per feature on the skip, at least {weight:.3g}x the branch: the admin-torch "
+                "omega0 = sqrt((2N + 1) / ln(2N + 1) - 1) "
+                + (f"for N = {reach} blocks" if reach else f"for no depth (1 block needs {admin_omega(1):.3g})")
+                + f"; {depth} blocks need {need:.3g}")
+    elif kind == "b2t":
+        holds, said = True, "the block's input joins its last sum, a path past every norm of the block but the last"
+    else:
+        add("post-norm depth", "reject", plain, depth)
+        return
+    record = lab_record(kind, depth) if holds else None
+    if not holds:
+        add("post-norm depth", "reject", f"{plain}: {said}", depth)
+        return
+    if record is None:
+        add("post-norm depth", "pass", f"post-norm stack of {depth} blocks without warm-up, as {LAB_BLOCKS[kind]}: "
+            f"{said} (no run of the lab's {kind} recorded)", depth)
+        return
+    text, all_learned = record
+    add("post-norm depth", "pass" if all_learned else "warn", f"post-norm stack of {depth} blocks without warm-up, as "
+        f"{LAB_BLOCKS[kind]}: {said}; measured: the lab's {kind} {text}", depth)
 
 
 def sum_text(fit: dict) -> str:
