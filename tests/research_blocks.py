@@ -741,3 +741,62 @@ class IdentityActivationFFN(PreNormBlock):
         super().__init__(d_model, n_heads)
         mlp = self.mlp
         mlp.forward = lambda x: mlp.down(mlp.up(x))
+
+
+# --- leaks in unusual places: each must be located -----------------------------------------------------------------
+
+
+class _LeakyAttention(PreNormBlock):
+    """PreNormBlock whose attention's forward is ``self.leaky(attn, x)``."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+        attn.forward = lambda x: self.leaky(attn, x)
+
+
+class MaskAfterSoftmax(_LeakyAttention):
+    """softmax(q.k / 4) over every key, then the later keys' weights set to 0: the normaliser read them."""
+
+    @staticmethod
+    def leaky(attn, x):
+        T = x.shape[1]
+        scores = attn.split(attn.q(x)) @ attn.split(attn.k(x)).transpose(-2, -1) / math.sqrt(attn.hd)
+        weights = scores.softmax(-1).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)
+        return attn.o(attn.merge(weights @ attn.split(attn.v(x))))
+
+
+class ScoreNormBlock(_LeakyAttention):
+    """The scores standardised over the key axis ((s - mean) / std over every key), then the causal mask, then the
+    softmax: the mean and std read later keys."""
+
+    @staticmethod
+    def leaky(attn, x):
+        scores = attn.split(attn.q(x)) @ attn.split(attn.k(x)).transpose(-2, -1) / math.sqrt(attn.hd)
+        scores = (scores - scores.mean(-1, keepdim=True)) / scores.std(-1, keepdim=True)
+        weights = (scores + causal_mask(x.shape[1], x.dtype)).softmax(-1)
+        return attn.o(attn.merge(weights @ attn.split(attn.v(x))))
+
+
+class ViewSplitHeads(PreNormBlock):
+    """Heads split by t.reshape(B, heads, T, head_dim) of a (B, T, d) tensor (no transpose): each head's rows are
+    made of features of several tokens; the causal mask is there."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        attn = self.attn
+        attn.split = lambda t: t.reshape(t.shape[0], attn.h, t.shape[1], attn.hd)
+
+
+class SameConvBlock(PreNormBlock):
+    """A depthwise convolution of width 3 with padding='same' (it reads one position ahead) and its own residual
+    before the PreNormBlock: x + conv(ln0(x))."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.ln0 = nn.LayerNorm(d_model)
+        self.conv = nn.Conv1d(d_model, d_model, 3, padding="same", groups=d_model)
+
+    def forward(self, x):
+        x = x + self.conv(self.ln0(x).transpose(1, 2)).transpose(1, 2)
+        return super().forward(x)

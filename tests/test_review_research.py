@@ -505,3 +505,34 @@ def test_the_lab_outcome_is_read_from_the_records_not_typed(monkeypatch):
     (depth,) = [f for f in r.findings if f.check == "post-norm depth"]
     assert depth.severity == "warn" and "learns 3 of 5 at 24 blocks" in depth.message
     assert "deepnorm-w0-s3: never" in depth.message
+
+
+# --- a leak says where it leaks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, where, said, ahead", [
+    # user_blocks.BlockMaskOffByOne: tril(diagonal=1): each row reads the next key
+    ("user_blocks:BlockMaskOffByOne", "attn.c_proj", "off by 1", 1),
+    # user_blocks.BlockNoMask: no mask at all: position 0 reads the 5 after it
+    ("user_blocks:BlockNoMask", "attn.c_proj", "needs a causal mask", 5),
+    ("research_blocks:MaskAfterSoftmax", "attn.o", "after the softmax", 5),  # the normaliser reads every key
+    ("research_blocks:ScoreNormBlock", "attn.o", "norm over the score matrix", None),  # mean/std over every key
+    ("research_blocks:ViewSplitHeads", "attn.o", "heads mix positions", None),  # reshape without transpose
+])
+def test_a_leak_names_the_sub_layer_and_the_operation(name, where, said, ahead):
+    r = review_module(name, "decoder")
+    leak = r.facts["structure"]["evidence"]["leak"]
+    (message,) = [f.message for f in r.findings if f.check == "causal mask"]
+    assert leak["origin"]["sublayer"] == where and f"'{where}'" in message and said in message
+    if ahead is not None:
+        assert leak["positions_ahead"] == ahead and f"up to {ahead} position" in message
+    assert r.exit_status == EXIT_REJECT
+
+
+def test_a_convolution_padded_on_both_sides_is_named_with_its_reach():
+    # SameConvBlock: depthwise Conv1d, kernel 3, padding='same': each position reads the next one
+    r = review("SameConvBlock")
+    leak = r.facts["structure"]["evidence"]["leak"]
+    assert (leak["origin"]["kind"], leak["origin"]["module"], leak["positions_ahead"]) == ("module", "conv", 1)
+    (message,) = [f.message for f in r.findings if f.check == "causal mask"]
+    assert "'conv' (Conv1d)" in message and "padding='same'" in message and "up to 1 position ahead" in message

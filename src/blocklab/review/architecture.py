@@ -191,6 +191,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
+            "leak": _leak(a, causal, mixer["heads"] if mixer["heads"].get("roles") else None),
             "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim"), a.width,
                                                                   lambda: a.scale_is_learned(attn, heads, scale)),
         },
@@ -231,11 +232,24 @@ def _read_part(a: LayerAnalysis, selfs: list) -> dict:
                            "cross": g.cross, "residual_kept_when_silenced": residuals[g.out.name]}
                           for g in a.sublayers],
             "norm_placement": placements, "ffn": ffn, "max_future_leak": causal["max_leak"],
+            "leak": _leak(a, causal, None),
             "output_sum": a.stream_sum("output", a.sublayers[-1]),
             "mixer": {"kind": mixer["kind"], "reach_of_position_0": mixer["reach"]} if mixer else None,
             "heads": {k: v for k, v in mixer["heads"].items() if k not in ("roles", "v_offsets")} if mixer else {},
         },
     }
+
+
+def _leak(a: LayerAnalysis, causal: dict, heads: dict | None) -> dict | None:
+    """Where a layer that reads later positions does so (dataflow.LayerAnalysis.locate_leak), or None if causal."""
+    if causal["causal"]:
+        return None
+    try:
+        return a.locate_leak(heads)
+    except MemoryCapExceeded:
+        raise
+    except Exception as err:  # noqa: BLE001 - located or not, the leak itself is measured and judged
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def _scale_facts(scale: float | None, head_dim: int | None, width: int | None = None, learned=None) -> dict | None:

@@ -1249,6 +1249,99 @@ class LayerAnalysis:
         leak = max(_rel(y[b, :cut], y[0, :cut]) for b, cut in enumerate(cuts, start=1))
         return {"causal": leak <= TOL, "max_leak": leak}
 
+    def leak_reach(self) -> dict:
+        """How far ahead the output reads: one input per position t, changed at t alone; the earliest earlier output
+        position that moves gives t's reach back (reach = the most positions ahead any output reads)."""
+        T = self.seq
+        x = self.batch(T + 1)
+        for t in range(T):
+            x[t + 1, t] += self.randn(self.width) * x[0].abs().max().clamp_min(1)
+        y = self.driver(x)
+        scale = y[0].abs().max().clamp_min(1e-30)
+        reach, rows = 0, {}
+        for t in range(1, T):
+            moved = [s for s in range(t) if ((y[t + 1, s] - y[0, s]).abs().max() / scale).item() > TOL]
+            if moved:
+                rows[t] = moved
+                reach = max(reach, t - moved[0])
+        return {"positions_ahead": reach, "read_by": {t: rows[t] for t in sorted(rows)}}
+
+    def locate_leak(self, heads: dict | None = None) -> dict:
+        """Where a future leak starts: later positions of the input changed, the earliest hooked tensor whose earlier
+        positions move. A module whose input holds still while its output moves reads later positions itself (a
+        convolution padded on both sides, a norm over time); a call whose input moves while every earlier output
+        held still is preceded by code outside any module that does (a mask, a softmax, a reshape). Inside the
+        attention (``heads`` measured): whether later queries or later keys and values reach earlier rows, and
+        with values one-hot codes of their positions whether the weights give later keys weight (a mask off by r)
+        or not (the normalisation reads every key before the mask zeroes them), and whether the rows sum alike."""
+        T, cut = self.seq, self.seq // 2
+        x = self.batch(2)
+        x[1, cut:] += self.randn(T - cut, self.width) * x[0].abs().max().clamp_min(1)
+        calls, y = self.tracer.run(x)
+
+        def moves(t):
+            if t.dim() == 3 and t.shape[0] == 2 and t.shape[1] != T and t.shape[2] == T:
+                t = t.transpose(1, 2)  # (batch, channels, time): a Conv1d's layout
+            if t.dim() < 2 or t.shape[0] != 2 or t.shape[1] != T:
+                return False
+            return _rel(t[1, :cut], t[0, :cut]) > TOL
+
+        out = {**self.leak_reach()}
+        origin = None
+        for c in calls:
+            if moves(c.inp):
+                origin = {"kind": "code", "before": c.name, "index": c.index}
+                break
+            if moves(c.out):
+                origin = {"kind": "module", "module": c.name, "index": c.index,
+                          "type": type(c.module).__name__}
+                break
+        if origin is None:
+            origin = {"kind": "code", "before": None, "index": len(calls)}  # after the last hooked call
+        where = next((g for g in self.sublayers if g.ins[0].index <= origin["index"] <= g.out.index), None)
+        if where is not None:
+            origin["sublayer"] = where.out.name
+            origin["mixes_tokens"] = where.mixes
+        out["origin"] = origin
+        if where is not None and where.mixes and heads and heads.get("measured") and origin["kind"] == "code":
+            out["attention"] = self._attention_leak(where, heads)
+        return out
+
+    def _attention_leak(self, g: SubLayer, heads: dict) -> dict:
+        """Which of the attention's inputs carries the leak, and what its weights do with later keys."""
+        T, cut = self.seq, self.seq // 2
+        roles = heads["roles"]
+        noise = {key: self.randn(3, T, len(r)) for key, r in roles.items()}
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                b = 1 if role == "q" else 2 if role in ("k", "v") else None
+                if b is not None:
+                    flat[b, cut:, f] += noise[key][b, cut:, f] * flat[0].abs().max().clamp_min(1)
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(3), edit)
+        o = traced[g.read.key].inp.flatten(2)
+        found = {"later_queries_move_earlier_rows": _rel(o[1, :cut], o[0, :cut]) > TOL,
+                 "later_keys_or_values_move_earlier_rows": _rel(o[2, :cut], o[0, :cut]) > TOL}
+        length = max(c.inp.shape[-2] for c in g.ins)
+        if heads["head_dim"] >= length:
+            def keep(flat, key, f):  # queries and keys as computed: silenced, a norm over the scores divides 0 by 0
+                return None
+
+            traced, _ = self.tracer.inputs_of(self.batch(1), _role_edit(roles, heads["v_offsets"], keep, keep))
+            hd, o = heads["head_dim"], self.read_input(traced, g)[0]
+            w = torch.stack([o[:, h * hd:h * hd + length] for h in range(heads["heads"])])  # (H, T, S)
+            ahead = [s - t for t in range(min(T, w.shape[1])) for s in range(t + 1, w.shape[2])
+                     if (w[:, t, s].abs() > SUM_TOL * w[:, t].abs().max().clamp_min(1e-30)).any()]
+            found["weights_on_later_keys"] = max(ahead) if ahead else 0
+            sums = w.sum(-1)
+            found["rows_sum_alike"] = bool((sums - sums[:, -1:]).abs().max() <= SUM_TOL * sums.abs().max())
+        return found
+
     # --- residuals, norms, FFN -------------------------------------------------------------------
 
     def residual_kept(self, g: SubLayer) -> bool:

@@ -529,13 +529,58 @@ def _causal(add, s) -> None:
     if expected and not causal:
         add("causal mask", "reject", f"future tokens leak into earlier positions (relative change {leak:.1e}) in a "
             "decoder: " + ("its softmax over the query axis lets a later query change an earlier query's weights"
-                           if s.get("mixer") == "query-axis-softmax" else "it needs a causal mask"), False)
+                           if s.get("mixer") == "query-axis-softmax" else leak_text(s["evidence"].get("leak")))
+            + reach_text(s["evidence"].get("leak")), False)
     elif expected is False and causal:
         add("masking", "warn", "an encoder that hides later tokens from earlier ones", True)
     elif causal:
         add("causal mask", "pass", "causal: perturbing future tokens leaves earlier outputs unchanged", True)
     else:
         add("masking", "pass", "bidirectional: every position sees every other", False)
+
+
+def reach_text(leak: dict | None) -> str:
+    if not leak or not leak.get("positions_ahead"):
+        return ""
+    r = leak["positions_ahead"]
+    return f"; measured reach: an output reads up to {r} position{'s' if r > 1 else ''} ahead"
+
+
+def leak_text(leak: dict | None) -> str:
+    """Where the leak starts and which operation reads later positions (dataflow.LayerAnalysis.locate_leak)."""
+    if not leak or "origin" not in leak:
+        return "it needs a causal mask"
+    origin, attention = leak["origin"], leak.get("attention")
+    sub = origin.get("sublayer")
+    part = "the token mixer" if origin.get("mixes_tokens") else "a per-token sub-layer"
+    where = f"in the sub-layer written by '{sub}' ({part}), " if sub else ""
+    if origin["kind"] == "module":
+        kind = origin["type"]
+        what = (" (a convolution that reads later positions: padded on both sides, padding='same', not causally on "
+                "the left only)" if "Conv" in kind else " (it mixes positions: a norm or pooling over the time axis?)")
+        return f"{where}'{origin['module']}' ({kind}) reads later positions itself{what}"
+    before = f"before '{origin['before']}'" if origin.get("before") else "after the last hooked module"
+    if attention:
+        if attention["later_queries_move_earlier_rows"]:
+            return (f"{where}later queries reach earlier rows {before}: the heads mix positions (a reshape such as "
+                    ".view(B, heads, T, head_dim) of a (B, T, d) tensor, not .view(B, T, heads, head_dim)"
+                    ".transpose(1, 2))")
+        ahead = attention.get("weights_on_later_keys")
+        if ahead is None:
+            return f"{where}later keys or values reach earlier rows {before}"
+        if ahead >= leak.get("positions_ahead", 0) > 1 and attention.get("rows_sum_alike"):
+            return f"{where}the attention weights reach every later key {before}: it needs a causal mask"
+        if ahead:
+            return (f"{where}the attention weights give keys up to {ahead} position{'s' if ahead > 1 else ''} ahead "
+                    f"weight {before}: the causal mask is off by {ahead} (tril(diagonal={ahead}) or triu({ahead + 1}))")
+        if not attention.get("rows_sum_alike", True):
+            return (f"{where}later keys get zero weight, yet earlier rows move with them {before}, and the rows' "
+                    "weights do not sum alike: the mask is applied after the softmax, whose normaliser has read "
+                    "every key")
+        return (f"{where}later keys get zero weight, yet earlier rows move with them {before}: the scores are "
+                "normalised over every key before the mask (a norm over the score matrix, or a softmax taken "
+                "before the mask and renormalised)")
+    return f"{where}code outside any module {before} reads later positions (a mask, a reshape or a norm over time)"
 
 
 def _heads(add, s) -> None:
