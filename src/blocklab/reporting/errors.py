@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import verdicts
-from .verdicts import INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, rounding
+from .verdicts import INCONCLUSIVE, NOT_REPRODUCED, PARTLY, REPRODUCED, g as g_, rounding
 
 SIMULATIONS = 4000  # synthetic measurements per world and part: a rate's standard error is at most 0.0079 (< 0.01);
 # counts and rates of runs (binomial draws) are not sampled but apportioned from their exact distribution
@@ -54,6 +54,13 @@ SEARCH_SIMULATIONS = 1000  # per seed count while searching the seeds that would
 EVERY_OFF = 0.8  # "every seed" off: one run in five does not do it (the smallest miss the word "every" makes matter)
 STEP = 1.0  # a range's or a band's off world: this many sd of one run beyond its (rounded) edge
 VALUE_SD = 3.0  # a value's: the document's number is one run's, so a miss is a gap its own run noise cannot explain
+VALUE_FRACTION = 0.5  # a value's off world is at most this fraction of the value away: where rounding + 3 sd of one
+# run is wider, a miss of that size would be vacuous (off by more than the value itself), so the off world is the value
+# off by half itself ("value-wide"); at such a spread the rule may never reject it, which the table then says
+CONTRAST_OFF = 0.5  # a contrast of a stated size ("about 0.5"): off at half that size (what a reader of the size would
+# call a miss), not at no effect (which a measurement of half the size would pass as reproduced)
+Z975 = 1.96  # a one-run 95 % interval's half-width in sd, its limit at many seeds
+UNDECIDABLE = "undecidable at this spread"  # a part whose rule no seed count can decide: not checkable here
 Z80 = 0.8416  # the 80th percentile of the normal: "every run" off, 20 % of runs across the bound
 POWER = 0.8
 SEED_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
@@ -74,8 +81,11 @@ OFF = {
     "count": "the rate half the scale away from the document's count (1 of 3: 0.83; 4 of 6: 0.17): a count's words "
              "(a few runs' share) name no smaller step",
     "count-every": "one run in five does not do it: rate 0.8 (true: every run does)",
-    "contrast": "no difference between the arms: the claimed effect absent (true: the claimed size, or with none "
-                "written 3 sd of the difference of one run per arm)",
+    "contrast": "no difference between the arms: the claimed effect absent (true: 3 sd of the difference of one run "
+                "per arm, the words stating no size)",
+    "contrast-sized": "the difference at half the size the words state (true: the stated size)",
+    "value-wide": "the document's number off by half itself: rounding + 3 sd of one run would be wider than the value, a "
+                  "vacuous miss (true: the document's number)",
     "contrast-noninferior": "worse by exactly the margin (with none written: by 1 sd of the difference of one run per "
                             "arm) (true: no difference)",
     "trend": "no trend: 0 per seed (true: 3 sd per seed the claimed way)",
@@ -245,11 +255,13 @@ def worlds(words: dict, measure: dict, n: int | None = None):
                 return 0.0 if world == "true" else off_d
         else:
             sign = 1.0 if side == "above" else -1.0
-            size = float(words["size"]) if "size" in words else 3 * math.hypot(sa, sb)
-            key = "contrast"
+            sized = "size" in words
+            size = float(words["size"]) if sized else 3 * math.hypot(sa, sb)
+            key = "contrast-sized" if sized else "contrast"
+            off_size = CONTRAST_OFF * size if sized else 0.0
 
             def diff(world, rng):
-                return sign * size if world == "true" else 0.0
+                return sign * (size if world == "true" else off_size)
         centre = float(b.mean())
 
         def draw(world, rng):
@@ -271,8 +283,17 @@ def worlds(words: dict, measure: dict, n: int | None = None):
     k = int(n or len(values))
     if kind == "value":
         x, r = float(words["value"]), float(words.get("rounding", rounding(words["value"])))
+        gap = r + VALUE_SD * sd
+        if gap > VALUE_FRACTION * abs(x) > 0:  # the run noise is wide: a miss that size would be vacuous
+            gap = VALUE_FRACTION * abs(x)
+            if Z975 * sd >= gap - r:  # one run's 95 % interval alone spans the off world: no seed count decides
+                return None, (f"{UNDECIDABLE}: one run's spread (1.96 sd = {Z975 * sd:.3g}) reaches the document's "
+                              f"number off by half itself ({g_(gap)}, less its rounding {g_(r)}), so no seed count tells "
+                              "the two apart")
+            return "value-wide", lambda world, rng: {"samples": rng.normal(
+                x + (0.0 if world == "true" else rng.choice((-1, 1)) * gap), sd, k)}
         return "value", lambda world, rng: {"samples": rng.normal(
-            x + (0.0 if world == "true" else rng.choice((-1, 1)) * (r + VALUE_SD * sd)), sd, k)}
+            x + (0.0 if world == "true" else rng.choice((-1, 1)) * gap), sd, k)}
     if kind == "range":
         lo = float(words["low"]) - rounding(words["low"])
         hi = float(words["high"]) + rounding(words["high"])
@@ -435,7 +456,8 @@ def simulate(words_list, measures, keys, n: int | None = None, sims: int = SIMUL
 # Off worlds in which a part of the claim still holds (the literature's comparison with post-norm stays true when the
 # fix fails one run in five): there "partly" is the right verdict, and p_rejected_if_off counts it with "not
 # reproduced" (what the claim must not say there is "reproduced").
-PARTLY_RIGHT = {"count-every-and-rates"}
+PARTLY_RIGHT = {"count-every-and-rates", "contrast-sized"}  # a contrast at half its stated size: "partly" (the
+# direction holds, the size does not) is the right verdict there
 
 
 def _rates_of(true: list[str], wrong: list[str], offs: list[str]) -> Rates:
@@ -594,6 +616,12 @@ def gate_claim(words_list, measures, keys, labels=None, runs=None, facts=None,
     stands without both columns at POWER."""
     labels = labels or [""] * len(words_list)
     raw = [verdicts.judge_part(w, m) for w, m in zip(words_list, measures)]
+    for i, (w, m) in enumerate(zip(words_list, measures)):
+        off, why = worlds(w, m)
+        if off is None and str(why).startswith(UNDECIDABLE) and raw[i].verdict in DECIDED:
+            raw[i] = dataclasses.replace(raw[i], verdict=verdicts.NOT_CHECKABLE, seeds_to_decide=None,
+                                         margin=f"{raw[i].margin} → the rule alone: {raw[i].verdict}; {why}: not "
+                                                "checkable here")
     got, drawn = simulate_units(words_list, measures, keys, runs=runs)
     if got is None:
         kinds, judged = verdicts.judge_parts(words_list, measures, labels, judged=raw)
@@ -611,7 +639,27 @@ def gate_claim(words_list, measures, keys, labels=None, runs=None, facts=None,
         last = unit.parts[-1]
         if here not in DECIDED:
             continue
-        risk = _risk(here, unit_rates)
+        if here == PARTLY and len(unit.parts) == 1 and unit.off in PARTLY_RIGHT:
+            # one part whose off world makes "partly" right (a contrast at half its stated size): a "partly" is wrong
+            # where the whole statement holds
+            risk = unit_rates.outcomes["true"].get(PARTLY, 0.0)
+        elif here == PARTLY:
+            # "partly" is gated part by part (``_part_risks``): a part whose own verdict risks more than 1 - POWER
+            # becomes inconclusive, the others stand (a recorded counterexample to "every seed" risks nothing)
+            risks = _part_risks(words_list, measures, keys, unit, raw)
+            for i, r in risks.items():
+                if r > 1 - POWER:
+                    gated[i] = dataclasses.replace(gated[i], verdict=INCONCLUSIVE, seeds_to_decide=None)
+            kept = [r for r in risks.values() if r <= 1 - POWER]
+            worst[PARTLY] = max([worst[PARTLY], *kept])
+            gated[last] = dataclasses.replace(gated[last], margin=f"{gated[last].margin}; {said}; 'partly' judged "
+                                              "part by part, each in its own worlds: " + "; ".join(
+                                                  f"{_part_name(words_list[i])} {raw[i].verdict}, wrong "
+                                                  f"{r:.2f} of the time" + (" (above 0.2: inconclusive)" if r > 1 - POWER else "")
+                                                  for i, r in risks.items()))
+            continue
+        else:
+            risk = _risk(here, unit_rates)
         if risk > 1 - POWER:
             what = f"{here} of an off truth" if here != NOT_REPRODUCED else "not reproduced of a true statement"
             for i in unit.parts:
@@ -652,6 +700,34 @@ def gate_claim(words_list, measures, keys, labels=None, runs=None, facts=None,
                     f"no count up to {SEARCH_CAP} seeds per arm brings both error rates to 0.8"))
     return kinds, verdicts.Judged(judged.verdict, judged.rule, margin, to_decide, rates.p_true, rates.p_off, why,
                                   off_text(tuple(u.off for u in got)), rates.false_accept), rates
+
+
+def _part_name(words: dict) -> str:
+    return "every seed" if words.get("scope") == "every seed" else (
+        f"the comparison ({words['kind']})" if words["kind"] == "rates" else words["kind"])
+
+
+def _part_risks(words_list, measures, keys, unit: "Unit", raw) -> dict[int, float]:
+    """What each decided part of a "partly" unit risks, the part judged alone in its own worlds at its measured seeds:
+    a part said "not reproduced" risks P(not reproduced | true) of its own rule, a part said "reproduced" risks
+    P(reproduced | off) of its own rule. {part index: risk}.
+
+    The unit's joint off world cannot price a "partly" where that world makes "partly" the right verdict
+    (``PARTLY_RIGHT``: a fix that fails one run in five still beats post-norm), and its P(reproduced or partly | off)
+    grows with the seeds once one run failed, so no seed count could decide. Part by part it cannot: a recorded run
+    that does not do what "every seed" says refutes that part at no risk (a true "every" never gives one), and the
+    comparison with post-norm risks its own test's false acceptance (the fix no better than post-norm)."""
+    risks = {}
+    for i in unit.parts:
+        verdict = raw[i].verdict
+        if verdict not in (REPRODUCED, NOT_REPRODUCED):
+            continue
+        rates, _ = part_rates(words_list[i], measures[i], keys[i])
+        if rates.p_true is None:
+            risks[i] = 0.0
+            continue
+        risks[i] = rates.false_reject if verdict == NOT_REPRODUCED else rates.false_accept
+    return risks
 
 
 def gate(words: dict, measure: dict, judged: verdicts.Judged, key: str) -> tuple[verdicts.Judged, Rates, list | None]:
