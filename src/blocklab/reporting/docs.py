@@ -333,16 +333,18 @@ def answer_11c(data: Path, root: Path, link: str = "docs/doc000.md#claims", comp
                  f"{said('p11c-post-norm-nowarm-learns-shallow-or-slow')}; the gap grows with depth over all four depths: "
                  f"{said('d000-depth-gap')}."]
     if only_post and compact:
-        answer = (f"So: without warm-up at 24 blocks and lr 1e-3 only post-norm failed; {_warmup_words(v, compact)}; "
-                  "pre-norm learned in every setting tried, on one task.")
+        answer = (f"So: without warm-up at 24 blocks and lr 1e-3, of the two positions the document compares, only "
+                  f"post-norm failed; {_warmup_words(v, compact)}; pre-norm learned in every run of the sensitivity "
+                  "study, on one task (its runs at other learning rates: [the LR study](docs/lab.md)).")
     elif only_post:
-        answer = ("So, from these rows: at 24 blocks and lr 1e-3 without warm-up, only post-norm failed, in every "
-                  "setting tried, while pre-norm learned in every run of the study. "
+        answer = ("So, from these rows: at 24 blocks and lr 1e-3 without warm-up, of the two positions the document "
+                  "compares, only post-norm failed, in every setting tried, while pre-norm learned in every run of the "
+                  "sensitivity study (the literature's fixes: [the lab](lab.md)). "
                   f"{_warmup_words(v, compact)[0].upper()}{_warmup_words(v, compact)[1:]}. Depth and the learning rate "
                   "change how often post-norm fails: without warm-up it learned in some shallower or slower cells ("
                   f"{v['p11c-post-norm-nowarm-learns-shallow-or-slow']}), and the gap grows with depth "
-                  f"({v['d000-depth-gap']}). Pre-norm is the safer default in every setting tried; all of it is one "
-                  "task (the copy task) at one width.")
+                  f"({v['d000-depth-gap']}). Pre-norm is the safer default in every setting of the sensitivity study; "
+                  "all of it is one task (the copy task) at one width.")
     else:
         answer = ("So, from these rows: the recorded runs do not show post-norm failing where pre-norm, at the same "
                   "depth, learning rate and warm-up, learned; no conclusion about post-norm as such follows from them.")
@@ -988,7 +990,14 @@ GENERATORS = {
     "answer-11c-instead": lambda data, root: _lab("instead_block", data, root),
     "reviewer-architectures": lambda data, root: reviewer_table(root, "architectures"),
     "reviewer-mixed": lambda data, root: reviewer_table(root, "mixed"),
+    "decide-plan": lambda data, root: _decide(data, root),
 }
+
+
+def _decide(data: Path, root: Path) -> str:
+    from .decide import plan_block
+
+    return plan_block(data, root)
 
 
 # ---- hand-written numbers -------------------------------------------------------------------------------
@@ -997,30 +1006,63 @@ HAND_SKIP = [re.compile(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- /generated -->
              re.compile(r"```.*?```", re.S),             # commands and their output
              re.compile(r"<!--.*?-->", re.S),             # comments
              re.compile(r"<[a-zA-Z][^>]*>"),               # HTML tags (an image's width="49%")
-             re.compile(r"`[^`]*`"),                     # code spans (Markdown lets one run over a line break): names, commands, values
+             # code spans (Markdown lets one run over a line break): names, commands, values (``_code_span``)
+             re.compile(r"`[^`]*`"),
              re.compile(r"\]\([^)]*\)")]                 # link targets
-# What reads as a measured number: a number in scientific notation (5e-4, 2.3e-7), a decimal (4.16, 0.0104), a share
-# (22 %), a count of runs (2 of 9, 7/9), a factor (×1.15), a duration (50 min) or the step of an event (step 467: a
-# step that is not a multiple of 50; steps 100, 300, 1,200 are the documents' and the schedule's). Other whole numbers
-# (24 blocks, 1,200 steps, seeds 0-8) are settings, not measured.
-HAND_NUMBER = re.compile(r"(?<![\w.\-/])(\d+(?:\.\d+)?e[-+]?\d+\b|\d+(?:,\d{3})*\.\d+|\d+(?:\.\d+)?\s?%"
-                         r"|\d+ of \d+|\d+/\d+(?![\w/.])|[×x]\s?\d+(?:\.\d+)?"
-                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b|steps?\s\d{2,}\b(?![,.]\d))")
+NUMBER_WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|"
+                "seventeen|eighteen|nineteen|twenty")
+# What reads as a measured number: a number in scientific notation (5e-4, 2.3e-7), a decimal (4.16, 0.0104, .0123,
+# -0.25 with an ASCII or a typographic minus), a share (22 %), a count of runs (2 of 9, 7/9, seven of nine), a factor
+# (×1.15, 12 times), a duration (50 min) or the step of an event (step 467, after 467 steps, step 450: a step that is
+# not a multiple of 100; steps 100, 300, 1,200 are the documents' and the schedule's, the warm-up's 400 and the
+# checkpoints' every 100 too). Other whole numbers (24 blocks, seeds 0-8) are settings, not measured.
+HAND_NUMBER = re.compile(r"(?<![\w.\-/−])((?:[-−](?=[\d.]))?(?:\d+(?:\.\d+)?e[-+]?\d+\b|\d+(?:,\d{3})*\.\d+|\.\d+\b)"
+                         r"|\d+(?:\.\d+)?\s?%"
+                         r"|\d+ of \d+|\d+/\d+(?![\w/.])|[×x]\s?\d+(?:\.\d+)?|\d+(?:\.\d+)?\s(?:times)\b"
+                         rf"|\b(?:{NUMBER_WORDS}) of (?:{NUMBER_WORDS}|\d+)\b"
+                         r"|\d+(?:\.\d+)?\s?(?:min|h|s|hours|minutes|seconds)\b|steps?\s\d{2,}\b(?![,.]\d)"
+                         r"|\d{2,}\ssteps?\b)", re.I)
+# where a number the documents write may stand: near the words that say it is the document's (a quote, its problem)
+QUOTES_DOCUMENT = re.compile(r"document|chapter|problem|exercise|문서|문제|연습|the text|written|writes|quoted|claims?\b"
+                             r"|ln \d+ =", re.I)
 
 
 def _measured(token: str) -> bool:
-    """False for a step of the schedule (a multiple of 50: step 100, step 1200); True for anything else matched."""
-    step = re.fullmatch(r"steps?(\d+)", token)
-    return step is None or int(step.group(1)) % 50 != 0
+    """False for a step of the schedule (a multiple of 100: step 100, 400 steps, step 1200); True for anything else
+    matched."""
+    step = re.fullmatch(r"steps?(\d+)|(\d+)steps?", token)
+    return step is None or int(step.group(1) or step.group(2)) % 100 != 0
+
+
+def _normal(token: str) -> str:
+    token = re.sub(r"\s+", "", token).replace("steps", "step").replace("−", "-")
+    return re.sub(r"^(\d+)step$", r"step\1", token.lower() if re.search("[a-z]of", token.lower()) else token)
+
+
+BARE_NUMBER = re.compile(r"`\s*([-−]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:e[-+]\d+)?\s?(?:%|s|h|min)?)\s*`")
+
+
+def _code_span(match: re.Match) -> str:
+    """A code span is skipped, but one that holds a bare number (`0.0123`, `-0.25 s`) is a number set in code type,
+    not code: it is read."""
+    bare = BARE_NUMBER.fullmatch(match.group(0))
+    return f" {bare.group(1)} " if bare else " "
+
+
+def hand_number_spans(text: str) -> list[tuple[str, str]]:
+    """Each measured-looking number a page states outside its generated blocks, code and links, normalised ("2 h"
+    and "2h" are one; "467 steps" is "step467"), with its paragraph up to it (what it is said of)."""
+    for skip in HAND_SKIP:
+        text = skip.sub(_code_span if skip.pattern == r"`[^`]*`" else " ", text)
+    found = [(_normal(m.group(1)), text[text.rfind("\n\n", 0, m.start()) + 1:m.start()])
+             for m in HAND_NUMBER.finditer(text)]
+    return [(n, before) for n, before in found if _measured(n)]
 
 
 def hand_numbers(text: str) -> list[str]:
     """The measured-looking numbers a page states outside its generated blocks, code and links (normalised:
     "2 h" and "2h" are one)."""
-    for skip in HAND_SKIP:
-        text = skip.sub(" ", text)
-    found = [re.sub(r"\s+", "", m).replace("steps", "step") for m in HAND_NUMBER.findall(text)]
-    return [n for n in found if _measured(n)]
+    return [n for n, _ in hand_number_spans(text)]
 
 
 def document_numbers(claims_yaml: dict | list) -> set[str]:

@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..model_config import NORM_POSITION_SPECS
@@ -156,7 +157,8 @@ def instead(data: Path, root: Path) -> dict:
     warmed = {w for row in fixes["with_warmup"] for w, *_ in row}
     return {"fixes": fixes,
             "reproduced": fixes[fixes["verdict"] == "reproduced"],
-            "failed": fixes[fixes["verdict"].isin(["not reproduced", "partly"])],
+            "failed": fixes[fixes["verdict"] == "not reproduced"],
+            "partly": fixes[fixes["verdict"] == "partly"],
             "undecided": fixes[fixes["verdict"] == "inconclusive"],
             "unrecorded": fixes[fixes["verdict"] == "not checkable here"],
             "pre": (_count(pre), len(pre), pre["step_learned"].dropna().median()),
@@ -202,6 +204,10 @@ def instead_block(data: Path, root: Path, link: str = "lab.md") -> str:
                     "refutation of the paper's own): " + ", ".join(
                         r.fix + "".join(f" (with warm-up {w}: {k} of {n} recorded runs learned)"
                                         for w, k, n, _ in r.with_warmup) for r in got["failed"].itertuples()))
+    if len(got["partly"]):
+        said.append("these did not start in every recorded seed here, but still more often than post-norm (partly: the "
+                    "'every seed' part refuted by a recorded run, the comparison with post-norm held): " + ", ".join(
+                        f"{r.fix} ({r.learned} of {r.runs} recorded runs learned)" for r in got["partly"].itertuples()))
     if len(got["undecided"]):
         said.append("these started in the seeds recorded so far, too few to decide against post-norm's recorded runs: "
                     + ", ".join(got["undecided"]["fix"]))
@@ -332,6 +338,7 @@ def lr_block(data: Path, root: Path) -> str:
              "runs that learned | " + " | ".join(f"final loss at {lr}" for lr in lrs) + " |",
              "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in lrs) + " |"]
     by = table.set_index("block") if len(table) else pd.DataFrame()
+    blown = _blown_up(runs, root) if len(runs) else {}
     for block in lrsweep.BLOCKS:
         if block not in by.index:
             lines.append(f"| {block} | 0 | — | — | — | — | " + " | ".join("—" for _ in lrs) + " |")
@@ -341,8 +348,10 @@ def lr_block(data: Path, root: Path) -> str:
             f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else " (one seed: no interval)"))
         losses = [r.get(f"loss_lr{lr}") for lr in lrs]
         best = f"{r.best_lr:g}" if r.seeds else f"{r.best_lr:g} of the rates run so far"
+        cells = ["—" if v is None or pd.isna(v) else f"{v:.3g}" + blown.get((block, float(lr)), "")
+                 for v, lr in zip(losses, lrs)]
         lines.append(f"| {block} | {int(r.seeds)} | {interval} | {r.per_seed or '—'} | {best} | "
-                     f"{int(r.runs_learned)} of {int(r.runs)} | " + " | ".join("—" if v is None or pd.isna(v) else f"{v:.3g}" for v in losses) + " |")
+                     f"{int(r.runs_learned)} of {int(r.runs)} | " + " | ".join(cells) + " |")
     if len(runs):  # the cost, measured: each run's own wall time (under whatever else the machine ran then)
         hours = runs["wall_time_s"].sum() / 3600
         per_step = runs["wall_time_s"] / runs["steps"]  # a diverged run stops early: its rate, not its run time
@@ -368,6 +377,9 @@ def lr_block(data: Path, root: Path) -> str:
     lines += ["", f"The check stated before the runs: learned in every recorded document-profile run without warm-up: "
               f"{', '.join(learned) or 'none'}; learned in none: {', '.join(failed) or 'none'}. "
               f"**{verdict}**: {why}."]
+    if len(runs):
+        for reading in _lr_readings(runs, by, data, root):
+            lines += ["", reading]
     nowhere = [b for b in lrsweep.BLOCKS if b in by.index and by.loc[b, "runs_learned"] == 0]
     if nowhere:  # the measure's blind spot, read from the runs (not part of the check stated before them)
         lines += ["", f"Read with it: the measure is each block's excess over its own best loss ℓ*. A block that learns "
@@ -378,6 +390,75 @@ def lr_block(data: Path, root: Path) -> str:
                   + ". A low number there means the block fails alike at every rate, not that it trains at every rate."]
     sources = [LAB_LR_RUNS, *([LAB_LR_UNDERFLOW] if (root / LAB_LR_UNDERFLOW).is_file() else []), records.RUNS]
     return "\n".join(lines) + "\n\n" + _note(*sources, *GALLERY_SWEEP)
+
+
+BLOWN_UP = 10.0  # a run blew up when its loss ever went above this many times chance (ln V), finite or not: the
+# sensitivity clamps its final loss at chance (Wortsman et al.), so the table would show chance; the cell says so
+
+
+def _blown_up(runs: pd.DataFrame, root: Path) -> dict:
+    """{(block, lr): " (diverged in k of n: loss up to X)"} for the cells with a run whose loss ever rose above
+    ``BLOWN_UP`` times chance or was not finite."""
+    from ..lab import lrsweep
+
+    chance = lrsweep.chance_of(runs)
+    per_step = lrsweep.losses(runs, root)
+    peak = per_step.groupby("run")["loss"].agg(lambda x: float(np.nanmax(np.where(np.isfinite(x), x, np.inf))))
+    out = {}
+    for (block, lr), cell in runs.groupby(["block", "lr"]):
+        top = peak.reindex(cell["run"])
+        gone = (top > BLOWN_UP * chance) | cell["diverged"].to_numpy()
+        if gone.any():
+            worst = top[gone].max()
+            out[(block, float(lr))] = (f" (diverged in {int(gone.sum())} of {len(cell)}: loss up to "
+                                       f"{'non-finite' if not np.isfinite(worst) else f'{worst:.2g}'}, counted as chance)")
+    return out
+
+
+def _lr_readings(runs: pd.DataFrame, by: pd.DataFrame, data: Path, root: Path) -> list[str]:
+    """The lines that say what the LR table's numbers rest on, from the runs: a rate at which no block learned and
+    its share of each block's sensitivity (from the mean curves); the profile's agreement, at the document's learning
+    rate, with the document profile's recorded runs without warm-up."""
+    from ..lab import lrsweep
+
+    out = []
+    steps = int(runs["steps_planned"].max()) if "steps_planned" in runs else None
+    chance = lrsweep.chance_of(runs)
+    for lr, at in runs.groupby("lr"):
+        if at["learned"].any():
+            continue
+        shares = []
+        for block in lrsweep.BLOCKS:
+            if block not in by.index:
+                continue
+            curve = np.minimum(np.array([by.loc[block, f"loss_lr{x:g}"] for x in lrsweep.LRS], dtype=float), chance)
+            excess = curve - np.nanmin(curve)
+            here = excess[list(lrsweep.LRS).index(lr)] if lr in lrsweep.LRS else float("nan")
+            if np.nansum(excess) > 0:
+                shares.append(f"{block} {here / np.nansum(excess) * 100:.0f} %")
+        out.append(f"At lr {lr:g} no block learned{f' in {steps} steps' if steps else ''} ({int(at['learned'].sum())} "
+                   f"of {len(at)} runs): that one rate is this share of each block's sensitivity (from its mean "
+                   f"curve): {', '.join(shares)}. A block is penalised there for the budget, not for instability.")
+    import yaml
+
+    doc_lr = float(yaml.safe_load((data / "params.yaml").read_text(encoding="utf-8"))["sweep"]["lr"])
+    table = runs_table(data, root)
+    document = table[table["warmup"] == 0]
+    agree, differ = [], []
+    for block in lrsweep.BLOCKS:
+        here = runs[(runs["block"] == block) & (np.isclose(runs["lr"], doc_lr))]
+        there = document[document["block"] == block]
+        if not len(here) or not len(there):
+            continue
+        k, n = int(here["learned"].sum()), len(here)
+        kd, nd = _count(there), len(there)
+        same = (k == n and kd == nd) or (k == 0 and kd == 0)
+        (agree if same else differ).append(f"{block} ({k} of {n} here, {kd} of {nd} there)")
+    if agree or differ:
+        out.append(f"At lr {doc_lr:g}, this profile (batch and width of the LR study) against the document profile's "
+                   f"recorded runs without warm-up: the same outcome in every run for {len(agree)} of "
+                   f"{len(agree) + len(differ)} blocks" + (f"; not for {', '.join(differ)}" if differ else "") + ".")
+    return out
 
 
 def underflow_line(table: pd.DataFrame) -> str:
