@@ -14,6 +14,7 @@ from .doc000 import norm_label, warmup_label
 from .style import text
 
 REFERENCES = ("post", "pre")
+USER_COLOUR = "#111111"  # a block that is not a built-in norm position (the lab's page draws it so too)
 
 
 def lab_fixes_figure(curves: pd.DataFrame, fixes, lang: str = "ko", vocab_size: int = 64):
@@ -70,7 +71,7 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
     by = table.set_index("block") if len(table) else pd.DataFrame()
     for ax, block in zip(axes[0], blocks):
         mine = runs[runs["block"] == block]
-        colour = NORM_POSITION_SPECS[block].colour
+        colour = NORM_POSITION_SPECS[block].colour if block in NORM_POSITION_SPECS else USER_COLOUR
         for seed, run in mine.groupby("seed"):
             run = run.sort_values("lr")
             ax.plot(run["lr"], run["final_loss"], color=colour, lw=0.8, alpha=0.6, marker="o", ms=3,
@@ -95,7 +96,7 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # no mathtext minus (NanumGothic)
         ax.xaxis.set_minor_formatter(NullFormatter())
         style.log_y(ax)
-        title = norm_label(block, lang)
+        title = norm_label(block, lang) if block in NORM_POSITION_SPECS else str(block)  # a user's block: its name
         if block in by.index and by.loc[block, "seeds"] >= 2:
             r = by.loc[block]
             title += f"\n{text(lang, '민감도', 'sensitivity')} {r.lr_sensitivity:.2f} [{r.low:.2f}, {r.high:.2f}]"

@@ -285,26 +285,94 @@ def _lab_runs(out: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _panel(label: str, warmup: int, warmups) -> str:
+    """The name of one warm-up's curve: the block's own name when the sweep has one warm-up."""
+    return label if len(warmups) == 1 else f"{label}, {'no warm-up' if not warmup else f'warm-up {warmup}'}"
+
+
+def builtin_references(spec, root: Path | str = REPO) -> pd.DataFrame:
+    """The recorded study's built-in blocks (``records/lab/lr-sweep``) at the sweep's setup, when it is theirs (depth,
+    batch, vocabulary and steps the same, no warm-up): one row a run, as ``recorded``; empty otherwise."""
+    found = recorded(root)
+    s = spec.setup
+    same = ((found["n_layers"] == s.n_layers) & (found["batch_size"] == s.batch_size)
+            & (found["vocab_size"] == s.vocab_size) & (found["steps_planned"] == s.steps) & (found["warmup"] == 0))
+    return found[same]
+
+
+def meaning(result: pd.DataFrame, runs: pd.DataFrame, chance: float, references: pd.DataFrame) -> list[str]:
+    """What each row's number means for this block, in words: the rates at which its runs learned (k of n each), its
+    best loss ℓ* against chance, the built-in blocks' values at the same setup where they are recorded, and the
+    measure's blind spot said for this block (a block that learns at no rate scores low)."""
+    ref = table(references, chance) if len(references) else pd.DataFrame()
+    lines = []
+    for r in result.itertuples():
+        part = runs[(runs["block"] == r.block) & (runs["warmup"] == r.warmup)]
+        at = part.groupby("lr")["learned"].agg(["sum", "count"])
+        learned_at = [f"{lr:g} ({int(k)} of {int(n)})" for lr, (k, n) in at.iterrows() if k]
+        curve = part.groupby("lr")["final_loss"].mean()
+        best = float(curve.min())
+        line = (f"LR sensitivity {r.lr_sensitivity:.3f}" + (f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else "")
+                + f" over {int(r.seeds)} seed(s); {int(r.runs_learned)} of {int(r.runs)} runs learned"
+                + (f", at lr {', '.join(learned_at)}" if learned_at else ", at no rate of the grid")
+                + f"; best final loss ℓ* {best:.3g} at lr "
+                f"{float(curve.idxmin()):g}, {best / chance:.2f} × chance (ln V = {chance:.3f})")
+        if learned_at:
+            line += ("; the number is the mean excess over that best across the grid: a rate where the block stays at "
+                     "chance adds up to ln V − ℓ* to it")
+        else:
+            line += (f"; so the number compares failures with the block's own best failure: a low value "
+                     f"here means it failed alike everywhere, not that it is robust (the measure's blind spot, as for "
+                     f"post-norm in the recorded study)")
+        if len(ref):
+            line += ("; the built-in blocks at this setup (recorded, records/lab/lr-sweep): " + ", ".join(
+                f"{b.block} {b.lr_sensitivity:.3f} ({int(b.runs_learned)} of {int(b.runs)} learned)"
+                for b in ref.itertuples()))
+        lines.append(f"{r.block}: {line}")
+    return lines
+
+
 def write_sweep(out: Path, args) -> int:
+    """The sweep's tables, figure and page from its finished labs: one row of ``lr_sensitivity.csv`` a warm-up (the
+    measure is over learning rates at one warm-up; runs of two warm-ups are two curves), ``lr_runs.csv``,
+    ``lr_sensitivity.png`` (the block's panels, beside the recorded built-in blocks' at the same setup), README.md."""
     import sys
 
     from ..figures import style
     from ..figures.lab import lr_sensitivity_figure
-    from ..io import write_table
+    from ..io import atomic_path, write_table
+    from .spec import Spec
 
-    runs = _lab_runs(Path(out))
-    chance = math.log(int(runs["vocab_size"].iloc[0]))
-    result = table(runs, chance)
-    write_table(runs.drop(columns=["vocab_size"]), Path(out) / "lr_runs.csv")
-    write_table(result, Path(out) / "lr_sensitivity.csv")
-    block = result["block"].iloc[0]
-    fig = lr_sensitivity_figure(runs, result, [block], "en", int(runs["vocab_size"].iloc[0]), lrs=LRS)
-    style.save(fig, Path(out) / "lr_sensitivity.png", sources=["lr_runs.csv"], params={"grid": list(LRS)})
-    r = result.iloc[0]
-    print(f"blocklab lab --lr-sweep: {block}: LR sensitivity {r.lr_sensitivity:.3f}"
-          + (f" [{r.low:.3f}, {r.high:.3f}]" if r.seeds >= 2 else "") + f" over {int(r.seeds)} seed(s), best lr "
-          f"{r.best_lr:g}, {int(r.runs_learned)} of {int(r.runs)} runs learned"
-          + (" (learned at no rate: the measure compares each block with its own best, here a failure)"
-             if r.runs_learned == 0 else "")
-          + f"; {Path(out) / 'lr_sensitivity.csv'}, {Path(out) / 'lr_sensitivity.png'}", file=sys.stderr)
+    out = Path(out)
+    runs = _lab_runs(out)
+    vocab = int(runs["vocab_size"].iloc[0])
+    chance = math.log(vocab)
+    label = runs["block"].iloc[0]
+    warmups = sorted(int(w) for w in runs["warmup"].unique())
+    result = pd.concat([table(runs[runs["warmup"] == w], chance).assign(block=_panel(label, w, warmups))
+                        .assign(warmup=w) for w in warmups], ignore_index=True)
+    result.insert(1, "warmup", result.pop("warmup"))
+    panels = runs.assign(block=[_panel(label, int(w), warmups) for w in runs["warmup"]])
+    references = builtin_references(Spec.from_file(out / f"lr{LRS[0]:g}" / "spec.json"))
+    references = references[references["block"] != label]  # a built-in's own sweep is not its own reference
+    shown = [*result["block"]] + [b for b in BLOCKS if b in set(references["block"])]
+    figure_runs = pd.concat([panels, references[panels.columns.intersection(references.columns)]], ignore_index=True)
+    figure_table = pd.concat([result, table(references, chance)], ignore_index=True) if len(references) else result
+    write_table(runs.drop(columns=["vocab_size"]), out / "lr_runs.csv")
+    write_table(result, out / "lr_sensitivity.csv")
+    fig = lr_sensitivity_figure(figure_runs, figure_table, shown, "en", vocab, lrs=LRS)
+    style.save(fig, out / "lr_sensitivity.png", sources=["lr_runs.csv"], params={"grid": list(LRS)})
+    said = meaning(result, panels, chance, references)
+    page = [f"# Learning-rate sensitivity: {label}", "",
+            f"Wortsman et al. 2023's measure over the grid {', '.join(f'{lr:g}' for lr in LRS)} (docs/lab.md, "
+            "\"Learning-rate sensitivity\"): the mean over the grid of min(ℓ(η), ℓ₀) − ℓ*, per seed, then over seeds.", "",
+            *(f"- {line}" for line in said), "",
+            "Files: `lr_sensitivity.csv` (one row a warm-up), `lr_runs.csv` (one row a run), `lr_sensitivity.png`, "
+            "`lr<rate>/` (each rate's lab: its runs, tables, figure and page).", ""]
+    with atomic_path(out / "README.md") as tmp:
+        Path(tmp).write_text("\n".join(page), encoding="utf-8")
+    for line in said:
+        print(f"blocklab lab --lr-sweep: {line}", file=sys.stderr)
+    print(f"blocklab lab --lr-sweep: {out / 'README.md'}, {out / 'lr_sensitivity.csv'}, "
+          f"{out / 'lr_sensitivity.png'}", file=sys.stderr)
     return 0
