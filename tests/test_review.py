@@ -540,6 +540,24 @@ def test_cli_exit_statuses_and_json(tmp_path, capsys):
     assert cli.main(["review", "--hf-config", "llama3-8b"]) == EXIT_PASS
 
 
+def test_review_llama_is_llama_3_8b_and_says_which_config_it_reviewed(tmp_path, capsys):
+    """`blocklab review llama` reviews the Llama the README names (Llama 3 8B, the shipped llama3-8b.json), and its
+    second line names the config and its shape; a model_type alone says it is transformers' defaults."""
+    out = tmp_path / "llama.json"
+    assert cli.main(["review", "llama", "--json", str(out)]) == EXIT_PASS
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("blocklab review: llama = llama3-8b")
+    assert lines[1] == ("  config reviewed: blocklab's shipped llama3-8b (config.json of meta-llama/Meta-Llama-3-8B): "
+                        "hidden 4096, intermediate 14336, 32 layers, 32 heads, 8 KV heads, vocab 128256, "
+                        "rope_theta 500000, norm eps 1e-05")
+    saved = json.loads(out.read_text())
+    assert saved["parameters"] == hf_config.total_parameters(hf_config.architecture("llama3-8b")) == 8_030_261_248
+    assert saved["structure"]["kv_heads"] == 8 and saved["structure"]["query_heads"] == 32
+    assert saved["facts"]["config"]["intermediate_size"] == 14336 and saved["facts"]["config"]["vocab_size"] == 128256
+    defaults = hf_arch.describe_source("llama", hf_arch.load_config("llama"))
+    assert defaults.startswith("transformers' LlamaConfig defaults (model_type llama): hidden 4096, intermediate 11008")
+
+
 @pytest.mark.parametrize("argv", [
     ["--module", "no_such_package.mod:Block", "--role", "encoder"],
     ["--module", "blocklab.model.blocks:NoSuchBlock", "--role", "encoder"],

@@ -24,6 +24,9 @@ import pandas as pd
 from ..model_config import ConfigError, ModelConfig
 
 SHIPPED = {"llama3-8b": "llama3-8b.json", "qwen3-vl-4b-text": "qwen3-vl-4b-text.json"}
+# The names a user types for a shipped config: `blocklab review llama` is Llama 3 8B, the Llama the README speaks of
+# (transformers' own LlamaConfig defaults are Llama 2 7B's shape: `--table llama` and the library's API keep those).
+NAMED = {"llama": "llama3-8b"}
 
 
 @dataclass(frozen=True)

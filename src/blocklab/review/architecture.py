@@ -609,6 +609,7 @@ def _review_architecture(source, attention, depth, warmup_steps, seed, only_laye
     review = review_model(model, tiny_config, full_config, subject=subject, only_stack=stack, depth=depth,
                           warmup_steps=warmup_steps, seed=seed)
     review.facts["config"] = hf.config_summary(full_config)
+    review.facts["config_source"] = hf.describe_source(source, full_config)
     full_depth = next((hf._int_attr(full_config, k) for k in hf.LAYER_KEYS if hf._int_attr(full_config, k)), None)
     tiny_depth = next((hf._int_attr(tiny_config, k) for k in hf.LAYER_KEYS if hf._int_attr(tiny_config, k)), None)
     review.facts["depth"] = {"config": full_depth, "probed": tiny_depth}

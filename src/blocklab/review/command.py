@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..model_config import ConfigError
 from ..io import write_json
+from ..model import hf_config
 from ..provenance import stamp
 from . import hf, table
 from .architecture import hf_layer_class, model_type_of, review_architecture
@@ -32,7 +33,10 @@ EXIT_HELP = """exit status:
      transformers cannot build or run tiny, or past --max-memory-gb; the reason is printed (never a pass)
 
 --hf-config SOURCE: a config.json, a shipped name (llama3-8b, qwen3-vl-4b-text) or any model_type transformers
-  knows (llama, mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...). The architecture's own config
+  knows (mistral, qwen3, gemma2, gpt_neox, gpt2, falcon, phi, bert, t5, ...), at its config class's defaults. `llama`
+  alone is Llama 3 8B (the shipped llama3-8b: hidden 4096, intermediate 14336, 32 layers, 32 heads, 8 KV heads,
+  vocab 128256, rope_theta 500000, RMSNorm eps 1e-5); --table llama keeps transformers' LlamaConfig defaults (Llama 2
+  7B's shape). The review's second line names the config reviewed and its shape. The architecture's own config
   class is shrunk (width 32, 4 query heads, vocabulary 128, every other width with them) at the config's depth,
   built in float64 and driven whole; every layer is probed, and each distinct layer pattern read in full.
   Parameters are counted at the config's full size on the meta device.
@@ -80,7 +84,8 @@ def register(subparsers) -> None:
     what.add_argument("--hf-config", help="config.json path, a shipped name (llama3-8b, qwen3-vl-4b-text) or a "
                                           "transformers model_type (gpt2, t5, ...)")
     what.add_argument("model_type", nargs="?", metavar="MODEL_TYPE",
-                      help="shorthand for --hf-config MODEL_TYPE: `blocklab review llama`")
+                      help="shorthand for --hf-config MODEL_TYPE: `blocklab review llama` (Llama 3 8B, the shipped "
+                           "llama3-8b)")
     what.add_argument("--table", nargs="+", metavar="MODEL_TYPE",
                       help="print a markdown table of these architectures against the 2026 checklist (with --json: "
                            "record it, for blocklab docs)")
@@ -133,8 +138,10 @@ def run_review(args) -> Review:
     if getattr(args, "json", None):
         check_writable(args.json)
     if args.hf_config:
-        return review_architecture(args.hf_config, attention=attention, depth=args.depth,
-                                   warmup_steps=args.warmup_steps, max_memory_gb=cap)
+        named = hf_config.NAMED.get(args.hf_config)  # `blocklab review llama`: Llama 3 8B, as the README says
+        return review_architecture(named or args.hf_config, attention=attention, depth=args.depth,
+                                   warmup_steps=args.warmup_steps, max_memory_gb=cap,
+                                   subject=f"{args.hf_config} = {named}" if named else None)
     target = resolve(args.module)
     if hf_layer_class(target):
         model_type = model_type_of(target)

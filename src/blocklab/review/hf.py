@@ -452,6 +452,36 @@ def absolute_position(driver: ModelDriver) -> dict:
             "position_tables": [n for n, _ in tables] if kind else []}
 
 
+def describe_source(source, config) -> str:
+    """Which config was reviewed, in words, and its shape: "blocklab's shipped llama3-8b (config.json of
+    meta-llama/Meta-Llama-3-8B): hidden 4096, intermediate 14336, 32 layers, 32 heads, 8 KV heads, ...";
+    transformers' defaults for a model_type; or the file named."""
+    if isinstance(source, dict):
+        where = "the config given as a dict"
+    elif str(source) in hf_config.SHIPPED:
+        origin = str(hf_config.load_config_dict(source).get("_source", "")).split(" (")[0].split(",")[0]
+        where = f"blocklab's shipped {source}" + (f" ({origin})" if origin else "")
+    elif str(source) in _transformers().CONFIG_MAPPING and not Path(str(source)).is_file():
+        where = f"transformers' {type(config).__name__} defaults (model_type {source})"
+    else:
+        where = f"the config file {source}"
+    sizes = config_summary(config)
+    rope = getattr(config, "rope_parameters", None) or {}
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    theta = theta if theta is not None else getattr(config, "rope_theta", None)
+    eps = next((getattr(config, k) for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps")
+                if isinstance(getattr(config, k, None), float)), None)
+    words = [(("hidden", "hidden_size")), ("intermediate", "intermediate_size"), ("layers", "num_hidden_layers"),
+             ("heads", "num_attention_heads"), ("KV heads", "num_key_value_heads"), ("vocab", "vocab_size")]
+    shape = [f"{label} {sizes[key]}" if label in ("hidden", "intermediate", "vocab") else f"{sizes[key]} {label}"
+             for label, key in words if key in sizes]
+    if theta is not None:
+        shape.append(f"rope_theta {theta:g}")
+    if eps is not None:
+        shape.append(f"norm eps {eps:g}")
+    return f"{where}: {', '.join(shape)}"
+
+
 def config_summary(config) -> dict:
     keys = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
             *KV_KEYS, *FFN_KEYS, *HEAD_DIM_KEYS)

@@ -52,6 +52,8 @@ class Review:
     def text(self) -> str:
         role = f", role {self.role}" if self.role else ""
         lines = [f"blocklab review: {self.subject} ({self.mode}{role})"]
+        if self.facts.get("config_source"):
+            lines.append(f"  config reviewed: {self.facts['config_source']}")
         lines += [f"  {f.severity.upper():<7}{f.check:<18}{f.message}" for f in self.findings]
         lines.append(f"verdict: {self.verdict.upper()} (exit {self.exit_status})")
         return "\n".join(lines)
