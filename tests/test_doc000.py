@@ -283,3 +283,22 @@ def test_problem_figures_axes():
     # one line per run, taken from the summary: six cells of two seeds
     assert sum(t.startswith("시드") for t in cell_texts) == len(summary)
     assert any("발산" in t and "30" in t for t in cell_texts)
+
+
+@pytest.mark.parametrize("low, high", [(3.0, 4.3), (0.02, 4.3), (1e-5, 4.3)])
+def test_the_loss_curves_log_axis_labels_at_least_two_ticks_at_any_span(low, high):
+    """The smoke's losses stay within a decade (ln 64 = 4.16 down to about 3): its log axis held no power of ten and
+    so no tick label. At that span, at two decades and at six, the drawn y axis shows two labelled ticks or more, each
+    label the plain number at its tick."""
+    steps = np.arange(1, 21)
+    losses = pd.DataFrame({"run": "pre-w0-s0", "norm": "pre", "warmup": 0, "seed": 0, "step": steps,
+                           "loss": np.geomspace(high, low, len(steps))})
+    fig = doc000.loss_curves_figure(losses, "en", vocab_size=64)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    bottom, top = ax.get_ylim()
+    shown = [(t.get_loc(), t.label1.get_text()) for t in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+             if t.label1.get_visible() and t.label1.get_text() and bottom <= t.get_loc() <= top]
+    assert len(shown) >= 2, (bottom, top, shown)
+    assert all(float(label) == pytest.approx(loc) for loc, label in shown)
+    assert len(shown) <= 12  # labelled, not crowded

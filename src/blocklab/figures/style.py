@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -10,7 +11,7 @@ matplotlib.use("Agg")
 import koreanize_matplotlib  # noqa: E402,F401  (registers NanumGothic and sets it as the default family)
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from ..io import RECORD_SUFFIX, data_layout, recorded_path  # noqa: E402
 
@@ -25,10 +26,24 @@ def setup(lang: str = "ko") -> None:
 
 def log_y(ax) -> None:
     """Log y axis with plain decimal tick labels: the default 10^-3 labels are mathtext, whose minus sign (U+2212)
-    NanumGothic lacks, so Korean figures would show a dummy glyph there."""
+    NanumGothic lacks, so Korean figures would show a dummy glyph there. An axis that spans less than a decade or two
+    (the smoke's losses, 2 to 7.5) holds one power of ten or none: there the minor ticks at 2, 3 and 5 times a power of
+    ten are labelled too (at 2 and 5 below two decades), so that every log axis has at least two labelled ticks."""
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: _minor_label(ax, value)))
+
+
+def _minor_label(ax, value: float) -> str:
+    """A minor tick's label on a log axis (``log_y``): at 2, 3 or 5 times a power of ten where the view spans at most
+    about one decade, at 2 and 5 up to two decades, none beyond (the powers of ten are labelled there)."""
+    low, high = sorted(ax.get_ylim())
+    if not (value > 0 and low > 0):
+        return ""
+    decades = math.log10(high / low)
+    lead = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
+    shown = (2, 3, 5) if decades <= 1.2 else (2, 5) if decades <= 2.2 else ()
+    return f"{value:g}" if lead in shown else ""
 
 
 def text(lang: str, ko: str, en: str) -> str:
