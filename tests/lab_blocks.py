@@ -70,3 +70,13 @@ class SlowPreNormBlock(TinyPreNormBlock):
 
             time.sleep(0.4)
         return super().forward(h)
+
+
+class NaNWeightsBlock(TinyPreNormBlock):
+    """The pre-norm block with one NaN in its output projection at init: the lab must refuse it (exit 3) saying NaN
+    and where, not that it is not causal."""
+
+    def __init__(self, d_model: int, n_heads: int = 2):
+        super().__init__(d_model, n_heads)
+        with torch.no_grad():
+            self.proj.weight[0, 0] = float("nan")

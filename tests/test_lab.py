@@ -159,11 +159,14 @@ def _lab(*args, cwd=ROOT):
 @pytest.mark.parametrize("block, message", [
     ("WideningBlock", "one block maps (2, 15, 16) to (2, 15, 17)"), ("PeekingBlock", "not causal"),
     ("Nowhere", "no attribute"),
+    ("NaNWeightsBlock", "NaN/inf in the weights at init (one block built at width 16): proj.weight (1 NaN, 0 inf of "
+                        "256)"),
 ])
 def test_a_block_the_copy_task_cannot_train_stops_with_exit_3_before_any_run(tmp_path, block, message):
     done = _lab("--module", f"tests/lab_blocks.py:{block}", "--profile", "tiny", "--out", str(tmp_path / "lab"))
     assert done.returncode == 3, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+    assert block == "PeekingBlock" or "not causal" not in done.stderr
     assert not (tmp_path / "lab" / "spec.json").exists()
 
 
@@ -201,6 +204,39 @@ def test_a_users_block_through_the_lab_nan_is_diverged_and_a_rerun_trains_nothin
     again = _lab("--module", f"{path}:NaNAfterStepsBlock", "--params", str(ROOT / "params.yaml"), "--profile", "tiny",
                  "--warmups", "0", "--out", str(out), cwd=tmp_path)
     assert again.returncode == 0 and meta.stat().st_mtime_ns == stamp, again.stderr[-2000:]
+
+
+def _edit_attention(path):
+    """The user's edit: the attention branch x 0.5 (the same weights at init, another source)."""
+    text = path.read_text()
+    old = "return self.proj(y.transpose(1, 2).reshape(b, t, d))"
+    assert text.count(old) == 2
+    path.write_text(text.replace(old, old + " * 0.5", 1))
+
+
+def test_an_edited_block_retrains_from_step_0_after_a_finished_lab(tmp_path):
+    """The block's file edited after its lab finished: the same command retrains its run from step 0 (not "every run
+    is finished"), and the tables are the edited block's; spec.json keys the runs on the block's source."""
+    shutil_copy = __import__("shutil").copy
+    shutil_copy(ROOT / "tests" / "lab_blocks.py", tmp_path / "lab_blocks.py")
+    out = tmp_path / "lab"
+    args = ("--module", "lab_blocks.py:TinyPreNormBlock", "--params", str(ROOT / "params.yaml"), "--profile", "tiny",
+            "--warmups", "0", "--out", str(out))
+    first = _lab(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = out / "runs" / "w0-s0"
+    before = pd.read_csv(run / "loss.csv")["loss"]
+    digest = json.loads((out / "spec.json").read_text())["block"]["digest"]
+    assert json.loads((run / "meta.json").read_text())["lab"]["block"]["digest"] == digest
+    _edit_attention(tmp_path / "lab_blocks.py")
+    again = _lab(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "every run retrains from step 0" in again.stderr and "every run is finished" not in again.stderr
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["resumed_from_step"] == 0 and meta["lab"]["block"]["digest"] != digest
+    after = pd.read_csv(run / "loss.csv")
+    assert after["step"].tolist() == list(range(1, 13)) and not np.allclose(after["loss"], before)
+    assert pd.read_csv(out / "lab.csv")["final_loss"].iloc[0] == pytest.approx(after["loss"].iloc[-1])
 
 
 # ---- the recorded runs and the literature's claims -------------------------------------------------------
@@ -565,6 +601,39 @@ def test_the_lab_sweeps_the_learning_rate_from_any_folder_and_refuses_a_bad_rate
     assert (out / "lr_sensitivity.png").is_file()
     assert table.loc[0, "runs_learned"] == runs["learned"].sum() and table.loc[0, "runs"] == len(runs)
     assert f"{int(runs['learned'].sum())} of {len(runs)} runs learned" in done.stderr
+
+
+@pytest.mark.parametrize("door, warmups", [
+    (["--module", "lab_blocks.py:TinyPreNormBlock"], []),  # a user's block, tiny's own warm-ups (0 and 4)
+    (["--hf-config", "gpt2"], ["--warmups", "0"]),
+    (["post"], []),
+])
+def test_the_lr_sweep_finishes_from_every_front_door_with_its_figure_and_summary(tmp_path, door, warmups):
+    """`--lr-sweep` through each front door at tiny, with the profile's two warm-ups or one given: exit 0, one row of
+    lr_sensitivity.csv a warm-up, the figure, and the summary giving the number with its meaning (the rates at which
+    the block learned, its best loss against chance, the blind spot said for this block)."""
+    import shutil
+
+    shutil.copy(ROOT / "tests" / "lab_blocks.py", tmp_path / "lab_blocks.py")
+    out = tmp_path / "sweep"
+    done = _lab(*door, "--profile", "tiny", "--lr-sweep", *warmups, "--out", str(out), "--cores", "2",
+                "--params", str(ROOT / "params.yaml"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from blocklab.lab import lrsweep
+
+    label = {"--module": "TinyPreNormBlock", "--hf-config": "gpt2"}.get(door[0], door[0])
+    runs = pd.read_csv(out / "lr_runs.csv")
+    expected = [0] if warmups else [0, 4]
+    assert (runs["block"] == label).all() and sorted(runs["warmup"].unique()) == expected
+    assert len(runs) == len(lrsweep.LRS) * len(expected)
+    table = pd.read_csv(out / "lr_sensitivity.csv")
+    assert table["warmup"].tolist() == expected and (table["runs"] == len(lrsweep.LRS)).all()
+    assert (out / "lr_sensitivity.png").stat().st_size > 10_000
+    page = (out / "README.md").read_text(encoding="utf-8")
+    for r in table.itertuples():
+        assert f"{r.block}: LR sensitivity {r.lr_sensitivity:.3f}" in done.stderr and r.block in page
+        assert f"{int(r.runs_learned)} of {int(r.runs)} runs learned" in done.stderr
+    assert "× chance (ln V = " in page and ("at no rate of the grid" in page) == (table["runs_learned"] == 0).any()
 
 
 def test_the_lr_studys_cost_line_projects_from_seconds_a_step_measured_in_the_recorded_runs():

@@ -140,9 +140,55 @@ def test_ctrl_c_keeps_the_current_step_ends_every_child_leaves_no_lock_and_the_c
     assert done.returncode == 0, done.stderr[-3000:]
     meta = __import__("json").loads((out / "runs" / "w0-s0" / "meta.json").read_text())
     assert meta["resumed_from_step"] == second
+    assert [r["step"] for r in meta["resumes"]] == [first, second]  # every resume, not only the last
+    # the rerun appends to train.log: the first attempt's interrupted line is still there
+    assert f"interrupted; its checkpoint at step {first} of 12 is kept" in log.read_text()
     assert pd.read_csv(out / "runs" / "w0-s0" / "loss.csv")["step"].tolist() == list(range(1, 13))
     assert re.search(r"step 12/12 loss \S+ lr \S+ [\d.]+ s/step ETA", log.read_text())
     assert not (out / "runs" / "w0-s0" / "checkpoint.pt").exists()
+
+
+def test_a_block_edited_after_a_kill_retrains_from_step_0_not_from_the_old_blocks_checkpoint(tmp_path):
+    """Killed mid-run, the block's file edited, the same command: the old block's checkpoint is not resumed (moved
+    aside), the run trains from step 0 and finishes."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(ROOT / "tests" / "lab_blocks.py", folder)
+    out = tmp_path / "lab"
+    command = [sys.executable, "-m", "blocklab.cli", "lab", "--module", "lab_blocks.py:SlowPreNormBlock", "--profile",
+               "tiny", "--warmups", "0", "--out", str(out)]
+    proc = _start(command, folder)
+    _until(lambda: (out / "runs" / "w0-s0" / "checkpoint.pt").is_file(), "first checkpoint (step 5)", proc)
+    _interrupt(proc, out, to_group=True)
+    assert _saved_step(out) >= 5
+    text = (folder / "lab_blocks.py").read_text()
+    line = "return self.proj(y.transpose(1, 2).reshape(b, t, d))"
+    (folder / "lab_blocks.py").write_text(text.replace(line, line + " * 0.5", 1))  # the attention branch x 0.5
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "every run retrains from step 0" in done.stderr and "resuming" not in done.stderr
+    log = (out / "runs" / "w0-s0" / "train.log").read_text()
+    assert "moved aside" in log and "training starts over from step 0" in log
+    meta = json.loads((out / "runs" / "w0-s0" / "meta.json").read_text())
+    assert meta["resumed_from_step"] == 0
+    assert pd.read_csv(out / "runs" / "w0-s0" / "loss.csv")["step"].tolist() == list(range(1, 13))
+
+
+def test_a_second_lab_in_the_same_folder_says_another_lab_runs_there_with_its_pid(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(ROOT / "tests" / "lab_blocks.py", folder)
+    out = tmp_path / "lab"
+    command = [sys.executable, "-m", "blocklab.cli", "lab", "--module", "lab_blocks.py:SlowPreNormBlock", "--profile",
+               "tiny", "--warmups", "0", "--out", str(out)]
+    proc = _start(command, folder)
+    _until(lambda: (out / "runs" / "w0-s0" / "train.log").is_file(), "the first run", proc)
+    second = subprocess.run(command, cwd=folder, capture_output=True, text=True,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert f"another `blocklab lab` is running in {out} (pid {proc.pid}," in second.stderr, second.stderr[-2000:]
+    assert "LockException" not in second.stderr and "resume" not in second.stderr.lower().split("pid")[0]
+    _interrupt(proc, out, to_group=True)
 
 
 def test_a_depth_aware_block_gets_the_stacks_depth_unless_kwargs_gives_one(tmp_path):
@@ -161,6 +207,37 @@ def test_a_depth_aware_block_gets_the_stacks_depth_unless_kwargs_gives_one(tmp_p
     assert spec.block.kwargs["n_layers"] == 6 and "(from --kwargs)" in spec.read["depth"]
     spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'lab_blocks.py'}:TinyPreNormBlock")
     assert "n_layers" not in spec.block.kwargs and "depth" not in spec.read
+
+
+def test_the_depth_is_passed_under_the_names_people_use_and_a_name_it_cannot_tell_is_said(tmp_path):
+    """GPT-2's n_layer (nanoGPT's config field), num_hidden_layers and the rest get the stack's depth; an argument named
+    like a depth that is none of them (n_blocks) is not passed, and the spec, the command line and the page say so."""
+    from blocklab.lab.spec import DEPTH_NAMES, make_spec
+
+    assert {"n_layer", "num_layers", "n_layers", "num_hidden_layers", "depth"} <= set(DEPTH_NAMES)
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'user_blocks.py'}:Block")
+    assert spec.block.kwargs["n_layer"] == 2 and spec.read["depth"].startswith("n_layer=2 passed")
+    (tmp_path / "depth_blocks.py").write_text(  # a module name of its own: the import is cached for the session
+        "from torch import nn\n\n\nclass Scaled(nn.Module):\n"
+        "    def __init__(self, d_model, num_hidden_layers=12, n_blocks=12):\n        super().__init__()\n"
+        "        self.depth = (num_hidden_layers, n_blocks)\n        self.lin = nn.Linear(d_model, d_model)\n\n"
+        "    def forward(self, h):\n        return h + self.lin(h) / self.depth[0]\n")
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{tmp_path / 'depth_blocks.py'}:Scaled")
+    assert spec.block.kwargs == {"num_hidden_layers": 2}
+    assert spec.read["depth_not_passed"].startswith("n_blocks not passed") and '{"n_blocks": 2}' in \
+        spec.read["depth_not_passed"]
+
+
+def test_a_llama_style_block_ends_in_its_own_rmsnorm_and_a_layernorm_block_in_a_layernorm(tmp_path):
+    from blocklab.lab.spec import build_model, make_spec
+    from blocklab.model.layers import LayerNorm
+
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'user_blocks.py'}:FlatLlamaBlock")
+    model = build_model(spec, 0)
+    assert type(model.norm).__name__ == "RMSNorm" and type(model.norm).__module__ == "user_blocks"
+    assert spec.read["final_norm_class"] == "RMSNorm"
+    spec = make_spec(ROOT / "params.yaml", "tiny", module=f"{ROOT / 'tests' / 'lab_blocks.py'}:TinyPreNormBlock")
+    assert isinstance(build_model(spec, 0).norm, LayerNorm) and "final_norm_class" not in spec.read
 
 
 @pytest.mark.parametrize("layer, model_type", [

@@ -15,6 +15,8 @@ rule lab_all:
 
 
 # One run: its meta.json is written last and marks it finished; a killed run resumes from runs/<run>/checkpoint.pt.
+# Its train.log is not a Snakemake `log:` (Snakemake deletes a job's logs before it runs): a resumed run appends to
+# it, after the lines of the runs it resumes (their steps and their interrupted lines).
 rule lab_run:
     input:
         "spec.json",
@@ -23,14 +25,13 @@ rule lab_run:
     wildcard_constraints:
         warmup=r"\d+", seed=r"\d+",
     threads: 1
-    log:
-        "runs/w{warmup}-s{seed}/train.log",
     resources:
         mem_mb=2000,
         runtime=480,
     shell:
         "blocklab lab-job run --spec spec.json --warmup {wildcards.warmup} --seed {wildcards.seed}"
-        " --out-dir runs/w{wildcards.warmup}-s{wildcards.seed} --threads {threads} 2>&1 | tee -ia {log} >&2"
+        " --out-dir runs/w{wildcards.warmup}-s{wildcards.seed} --threads {threads} 2>&1"
+        " | tee -ia runs/w{wildcards.warmup}-s{wildcards.seed}/train.log >&2"
 
 
 rule lab_gradnorm:

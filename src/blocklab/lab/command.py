@@ -11,7 +11,8 @@ a few steps timed here; each run prints a progress line (s/step, ETA) to the ter
 for the whole lab. A finished run is cached; a killed run resumes from its checkpoint; a changed spec retrains. Ctrl-C
 saves every running job's current step, ends every job and prints the one command that resumes (exit 130). Runs from
 any folder (the project's params.yaml). Exit status: 2 bad options, 3 a block that cannot be built, called or trained
-on the copy task (nothing runs), 1 a failed job, 130 interrupted.
+on the copy task (nothing runs), 1 a failed job or another `blocklab lab` running in --out (its pid said), 130
+interrupted.
 """
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ def _main(args) -> int:
 
             spec.setup = lr_setup(spec.setup, args.lr)
         size = check_model(spec)
+        if spec.block.kind != "builtin":  # its runs and checkpoints are keyed on its source and weights at init
+            from .spec import block_digest
+
+            spec.block.digest = block_digest(spec.block, size["weights_sha256"])
     except ConfigError as err:  # the block: built, called, read; nothing has run
         print(f"blocklab lab: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 3
@@ -117,9 +122,33 @@ def _main(args) -> int:
     # --dry-run writes nothing into --out: a folder that does not exist yet, or whose spec differs (every run would
     # train), is planned in a scratch folder, removed after
     scratch = tempfile.TemporaryDirectory(prefix="blocklab-lab-plan-") if args.dry_run and not same else None
-    workdir = Path(scratch.name) if scratch else out
+    held = None
     if not args.dry_run:
         out.mkdir(parents=True, exist_ok=True)
+        from . import launch
+
+        held = launch.hold_folder(out)  # one lab a folder: a second says which lab holds it, before writing anything
+        if isinstance(held, str):
+            print(held, file=sys.stderr)
+            return 1
+    try:
+        return _plan_and_run(args, spec, size, out, text, same, scratch, start_s)
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch, start_s: float) -> int:
+    workdir = Path(scratch.name) if scratch else out
+    if not same and spec.block.digest and (out / "spec.json").is_file():
+        try:
+            before = json.loads((out / "spec.json").read_text(encoding="utf-8"))["block"].get("digest")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            before = None
+        if before != spec.block.digest:
+            print(f"blocklab lab: {spec.block.source}: its source or its weights at init differ from those of the runs"
+                  f" in {out}: every run retrains from step 0 (a checkpoint of the other source is not resumed)",
+                  file=sys.stderr)
     if not same and (scratch or not args.dry_run):
         from ..io import write_bytes
 
@@ -136,7 +165,8 @@ def _main(args) -> int:
     print(f"blocklab lab: {spec.block.label} ({size['parameters']:,} parameters), {spec.profile} profile: {runs} runs "
           f"of {spec.setup.steps} steps (warm-ups {list(spec.setup.warmups)} x seeds {list(spec.setup.seeds)}) into "
           f"{out}", file=sys.stderr)
-    for key, what in (("layer_class", "built as"), ("depth", "depth-aware block")):
+    for key, what in (("layer_class", "built as"), ("depth", "depth-aware block"), ("final_norm_kind", "final norm"),
+                      ("depth_not_passed", "note")):
         if spec.read.get(key):
             print(f"blocklab lab: {what}: {spec.read['how' if key == 'layer_class' else key]}", file=sys.stderr)
     from . import launch
@@ -159,7 +189,7 @@ def _main(args) -> int:
     seen = {"at": time.monotonic(), "finished": None}
 
     def tick():
-        finished = sum((out / "runs" / spec.run_name(w, s) / "meta.json").is_file() for w, s in spec.runs())
+        finished = sum(launch.finished_run(spec, out / "runs" / spec.run_name(w, s)) for w, s in spec.runs())
         if finished != seen["finished"] or time.monotonic() - seen["at"] >= launch.LAB_LINE_EVERY_S:
             seen.update(at=time.monotonic(), finished=finished)
             print(launch.lab_line(spec, out, per_step, start_s, args.cores, planned), file=sys.stderr, flush=True)
@@ -367,6 +397,9 @@ def _load(path: Path):
     from .spec import Spec, params_sha256
 
     spec = Spec.from_file(path)
+    from .spec import check_digest
+
+    check_digest(spec)  # the block the jobs import is the one planned
     params_path = spec.read.get("params_path")
     if not params_path or not Path(params_path).is_file():
         raise ConfigError(f"{path}: its params file {params_path!r} is gone; run `blocklab lab` again")

@@ -41,13 +41,35 @@ def start_up_s() -> float:
     return max(0.0, time.time() - psutil.Process().create_time())
 
 
-def _checkpoint_step(path: Path) -> int:
+def _checkpoint_step(path: Path, spec=None) -> int:
+    """The step a checkpoint resumes from: 0 where it cannot be read or (``spec`` given) is of another block's source
+    (a user's block edited since: ``spec.Block.digest``), which the run moves aside and trains from step 0."""
     from ..training.train import CheckpointMismatch, read_checkpoint
 
     try:
-        return int(read_checkpoint(path)["step"])
-    except (CheckpointMismatch, KeyError, TypeError, ValueError, OSError):
+        state = read_checkpoint(path)
+        if spec is not None and spec.block.digest is not None:
+            if ((state.get("identity") or {}).get("lab") or {}).get("block", {}).get("digest") != spec.block.digest:
+                return 0
+        return int(state["step"])
+    except (CheckpointMismatch, KeyError, TypeError, ValueError, OSError, AttributeError):
         return 0
+
+
+def finished_run(spec, run: Path) -> bool:
+    """A run of this lab is finished: its meta.json is there and, for a user's block, of this block's source and
+    weights at init (after an edit the run retrains: Snakemake sees spec.json newer than it)."""
+    meta = Path(run) / "meta.json"
+    if not meta.is_file():
+        return False
+    if spec.block.digest is None:
+        return True
+    import json
+
+    try:
+        return json.loads(meta.read_text(encoding="utf-8"))["lab"]["block"].get("digest") == spec.block.digest
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def steps_left(spec, out: Path) -> dict[str, int]:
@@ -55,8 +77,8 @@ def steps_left(spec, out: Path) -> dict[str, int]:
     left = {}
     for warmup, seed in spec.runs():
         run = Path(out) / "runs" / spec.run_name(warmup, seed)
-        done = (run / "meta.json").is_file()
-        start = _checkpoint_step(run / "checkpoint.pt") if not done and (run / "checkpoint.pt").is_file() else 0
+        done = finished_run(spec, run)
+        start = _checkpoint_step(run / "checkpoint.pt", spec) if not done and (run / "checkpoint.pt").is_file() else 0
         left[spec.run_name(warmup, seed)] = 0 if done else spec.setup.steps - start
     return left
 
@@ -90,7 +112,7 @@ def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, plann
     for warmup, seed in spec.runs():
         name = spec.run_name(warmup, seed)
         run = Path(out) / "runs" / name
-        if (run / "meta.json").is_file():
+        if finished_run(spec, run):
             finished += 1
             continue
         log = run / "train.log"
@@ -135,6 +157,52 @@ def workers(out: Path) -> list[int]:
         if cwd and proc.info["pid"] != os.getpid() and Path(cwd) == out:
             found.append(proc.info["pid"])
     return found
+
+
+LAB_LOCK = ".blocklab-lab.lock"  # in --out: held (flock) by the `blocklab lab` that works there, with its pid
+
+
+def hold_folder(out: Path):
+    """Take ``out`` for this `blocklab lab`: an exclusive flock on ``out/.blocklab-lab.lock`` (released when this
+    process ends, however it ends), holding this process's pid and command. Returns the open lock file (keep it open
+    while the lab runs), or a string saying which lab holds the folder: another `blocklab lab` (its pid, since when,
+    its command), or, without one, another process working in it beside Snakemake's lock."""
+    import fcntl
+
+    path = Path(out) / LAB_LOCK
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip().split("\t")
+        handle.close()
+        pid, since, command = (holder + ["?", "?", "?"])[:3]
+        return (f"blocklab lab: another `blocklab lab` is running in {out} (pid {pid}, since {since}: {command}); "
+                f"two labs in one folder would train the same runs: wait for it to end, or stop it (Ctrl-C in its "
+                f"terminal, or kill -INT {pid}: it keeps its checkpoints), then run this command again; or give "
+                "another --out")
+    if refused := wait_for_orphans(out):  # a killed lab's workflow: waited for while its leash stops it, else named
+        handle.close()
+        return refused
+    others = workers(out) if locks(out) else []
+    if others:
+        handle.close()
+        import psutil
+
+        said = []
+        for pid in others[:3]:
+            try:
+                said.append(f"pid {pid}: {' '.join(psutil.Process(pid).cmdline())[:120]}")
+            except psutil.Error:
+                said.append(f"pid {pid}")
+        return (f"blocklab lab: another lab is running in {out}: Snakemake's lock is there and another process works "
+                f"in the folder ({'; '.join(said)}); wait for it to end or stop it, then run this command again")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\t{time.strftime('%Y-%m-%d %H:%M:%S')}\t{shlex.join(['blocklab', *sys.argv[1:]])}\n")
+    handle.flush()
+    return handle
 
 
 def remove_stale_locks(out: Path) -> str | None:
@@ -215,10 +283,10 @@ def kept_line(spec, out: Path) -> str:
     finished, kept = 0, []
     for warmup, seed in spec.runs():
         run = Path(out) / "runs" / spec.run_name(warmup, seed)
-        if (run / "meta.json").is_file():
+        if finished_run(spec, run):
             finished += 1
         elif (run / "checkpoint.pt").is_file():
-            kept.append(f"{run.name} at step {_checkpoint_step(run / 'checkpoint.pt')} of {spec.setup.steps}")
+            kept.append(f"{run.name} at step {_checkpoint_step(run / 'checkpoint.pt', spec)} of {spec.setup.steps}")
     left = locks(out)  # this run's were removed; one older than it is not this run's to remove
     lock = f"a lock older than this run is left in {left[0].parent}" if left else "no lock is left"
     return (f"blocklab lab: interrupted; kept {finished} finished run(s) and {len(kept)} checkpoint(s)"

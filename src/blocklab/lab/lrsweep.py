@@ -322,8 +322,8 @@ def meaning(result: pd.DataFrame, runs: pd.DataFrame, chance: float, references:
                      "chance adds up to ln V − ℓ* to it")
         else:
             line += (f"; so the number compares failures with the block's own best failure: a low value "
-                     f"here means it failed alike everywhere, not that it is robust (the measure's blind spot, as for "
-                     f"post-norm in the recorded study)")
+                     f"here means it failed alike everywhere, not that it is robust (the measure's blind spot: "
+                     f"post-norm scores low in the recorded study for the same reason)")
         if len(ref):
             line += ("; the built-in blocks at this setup (recorded, records/lab/lr-sweep): " + ", ".join(
                 f"{b.block} {b.lr_sensitivity:.3f} ({int(b.runs_learned)} of {int(b.runs)} learned)"

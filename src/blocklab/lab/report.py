@@ -142,8 +142,11 @@ def page(spec: Spec, lab: pd.DataFrame, rate_table: pd.DataFrame, reference_note
     else:
         where = f"`{spec.block.source}`, built as {read.get('how')}"
         where += f"; {read['depth']}" if read.get("depth") else ""
+        where += f"; {read['depth_not_passed']}" if read.get("depth_not_passed") else ""
     final = read.get("final_norm")
-    final_text = (final if isinstance(final, str) else "one LayerNorm after the last block" if final else "none")
+    final_text = (final if isinstance(final, str) else f"one {read['final_norm_class']} after the last block (the "
+                  "block's own RMSNorm, as a Llama-style stack ends)" if final and read.get("final_norm_class") else
+                  "one LayerNorm after the last block" if final else "none")
     placement = read.get("norm_placement") or ("not read: " + str(read.get("reason")) if read.get("reason") else "—")
     lines = [f"# Stability lab: {spec.block.label}", "",
              f"- **Block**: {where}.",

@@ -38,7 +38,7 @@ def train_lab_run(spec: Spec, params: dict, warmup: int, seed: int, out_dir: Pat
 
 
 def spec_identity(spec: Spec) -> dict:
-    return {"block": spec.block.__dict__, "profile": spec.profile, "setup": spec.setup.__dict__}
+    return {"block": spec.block.as_dict(), "profile": spec.profile, "setup": spec.setup.__dict__}
 
 
 def _train_other(spec: Spec, warmup: int, seed: int, out_dir: Path) -> dict:
@@ -55,18 +55,53 @@ def _train_other(spec: Spec, warmup: int, seed: int, out_dir: Path) -> dict:
         return copy_loss(m(inputs).float(), targets)
 
     identity = {"lab": spec_identity(spec), "warmup": warmup, "seed": seed, "code": provenance.numbers_code_version()}
+    history = _note_resume(out_dir, setup.steps, identity)
     result = train(model, next_batch, loss_fn, steps=setup.steps, lr=setup.lr, warmup=warmup, generator=generator,
                    checkpoint=out_dir / "checkpoint.pt", checkpoint_every=setup.checkpoint_every,
                    desc=f"{spec.block.label} {spec.run_name(warmup, seed)}", identity=identity)
     meta = provenance.stamp(
         run=spec.run_name(warmup, seed), norm=spec.block.label, warmup=warmup, seed=seed, device="cpu",
         threads=torch.get_num_threads(), status="diverged" if result.diverged_step else "finished",
-        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from, wall_time_s=round(result.seconds, 2),
+        diverged_step=result.diverged_step, resumed_from_step=result.resumed_from,
+        resumes=history if result.resumed_from else [], wall_time_s=round(result.seconds, 2),
         lab=spec_identity(spec), read=spec.read,
         copy_task={"vocab_size": setup.vocab_size, "seq_len": setup.seq_len, "batch_size": setup.batch_size})
     write_run(out_dir, result, model, meta)
     (out_dir / "checkpoint.pt").unlink(missing_ok=True)
+    (out_dir / RESUMES).unlink(missing_ok=True)
     return meta
+
+
+RESUMES = "resumes.json"  # beside a run's checkpoint: every resume of it so far (meta.json's ``resumes`` at the end)
+
+
+def _note_resume(out_dir: Path, steps: int, identity: dict) -> list[dict]:
+    """Every resume of this run, this one included: ``[{"step": N, "at": time}, ...]``, kept in ``RESUMES`` beside the
+    checkpoint while the run is unfinished (an interrupted attempt never reaches meta.json). A checkpoint this run will
+    not resume (none, unreadable, another identity: it starts from step 0) clears the list."""
+    import json
+    import time
+
+    from ..training.train import CheckpointMismatch, check_checkpoint, read_checkpoint
+
+    path, checkpoint = Path(out_dir) / RESUMES, Path(out_dir) / "checkpoint.pt"
+    try:
+        state = read_checkpoint(checkpoint) if checkpoint.is_file() else None
+        if state is not None:
+            check_checkpoint(state, steps, identity)
+    except CheckpointMismatch:
+        state = None
+    if state is None:
+        path.unlink(missing_ok=True)
+        return []
+    try:
+        history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        history = [h for h in history if isinstance(h, dict) and int(h.get("step", 0)) <= int(state["step"])]
+    except (OSError, ValueError, TypeError):
+        history = []
+    history.append({"step": int(state["step"]), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    path.write_text(json.dumps(history) + "\n", encoding="utf-8")
+    return history
 
 
 def time_steps(spec: Spec, steps: int = 3) -> float:

@@ -5,8 +5,10 @@ one lab trains the same block at the same setup, and a changed spec retrains (it
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,17 @@ class Block:
     source: str
     kwargs: dict = field(default_factory=dict)
     search_path: str | None = None  # the folder a --module was named from: its jobs import it from there
+    # a user's block or a transformers stack: the sha256 of its source (the file, what it imports from the user's
+    # folder) and of its weights at init (``block_digest``); in every run's identity, so that an edited block retrains
+    # and none of its checkpoints is resumed by another source. None for a built-in (the project's code version)
+    digest: str | None = None
+
+    def as_dict(self) -> dict:
+        """The block as spec.json and the runs' identity hold it (a built-in's without the digest it has not)."""
+        out = asdict(self)
+        if out["digest"] is None:
+            out.pop("digest")
+        return out
 
     @property
     def label(self) -> str:
@@ -109,7 +122,7 @@ class Spec:
     read: dict = field(default_factory=dict)  # what the reviewer read of the block, the final norm used
 
     def to_json(self) -> str:
-        return json.dumps({"block": asdict(self.block), "profile": self.profile, "setup": asdict(self.setup),
+        return json.dumps({"block": self.block.as_dict(), "profile": self.profile, "setup": asdict(self.setup),
                            "params_sha256": self.params_sha256, "read": self.read}, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -183,12 +196,17 @@ class BlockStack(nn.Module):
     """The copy-task LM of document 000 around any block: token embedding and learned positions, ``n_layers`` copies
     of the block, a final norm where the block leaves the stream un-normalised (as read by the reviewer), the head."""
 
-    def __init__(self, cfg: ModelConfig, make_block, final_norm: bool):
+    def __init__(self, cfg: ModelConfig, make_block, final_norm: bool, norm_class: str | None = None):
+        """``norm_class``: the class name of the block's own RMSNorm (``read_block``'s ``final_norm_class``), whose
+        copy, as the block holds it at init, is the final norm (Llama's stack ends in its RMSNorm); else LayerNorm."""
         super().__init__()
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position = LearnedPosition(cfg)
         self.blocks = nn.ModuleList(make_block() for _ in range(cfg.n_layers))
-        self.norm = make_norm(cfg) if final_norm else nn.Identity()
+        own = next((m for m in self.blocks[0].modules() if type(m).__name__ == norm_class), None) if norm_class else None
+        if final_norm and norm_class and own is None:
+            raise ConfigError(f"the block holds no {norm_class} to end the stack with")
+        self.norm = (copy.deepcopy(own) if own is not None else make_norm(cfg)) if final_norm else nn.Identity()
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, tokens):
@@ -263,7 +281,7 @@ def build_model(spec: Spec, seed: int) -> nn.Module:
     read = spec.read
     return BlockStack(model_config(setup), lambda: CallBlock(builder.build(setup.d_model), read.get("mask"),
                                                               bool(read.get("seq_first"))),
-                      bool(read.get("final_norm")))
+                      bool(read.get("final_norm")), read.get("final_norm_class"))
 
 
 def params_sha256(path) -> str:
@@ -316,6 +334,12 @@ def make_spec(params_path, profile: str, builtin: str | None = None, module: str
         if depth:
             read["depth"] = (f"{depth}={chosen[depth]} passed to the constructor"
                              + (" (from --kwargs)" if depth in (kwargs or {}) else " (the stack's depth)"))
+        unpassed = depth_not_passed(target, chosen)
+        if unpassed:
+            read["depth_not_passed"] = (
+                f"{', '.join(unpassed)} not passed: the lab passes the stack's depth ({setup.n_layers}) only as one of"
+                f" {', '.join(DEPTH_NAMES)}; if {'it is' if len(unpassed) == 1 else 'one is'} the depth, give it: "
+                f"--kwargs '{json.dumps({unpassed[0]: setup.n_layers})}'")
     else:
         block = Block("hf", hf)
         read = read_hf(block, setup)
@@ -323,6 +347,104 @@ def make_spec(params_path, profile: str, builtin: str | None = None, module: str
 
 
 # --- a user's block: where it is, what the reviewer reads of it -----------------------------------------------------
+
+
+def _local_module(name: str, folder: Path) -> list[Path]:
+    """The files of the user's folder that importing ``name`` (dotted) from ``folder`` reads: each package's
+    __init__.py on the way and the module itself; [] when it is not there (an installed library's)."""
+    found, here = [], folder
+    for part in name.split("."):
+        if (here / part / "__init__.py").is_file():
+            here = here / part
+            found.append(here / "__init__.py")
+        elif (here / f"{part}.py").is_file():
+            found.append(here / f"{part}.py")
+            break
+        else:
+            break
+    return found
+
+
+def source_files(block: Block) -> list[Path]:
+    """The block's source: the file its class is defined in and, read from the import statements (not from what this
+    process happens to hold imported), every module it imports from the user's folder (``search_path``, or the file's
+    own folder for a relative import), transitively. Sorted, each once."""
+    import ast
+    import inspect
+    import sys
+
+    target = load_target(block.source, block.search_path)
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    own = getattr(module, "__file__", None) or (inspect.getsourcefile(target) if inspect.isclass(target) else None)
+    if not own:
+        return []
+    root = Path(block.search_path).resolve() if block.search_path else Path(own).resolve().parent
+    todo, seen = [Path(own).resolve()], set()
+    while todo:
+        path = todo.pop()
+        if path in seen or path.suffix != ".py" or not path.is_file():
+            continue
+        seen.add(path)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    todo += _local_module(alias.name, root)
+            elif isinstance(node, ast.ImportFrom):
+                base = root
+                if node.level:
+                    base = path.parent
+                    for _ in range(node.level - 1):
+                        base = base.parent
+                names = [f"{node.module}.{a.name}" if node.module else a.name for a in node.names]
+                todo += [f for n in ([node.module] if node.module else []) + names for f in _local_module(n, base)]
+    return sorted(seen)
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """The sha256 of a model's parameters and buffers (names, dtypes, shapes, bytes)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def source_sha256(block: Block) -> dict[str, str]:
+    """Each source file of the block (``source_files``; named relative to the user's folder where it lies there) and
+    its sha256; for a transformers stack, the transformers version (its weights at init say the rest)."""
+    if block.kind == "hf":
+        import transformers
+
+        return {"transformers": transformers.__version__}
+    root = Path(block.search_path).resolve() if block.search_path else None
+    out = {}
+    for path in source_files(block):
+        name = path.relative_to(root).as_posix() if root and root in path.parents else str(path)
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def block_digest(block: Block, weights: str) -> str:
+    """What keys a user's block's runs: its source (``source_sha256``) and its weights at init (``weights_sha256`` of
+    the stack at seed 0)."""
+    text = json.dumps({"source": source_sha256(block), "weights_at_init": weights}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_digest(spec: Spec) -> None:
+    """A job's check that the block it imports is the one the lab planned: an edit since then is a ConfigError (run
+    `blocklab lab` again: it replans and retrains the edited block from step 0)."""
+    if spec.block.kind == "builtin" or spec.block.digest is None:
+        return
+    if block_digest(spec.block, weights_sha256(build_model(spec, 0))) != spec.block.digest:
+        raise ConfigError(f"{spec.block.source}: the block's source or its weights at init changed since this lab was"
+                          " planned; run `blocklab lab` again (it retrains the edited block from step 0)")
+
 
 
 def module_source(target: str) -> tuple[str, str]:
@@ -377,6 +499,10 @@ def keeps_shape(obj, kwargs: dict, setup: Setup, source: str) -> None:
     from ..review.build import Builder
 
     module = Builder(obj, kwargs).build(setup.d_model)
+    not_finite = _not_finite(module.state_dict())
+    if not_finite:  # NaN reaches every position: the reviewer's causality probe would call it not causal
+        raise ConfigError(f"{source}: NaN/inf in the weights at init (one block built at width {setup.d_model}): "
+                          f"{not_finite}; the stack cannot train (check the block's initialisation)")
     stream = (2, 2 * setup.seq_len - 1, setup.d_model)
     try:
         with torch.no_grad():
@@ -391,7 +517,11 @@ def keeps_shape(obj, kwargs: dict, setup: Setup, source: str) -> None:
                           f"d = {setup.d_model} here)")
 
 
-DEPTH_NAMES = ("n_layers", "num_layers", "depth")  # a depth-aware block (DeepNorm, Admin, B2T) takes the stack's
+# a depth-aware block (DeepNorm, Admin, B2T) takes the stack's depth under one of these names (GPT-2's n_layer,
+# Hugging Face's num_hidden_layers, ...); the first the block takes is passed
+DEPTH_NAMES = ("n_layers", "num_layers", "n_layer", "num_hidden_layers", "depth")
+# an argument named like a depth that is none of DEPTH_NAMES: not passed, and the user is told so
+DEPTH_LIKE = re.compile(r"^(n|num|number_of|total|max|stack)?_?(hidden_|transformer_|decoder_)?(layers?|blocks?|depth)$")
 
 
 def with_depth(obj, kwargs: dict, n_layers: int) -> tuple[dict, str | None]:
@@ -406,6 +536,21 @@ def with_depth(obj, kwargs: dict, n_layers: int) -> tuple[dict, str | None]:
     builder = Builder(obj, kwargs)
     name = _first(DEPTH_NAMES, _fields(builder.config_class) if builder.width_arg == "cfg" else _parameters(obj))
     return ({name: n_layers, **kwargs} if name else kwargs), name
+
+
+def depth_not_passed(obj, kwargs: dict) -> list[str]:
+    """The block's (or its config class's) arguments named like a depth (``DEPTH_LIKE``: n_blocks, num_layer, ...)
+    that are none of ``DEPTH_NAMES`` and not in ``kwargs``: the lab does not pass them (it cannot tell them from
+    another count), and says so."""
+    import inspect
+
+    from ..review.build import TORCH_LAYERS, Builder, _fields, _parameters
+
+    if isinstance(obj, nn.Module) or (inspect.isclass(obj) and issubclass(obj, TORCH_LAYERS)):
+        return []
+    builder = Builder(obj, kwargs)
+    names = _fields(builder.config_class) if builder.width_arg == "cfg" else _parameters(obj)
+    return [n for n in names if n not in DEPTH_NAMES and n not in kwargs and DEPTH_LIKE.search(n)]
 
 
 def read_block(block: Block, setup: Setup) -> dict:
@@ -444,11 +589,24 @@ def read_block(block: Block, setup: Setup) -> dict:
     # placements the reviewer names: post, pre, sandwich)
     ends_normalised = placement in NORM_POSITION_SPECS and NORM_POSITION_SPECS[placement].ends_normalised
     residual = [f.message for f in review.findings if f.check == "residual" and f.severity in ("flag", "warn")]
-    return {"norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
+    norm = own_rmsnorm(built) if not ends_normalised else None
+    kind = ({"final_norm_class": norm, "final_norm_kind": f"{norm}, the block's own RMSNorm (a copy as the block holds it "
+             "at init), as a Llama-style stack ends"} if norm else {})
+    return {**kind, "norm_placement": placement, "final_norm": not ends_normalised, "mask": mask, "seq_first": seq_first,
             "how": Builder(obj, block.kwargs).how, "reviewable": bool(structure.get("reviewable")),
             "reason": structure.get("reason"), "residual": residual,
             "post_norm": next((f.message.split("; 2026 default")[0] for f in review.findings
                                if f.check == "norm position" and f.value == "post"), None)}
+
+
+def own_rmsnorm(block: nn.Module) -> str | None:
+    """The class name of the RMSNorm a block normalises with (torch's nn.RMSNorm, transformers' LlamaRMSNorm, a
+    hand-written RMSNorm: a class named so), where it uses no LayerNorm; None otherwise (the stack's final norm is then
+    a LayerNorm, document 000's)."""
+    names = [type(m).__name__ for m in block.modules() if m is not block]
+    if any(isinstance(m, nn.LayerNorm) or "layernorm" in type(m).__name__.lower() for m in block.modules()):
+        return None
+    return next((n for n in names if "rmsnorm" in n.lower()), None)
 
 
 def read_hf(block: Block, setup: Setup) -> dict:
@@ -477,7 +635,14 @@ def check_model(spec: Spec) -> dict:
     if layer and not any(type(m).__name__ == layer for m in model.modules()):
         raise ConfigError(f"{layer}: the {spec.block.source} causal LM built from its config has no {layer} layer "
                           f"(another stack's, an encoder's?); name the architecture instead: --hf-config MODEL_TYPE")
+    not_finite = _not_finite(model.state_dict())
+    if not_finite:
+        raise ConfigError(f"{spec.block.source}: NaN/inf in the weights at init (seed 0): {not_finite}; the stack "
+                          "cannot train (check the block's initialisation)")
     tokens = torch.randint(0, setup.vocab_size, (2, 2 * setup.seq_len - 1), generator=torch.Generator().manual_seed(0))
+    outputs = []
+    hooks = [block.register_forward_hook(lambda module, args, out, i=i: outputs.append((i, out)))
+             for i, block in enumerate(getattr(model, "blocks", []), start=1)]
     try:
         with torch.no_grad():
             logits = model(tokens)
@@ -487,6 +652,16 @@ def check_model(spec: Spec) -> dict:
     except Exception as err:  # noqa: BLE001
         raise ConfigError(f"calling the stack of {spec.block.source} on a (batch, time, {setup.d_model}) stream failed:"
                           f" {type(err).__name__}: {' '.join(str(err).split())[:200]}") from None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not torch.isfinite(logits).all():
+        first = next((i for i, out in outputs if not torch.isfinite(out[0] if isinstance(out, (tuple, list)) else out)
+                      .all()), None)
+        where = f"first in block {first}'s output" if first else "after the blocks (the final norm or head)"
+        raise ConfigError(f"{spec.block.source}: NaN/inf in the stack's output at init on a copy batch "
+                          f"({int((~torch.isfinite(logits)).sum())} of {logits.numel()} logits), {where}, with finite "
+                          "weights: the block's forward makes it (a division by zero, a log of 0?)")
     expected = (2, tokens.shape[1], setup.vocab_size)
     if tuple(logits.shape) != expected:
         raise ConfigError(f"{spec.block.source} changes the stream's shape: the stack gives {tuple(logits.shape)}, the "
@@ -494,4 +669,15 @@ def check_model(spec: Spec) -> dict:
     if not torch.allclose(logits[:, :-1], later[:, :-1]):
         raise ConfigError(f"{spec.block.source}: a later token changes earlier positions' outputs (not causal): on the"
                           " copy task it would read the answer")
-    return {"parameters": sum(p.numel() for p in model.parameters())}
+    return {"parameters": sum(p.numel() for p in model.parameters()), "weights_sha256": weights_sha256(model)}
+
+
+def _not_finite(state: dict, shown: int = 3) -> str:
+    """Where a state dict holds NaN or inf: 'blocks.0.block.proj.weight (12 of 256 NaN, 0 inf), ...' ('' if none)."""
+    found = []
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+            found.append(f"{name} ({nan} NaN, {inf} inf of {tensor.numel()})")
+    more = f" and {len(found) - shown} more tensors" if len(found) > shown else ""
+    return ", ".join(found[:shown]) + more
