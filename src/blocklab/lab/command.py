@@ -43,7 +43,8 @@ def _register_front(subparsers) -> None:
                    help=f"a built-in norm position: one of {', '.join(NORM_POSITIONS)}")
     p.add_argument("--module", help="your block: FILE.py:Class or package.module:Class (imported and run: it is "
                    "your code); built as the reviewer builds it (`blocklab review --help`), given the stack's depth "
-                   "where its constructor takes n_layers, num_layers or depth; a transformers layer class "
+                   "where its constructor takes n_layers, num_layers, n_layer, num_hidden_layers or depth (another name "
+                   "that looks like a depth is said, not passed); a transformers layer class "
                    "(LlamaDecoderLayer, GPT2Block) is built inside its own model from its config, as --hf-config does")
     p.add_argument("--kwargs", help="JSON of extra constructor arguments for --module")
     p.add_argument("--hf-config", help="a transformers model type (llama, qwen2, gpt2, ...): its causal LM at the copy "
