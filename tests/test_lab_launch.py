@@ -148,6 +148,106 @@ def test_ctrl_c_keeps_the_current_step_ends_every_child_leaves_no_lock_and_the_c
     assert not (out / "runs" / "w0-s0" / "checkpoint.pt").exists()
 
 
+def _ended(processes, limit=180):
+    """Until every one of ``processes`` has ended; returns those still alive after ``limit`` seconds."""
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        alive = [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return [p.cmdline() for p in alive]
+
+
+def test_a_workflow_its_leash_is_stopping_is_waited_for_and_one_left_unled_is_named(tmp_path):
+    """The pid file's process group, working in the lab's folder: waited for while its leash says it is stopping (its
+    lab was killed: its jobs save their steps), refused by name with the kill that stops it while it runs unled."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"], cwd=tmp_path,
+                              start_new_session=True)
+    try:
+        _until(lambda: worker.pid in launch.workers(tmp_path), "the worker's folder", worker, limit=30)
+        (tmp_path / launch.PID_FILE).write_text(f"{worker.pid}\n")
+        said = launch.wait_for_orphans(tmp_path)
+        assert said.startswith(f"blocklab lab: a workflow of this lab is still running in {tmp_path}, started by a "
+                               f"`blocklab lab` that is gone: pid {worker.pid} (python") and \
+            f"(process group {worker.pid}); wait for it to end" in said and f"`kill -INT -{worker.pid}`" in said, said
+        (tmp_path / launch.PID_FILE).write_text(f"{worker.pid}\nstopping\n")
+        locks = tmp_path / ".snakemake" / "locks"
+        locks.mkdir(parents=True)
+        (locks / "0.input.lock").write_text("x")  # as a leash killed mid-way would leave one
+        assert launch.wait_for_orphans(tmp_path) is None and worker.poll() is not None
+        assert not list(locks.iterdir())
+    finally:
+        worker.kill()
+        worker.wait()
+    assert launch.wait_for_orphans(tmp_path) is None, "a pid file whose group is gone is nobody's"
+
+
+def test_a_killed_lab_stops_its_jobs_the_same_command_resumes_and_a_workflow_left_unled_is_named(tmp_path):
+    """SIGKILL of `blocklab lab`: its job saves the step it is at and ends, with Snakemake, no lock and no pid file left
+    (before: they trained on, detached, and the same command failed on Snakemake's LockException). A workflow whose
+    lab and leash were both killed trains on: the same command then refuses in one line naming its processes and the
+    `kill` that stops it keeping its step; after that kill the same command finishes, with the losses of a lab never
+    interrupted."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(ROOT / "tests" / "lab_blocks.py", folder)
+    out = tmp_path / "lab"
+    command = [sys.executable, "-m", "blocklab.cli", "lab", "--module", "lab_blocks.py:SlowPreNormBlock", "--profile",
+               "tiny", "--warmups", "0", "--out", str(out)]
+    log = out / "runs" / "w0-s0" / "train.log"
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+
+    proc = _start(command, folder)
+    _until(lambda: (out / "runs" / "w0-s0" / "checkpoint.pt").is_file(), "first checkpoint (step 5)", proc)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert any("lab-job" in " ".join(c.cmdline()) for c in children if c.is_running())
+    assert (out / launch.PID_FILE).is_file()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert not _ended(children), "left running after the lab was killed"
+    assert not launch.workers(out) and not list((out / ".snakemake" / "locks").glob("*"))
+    assert not (out / launch.PID_FILE).exists()
+    first = _saved_step(out)
+    assert 5 <= first < 12 and f"interrupted; its checkpoint at step {first} of 12 is kept" in log.read_text()
+
+    # the lab and its leash both killed (nothing a closed terminal does): Snakemake and its job train on, unled
+    proc = _start(command, folder)
+    _until(lambda: log.is_file() and f"resumed from checkpoint at step {first}" in log.read_text(), "resume", proc)
+    leash = next(c for c in psutil.Process(proc.pid).children() if launch.PID_FILE in c.cmdline())
+    unled = leash.children(recursive=True)
+    jobs = [p for p in unled if "lab-job" in p.cmdline()]
+    for job in jobs:  # held (SIGSTOP) while the same command starts: a run longer than the lab's own start-up
+        job.suspend()
+    os.kill(leash.pid, signal.SIGKILL)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)  # its output stays open: the unled workflow still writes to it
+    assert jobs and all(p.is_running() for p in unled)
+    refused = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, timeout=300)
+    for job in jobs:
+        job.resume()
+    line = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 1 and f"a workflow of this lab is still running in {out}, started by a `blocklab " \
+        "lab` that is gone: " in line, refused.stderr[-3000:]
+    assert "(Snakemake)" in line and "(job lab-job run)" in line and f"`kill -INT -{leash.pid}`" in line, line
+    assert "LockException" not in refused.stderr and "--unlock" not in refused.stderr
+    subprocess.run(line.split("`kill")[1].split("`")[0].join(["kill", ""]), shell=True, check=True)
+    assert not _ended(unled), "left running after the kill the lab named"
+    proc.stdout.close()
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "runs" / "w0-s0" / "meta.json").read_text())["resumed_from_step"] >= first
+    assert not (out / launch.PID_FILE).exists()
+
+    whole = tmp_path / "whole"  # the same lab, never interrupted
+    done = subprocess.run([*command[:-1], str(whole)], cwd=folder, capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed, never = (pd.read_csv(o / "runs" / "w0-s0" / "loss.csv") for o in (out, whole))
+    assert resumed["step"].tolist() == list(range(1, 13))
+    pd.testing.assert_frame_equal(resumed, never)
+
+
 def test_a_block_edited_after_a_kill_retrains_from_step_0_not_from_the_old_blocks_checkpoint(tmp_path):
     """Killed mid-run, the block's file edited, the same command: the old block's checkpoint is not resumed (moved
     aside), the run trains from step 0 and finishes."""

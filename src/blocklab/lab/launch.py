@@ -9,6 +9,12 @@
   process group of its own, so the signal reaches its jobs exactly once, from here; every running job finishes its
   step, saves it in its checkpoint and ends; Snakemake ends; a lock it left is removed; one line says what was kept
   and the one command that resumes (the same command: finished runs are kept, checkpointed ones resume).
+- **A killed lab** (SIGKILL, or SIGHUP when its terminal closes): its jobs do not train on out of sight. Between this
+  process and Snakemake runs a small process (``LEASH``) that the kernel tells when this one dies (Linux's
+  PR_SET_PDEATHSIG); it then stops the workflow as a Ctrl-C does (each job saves its step) and removes the locks and
+  its pid file (``PID_FILE`` in the lab's folder). A rerun that finds that stop under way waits for it and resumes; one
+  that finds a workflow still alive whose lab is gone (its leash killed too, or a lab older than the leash) refuses in
+  one line naming its processes and how to stop it or wait for it, not Snakemake's LockException.
 """
 from __future__ import annotations
 
@@ -237,17 +243,180 @@ def _as_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+# The process between `blocklab lab` and Snakemake, in Snakemake's process group (its leader): it starts Snakemake,
+# passes on its exit status, and ends the workflow when the lab that started it dies. Plain Python (``-c``), so that it
+# starts in milliseconds; argv: the lab's pid, its pid file, the name of INTERRUPT_ENV, then Snakemake's command.
+PID_FILE = ".blocklab-lab.pid"  # in the lab's folder while its workflow runs: the group, then "stopping" once stopping
+LEASH = r"""
+import ctypes, os, signal, subprocess, sys, time
+parent, pid_file, interrupt_env, command = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+stop = []
+signal.signal(signal.SIGINT, lambda signum, frame: None)  # a Ctrl-C reaches Snakemake's group from the lab itself;
+# a handler (not SIG_IGN): Snakemake, exec'd below, starts with SIGINT at its default, as a terminal gives it
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, lambda signum, frame: stop.append(signum))
+try:  # PR_SET_PDEATHSIG: SIGTERM here when the lab dies, however it dies
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:  # the lab died before the line above
+    stop.append(signal.SIGTERM)
+group = os.getpgrp()
+os.environ[interrupt_env] = str(group)
+locks = os.path.join(".snakemake", "locks")
+def our_locks():
+    return set(os.listdir(locks)) if os.path.isdir(locks) else set()
+before = our_locks()
+def say(text):
+    tmp = pid_file + ".tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, pid_file)
+say(f"{group}\n")
+def others():
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] != "Z":
+                found.append(int(name))
+    return found
+child = None if stop else subprocess.Popen(command)
+stopping = None
+while True:
+    if stop and stopping is None:
+        stopping = time.monotonic()
+        say(f"{group}\nstopping\n")
+        try:  # its terminal may be gone with it
+            sys.stderr.write(f"blocklab lab: the lab that started this workflow (pid {parent}) is gone; stopping "
+                             "its jobs as a Ctrl-C does (each saves its step); the same command resumes\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+        os.killpg(group, signal.SIGINT)
+    if stopping is not None and time.monotonic() - stopping > 120:
+        for pid in others():  # a job that would not end
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    try:
+        code = child.wait(timeout=0.5) if child is not None else 130
+        break
+    except subprocess.TimeoutExpired:
+        pass
+if stopping is not None:
+    while others() and time.monotonic() - stopping < 130:  # a job still saving its step: its checkpoint first
+        time.sleep(0.2)
+    for name in our_locks() - before:
+        try:
+            os.unlink(os.path.join(locks, name))
+        except OSError:
+            pass
+try:
+    os.unlink(pid_file)
+except OSError:
+    pass
+sys.exit(128 - code if code < 0 else code)
+"""
+
+
+def lab_group(out: Path) -> tuple[int, bool, list[int]] | None:
+    """(process group, whether its lab is gone and it is stopping, its live processes working in ``out``) of the
+    workflow ``out``'s pid file names, while any of that group lives; else None."""
+    import psutil
+
+    try:
+        words = (Path(out) / PID_FILE).read_text(encoding="utf-8").split()
+        group = int(words[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    out = Path(out).resolve()
+    alive = []
+    for proc in psutil.process_iter(["pid", "cwd"]):
+        try:
+            if proc.info["pid"] != os.getpid() and os.getpgid(proc.info["pid"]) == group and proc.info.get("cwd") \
+                    and Path(proc.info["cwd"]) == out:
+                alive.append(proc.info["pid"])
+        except (ProcessLookupError, PermissionError):
+            continue
+    return (group, "stopping" in words, sorted(alive)) if alive else None
+
+
+def _described(pids: list[int]) -> str:
+    """Each process as its pid and what it is: Snakemake, a lab job (its verb) or its program."""
+    import psutil
+
+    names = []
+    for pid in pids:
+        try:
+            words = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if any("snakemake" in word for word in words):
+            what = "Snakemake"
+        elif "lab-job" in words and words.index("lab-job") + 1 < len(words):
+            what = f"job lab-job {words[words.index('lab-job') + 1]}"
+        else:
+            what = Path(words[0]).name if words else "?"
+        names.append(f"pid {pid} ({what})")
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+
+
+def wait_for_orphans(out: Path, limit_s: float = 180.0) -> str | None:
+    """Before a lab starts Snakemake in ``out``: a workflow a killed lab left. One that is stopping (its leash saw the
+    lab die) is waited for (said on stderr), its locks then gone; one still running unled (its leash killed too, or a
+    lab started before the leash) is refused: returns the line naming its processes and how to stop it or wait for
+    it; None when the folder is free."""
+    found = lab_group(out)
+    if found is None:
+        legacy = [pid for pid in workers(out) if pid not in {p.pid for p in _ancestors()}] if locks(out) else []
+        if not legacy:
+            return None
+        found = (None, False, legacy)
+    group, stopping, pids = found
+    if stopping:
+        began = time.monotonic()
+        print(f"blocklab lab: waiting for the workflow a killed `blocklab lab` left (process group {group}: "
+              f"{_described(pids)}) to save its steps and end", file=sys.stderr, flush=True)
+        while lab_group(out) is not None and time.monotonic() - began < limit_s:
+            time.sleep(0.5)
+        if lab_group(out) is None:
+            print(f"blocklab lab: the workflow a killed `blocklab lab` left ended after {time.monotonic() - began:.0f} s"
+                  "; resuming", file=sys.stderr, flush=True)
+            if said := remove_stale_locks(out):
+                print(said, file=sys.stderr, flush=True)
+            return None
+        group, _, pids = lab_group(out) or (group, True, pids)
+    stop = f"kill -INT -{group}" if group else f"kill -INT {' '.join(map(str, pids))}"
+    return (f"blocklab lab: a workflow of this lab is still running in {out}, started by a `blocklab lab` that is gone: "
+                  f"{_described(pids)}{f' (process group {group})' if group else ''}; wait for it to end (each run "
+                  f"writes its progress to {Path(out) / 'runs' / '<run>' / 'train.log'}), or stop it, each job keeping "
+                  f"its step: `{stop}`; then run the same command again, which resumes")
+
+
+def _ancestors():
+    import psutil
+
+    return psutil.Process().parents()
+
+
 def run_workflow(command: list[str], out: Path, env: dict, tick, every_s: float = 5.0) -> tuple[int, int]:
     """Run Snakemake in a process group of its own; ``tick()`` every ``every_s`` seconds while it runs. A SIGINT or
     SIGTERM here is sent on to that group (once: each job keeps its current step; a second: the jobs stop at once,
     keeping their last checkpoint; a third kills the group). Returns (Snakemake's exit status, signals caught); after
     a signal, every process of the group has ended and the locks Snakemake took are gone."""
+    if "--dry-run" not in command and (refused := wait_for_orphans(out)):  # a killed lab's workflow (hold_folder too)
+        raise OSError(refused.removeprefix("blocklab lab: "))
     before = set(locks(out))
     # The jobs inherit INTERRUPT_ENV = their process group: they write their interrupted line to their train.log
     # and leave the terminal to this process's one line (training.train._say_interrupted).
-    # SIGINT back to its default in Snakemake (a shell starts background commands with it ignored), then exec.
-    wrapped = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-               f"os.environ[{INTERRUPT_ENV!r}] = str(os.getpgrp()); os.execvp(sys.argv[1], sys.argv[1:])", *command]
+    # The leash (LEASH) leads the group: Snakemake under it, SIGINT at its default; this process's death stops it.
+    wrapped = [sys.executable, "-c", LEASH, str(os.getpid()), PID_FILE, INTERRUPT_ENV, *command]
     proc = subprocess.Popen(wrapped, cwd=out, env={**env, RESUME_ENV: f"`{resume_command()}`"},
                             stdin=subprocess.DEVNULL, start_new_session=True)
     signals = 0
