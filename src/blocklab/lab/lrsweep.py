@@ -305,6 +305,8 @@ def meaning(result: pd.DataFrame, runs: pd.DataFrame, chance: float, references:
     best loss ℓ* against chance, the built-in blocks' values at the same setup where they are recorded, and the
     measure's blind spot said for this block (a block that learns at no rate scores low)."""
     ref = table(references, chance) if len(references) else pd.DataFrame()
+    if len(ref):  # the recorded study's order (docs/lab.md's table)
+        ref = ref.sort_values("block", key=lambda b: b.map({n: i for i, n in enumerate(BLOCKS)}), ignore_index=True)
     lines = []
     for r in result.itertuples():
         part = runs[(runs["block"] == r.block) & (runs["warmup"] == r.warmup)]
@@ -316,7 +318,7 @@ def meaning(result: pd.DataFrame, runs: pd.DataFrame, chance: float, references:
                 + f" over {int(r.seeds)} seed(s); {int(r.runs_learned)} of {int(r.runs)} runs learned"
                 + (f", at lr {', '.join(learned_at)}" if learned_at else ", at no rate of the grid")
                 + f"; best final loss ℓ* {best:.3g} at lr "
-                f"{float(curve.idxmin()):g}, {best / chance:.2f} × chance (ln V = {chance:.3f})")
+                f"{float(curve.idxmin()):g}, {best / chance:.2g} × chance (ln V = {chance:.3f})")
         if learned_at:
             line += ("; the number is the mean excess over that best across the grid: a rate where the block stays at "
                      "chance adds up to ln V − ℓ* to it")
