@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -58,6 +59,13 @@ def test_the_scratch_copy_holds_the_tracked_files_and_its_jobs_import_its_code(t
     found = subprocess.run([sys.executable, "-c", "import blocklab; print(blocklab.__file__)"], env=smoke.job_env(copy),
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(found).resolve() == (copy / "src/blocklab/__init__.py").resolve(), found
+    # its runs record the checkout's commit, not the copy's throwaway one
+    recorded = subprocess.run([sys.executable, "-c", "from blocklab.provenance import code_version; "
+                               "print(code_version()['git_commit'])"], env=smoke.job_env(copy), cwd=copy,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
+    assert recorded == head != subprocess.run(["git", "rev-parse", "HEAD"], cwd=copy, capture_output=True,
+                                              text=True).stdout.strip()
 
 
 def test_an_interrupted_smoke_names_the_command_that_resumes_it(tmp_path, monkeypatch, capsys):
@@ -84,6 +92,57 @@ def test_an_interrupted_smoke_names_the_command_that_resumes_it(tmp_path, monkey
     assert "smoke run finished" not in capsys.readouterr().out
     record = json.loads((tmp_path / "checkout" / SMOKE).read_text())
     assert record["project"] == str(dest.resolve()) and record["finished"] is None
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def killed_smoke(checkout: Path, scratch: Path, **fields) -> dict:
+    """The record a SIGKILLed `blocklab smoke` leaves in ``checkout``: not finished, its pid gone, its copy there."""
+    (scratch / "data/sweep/runs/pre-w0-s0").mkdir(parents=True)
+    (scratch / "data/sweep/runs/pre-w0-s0/checkpoint.pt").write_bytes(bytes(3_000_000))
+    record = {"project": str(scratch), "config": "configs/tiny.yaml", "started": "2026-12-07T03:00:00+00:00",
+              "finished": None, "pid": _dead_pid(), "state": smoke.checkout_state(checkout), **fields}
+    (checkout / SMOKE).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / SMOKE).write_text(json.dumps(record))
+    return record
+
+
+def test_a_killed_smoke_is_resumed_by_the_next_when_the_checkout_is_as_it_was_else_named_with_its_size(
+        tmp_path, monkeypatch, capsys):
+    checkout, scratch = git_project(tmp_path / "checkout"), tmp_path / "blocklab-smoke-killed"
+    monkeypatch.setattr(smoke, "PROJECT", checkout)
+    killed_smoke(checkout, scratch)
+    args = argparse.Namespace(keep=None, config="configs/tiny.yaml", cores=2)
+    assert smoke._resumable(args, smoke.checkout_state(checkout)) == scratch
+    said = capsys.readouterr().err
+    assert f"resuming the interrupted smoke's scratch copy {scratch} (3 MB, started 2026-12-07T03:00:00+00:00;" in said
+    # the checkout edited since: a fresh copy, the killed one named with its size and the commands
+    (checkout / "src/pkg/__init__.py").write_text("WHERE = 'edited again'\n")
+    assert smoke._resumable(args, smoke.checkout_state(checkout)) is None
+    said = capsys.readouterr().err
+    assert f"an interrupted smoke's scratch copy is kept: {scratch} (3 MB, started " in said, said
+    assert f"`blocklab smoke --keep {scratch}` resumes it, `rm -r {scratch}` frees it" in said
+    # a smoke still running (its pid alive) is neither resumed nor named; a finished one neither
+    killed_smoke(checkout, tmp_path / "running", pid=os.getpid())
+    assert smoke.interrupted_smoke(checkout) is None
+    killed_smoke(checkout, tmp_path / "finished", finished="2026-12-07T03:09:00+00:00")
+    assert smoke.interrupted_smoke(checkout) is None
+
+
+def test_status_names_a_killed_smokes_copy_its_size_and_the_command_that_resumes_it(tmp_path):
+    checkout, scratch = tmp_path / "checkout", tmp_path / "blocklab-smoke-killed"
+    (checkout / "data").mkdir(parents=True)
+    (checkout / "data/README.md").write_text("what the pipeline writes here\n")
+    shutil.copy(PROJECT / "configs/tiny.yaml", checkout / "params.yaml")
+    killed_smoke(checkout, scratch, config="configs/other.yaml")
+    result = blocklab("status", cwd=checkout)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"an interrupted smoke's scratch copy is kept: {scratch} (3 MB, started 2026-12-07T03:00:00+00:00); "
+        f"`blocklab smoke --keep {scratch} --config configs/other.yaml` resumes it, `rm -r {scratch}` frees it")
 
 
 def test_smoke_help_describes_it():

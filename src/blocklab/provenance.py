@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -21,6 +22,9 @@ def code_version() -> dict:
             digest.update(file.relative_to(package).as_posix().encode())
             digest.update(file.read_bytes())
     version = {"blocklab_source_sha256": digest.hexdigest()[:16], "git_commit": None, "git_dirty": None}
+    if os.environ.get("BLOCKLAB_GIT_COMMIT"):  # a scratch copy's jobs (blocklab.smoke.job_env): the checkout's commit,
+        return {**version, "git_commit": os.environ["BLOCKLAB_GIT_COMMIT"],  # not the copy's throwaway one
+                "git_dirty": os.environ.get("BLOCKLAB_GIT_DIRTY") == "1"}
     try:
         top = package.parent.parent
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True, timeout=10)

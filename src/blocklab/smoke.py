@@ -8,6 +8,9 @@ claims` and `blocklab report inspect` in the checkout show its result until the 
 
 Ctrl-C stops it, keeping the scratch copy with every finished job and each run's last checkpoint; one line then says
 what is kept and the command that resumes: `blocklab smoke --keep DIR` (only what is missing is computed again).
+A smoke killed outright (SIGKILL, a closed terminal) says nothing; the next `blocklab smoke` (`make smoke`) resumes its
+scratch copy when the checkout is as it was (same commit, same uncommitted edits, same --config), and otherwise names
+it and its size (`blocklab status` names it too) before starting a fresh one.
 """
 from __future__ import annotations
 
@@ -59,13 +62,74 @@ def make_scratch_project(dest: Path, config: str = "configs/tiny.yaml", project:
     return dest
 
 
-def job_env(dest: Path) -> dict:
+def job_env(dest: Path, project: Path = PROJECT) -> dict:
     """The jobs' environment: this Python's bin first (the rules call `blocklab`, papermill and jupyter by name), the
-    scratch copy's src/ first on the import path (not the checkout's, which the editable install points at), and the
-    command a Ctrl-C line names."""
-    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(dest / "src"), os.environ.get("PYTHONPATH", "")])),
-            RESUME_ENV: resume_command(dest)}
+    scratch copy's src/ first on the import path (not the checkout's, which the editable install points at), the
+    command a Ctrl-C line names, and the checkout's commit, which the runs record (not the copy's throwaway one)."""
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(dest / "src"), os.environ.get("PYTHONPATH", "")])),
+           RESUME_ENV: resume_command(dest)}
+    commit, dirty = source_commit(project)
+    if commit:
+        env |= {GIT_COMMIT_ENV: commit, GIT_DIRTY_ENV: "1" if dirty else "0"}
+    return env
+
+
+GIT_COMMIT_ENV, GIT_DIRTY_ENV = "BLOCKLAB_GIT_COMMIT", "BLOCKLAB_GIT_DIRTY"  # read by provenance.code_version
+
+
+def source_commit(project: Path = PROJECT) -> tuple[str | None, bool]:
+    """(the checkout's commit, whether its src/ has uncommitted edits), as provenance.code_version reads them."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=project, capture_output=True,
+                                text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+    return (commit.stdout.strip() or None) if commit.returncode == 0 else None, bool(status.stdout.strip())
+
+
+def checkout_state(project: Path = PROJECT) -> str | None:
+    """The checkout as the scratch copy copies it: its commit and a hash of its uncommitted edits to tracked files."""
+    import hashlib
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, timeout=10)
+        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=project, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if commit.returncode or diff.returncode:
+        return None
+    return f"{commit.stdout.decode().strip()}+{hashlib.sha256(diff.stdout).hexdigest()[:16]}"
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def interrupted_smoke(checkout: Path = PROJECT) -> dict | None:
+    """The checkout's record of a smoke that did not finish and no longer runs (killed or interrupted), its scratch
+    copy still there, with ``size`` (the copy's size, in words); None when there is none."""
+    from .records import last_smoke
+
+    record = last_smoke(checkout)
+    if record is None or record.get("finished") or (record.get("pid") and _alive(record["pid"])):
+        return None
+    return {**record, "size": _size(Path(record["project"]))}
+
+
+def left_line(record: dict) -> str:
+    """The line that names an interrupted smoke's scratch copy, its size and the commands that resume or free it."""
+    config = f" --config {record['config']}" if record.get("config") not in (None, "configs/tiny.yaml") else ""
+    return (f"an interrupted smoke's scratch copy is kept: {record['project']} ({record['size']}, started "
+            f"{record.get('started', '?')}); `blocklab smoke --keep {record['project']}{config}` resumes it, "
+            f"`rm -r {record['project']}` frees it")
 
 
 def resume_command(dest: Path) -> str:
@@ -122,8 +186,26 @@ def _size(folder: Path) -> str:
     return f"{total / 1e6:.0f} MB"
 
 
+def _resumable(args, state: str | None) -> Path | None:
+    """Without --keep: the scratch copy of an interrupted smoke of this checkout as it is now (same state, same
+    --config), which is resumed; another one left is named with its size (and `blocklab status` names it)."""
+    record = interrupted_smoke(PROJECT)
+    if record is None:
+        return None
+    if state is not None and record.get("state") == state and record.get("config") == args.config:
+        print(f"blocklab smoke: resuming the interrupted smoke's scratch copy {record['project']} ({record['size']}, "
+              f"started {record.get('started', '?')}; the checkout is as it was then): only what is missing is computed;"
+              f" `rm -r {record['project']}` first for a fresh one", file=sys.stderr)
+        return Path(record["project"])
+    print(f"blocklab smoke: {left_line(record)}; this one starts a fresh copy (the checkout or --config changed since "
+          "that one)", file=sys.stderr)
+    return None
+
+
 def _main(args) -> int:
-    dest = (args.keep or Path(tempfile.mkdtemp(prefix="blocklab-smoke-"))).resolve()
+    state = checkout_state(PROJECT)
+    keep = args.keep or _resumable(args, state)
+    dest = (keep or Path(tempfile.mkdtemp(prefix="blocklab-smoke-"))).resolve()
     interrupted = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(True))  # Snakemake says it
     try:
@@ -138,7 +220,8 @@ def _main(args) -> int:
                  else "no untracked file left out)"), file=sys.stderr)
         if interrupted:
             raise KeyboardInterrupt
-        _record(PROJECT, project=str(dest), config=args.config, started=started, finished=None)
+        _record(PROJECT, project=str(dest), config=args.config, started=started, finished=None, pid=os.getpid(),
+                state=state)
         child = start_snakemake(dest, args.cores)
         while True:  # a Ctrl-C reaches Snakemake too (one process group): wait for its own line and exit
             try:

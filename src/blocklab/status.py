@@ -380,6 +380,12 @@ def register(subparsers) -> None:
 
 
 def _main(args) -> int:
+    from .smoke import interrupted_smoke, left_line
+
+    # a smoke killed or interrupted, its scratch copy left (70-80 MB): named, with the commands that resume or free it
+    left = interrupted_smoke(args.root)
+    if left is not None:
+        print(left_line(left))
     # a checkout without runs (a fresh clone's data/ holds a README) after `make smoke`: the smoke's, said so first
     smoke = records.smoke_copy(SWEEP_RUNS, args.root) if args.params is None and not run_dirs(args.root / "data") else None
     if smoke is not None:
