@@ -373,6 +373,35 @@ def test_the_memory_estimate_is_within_its_factor_of_a_measured_training_jobs_pe
         assert measured["peak"] <= estimate, (name, measured, estimate)
 
 
+# ---- a run's command typed by hand, interrupted: the same command resumes it -------------------------------------------
+
+
+INTERRUPT_AT_3 = ("import os, signal, sys, runpy; import blocklab.training.train as t\n"
+                  "made = t._make_step\n"
+                  "def make(*a, **k):\n"
+                  "    step = made(*a, **k)\n"
+                  "    def once(batch, number=0):\n"
+                  "        loss = step(batch, number)\n"
+                  "        if number == 3: os.kill(os.getpid(), signal.SIGINT)\n"
+                  "        return loss\n"
+                  "    return once\n"
+                  "t._make_step = make\n"
+                  "sys.argv = ['blocklab'] + sys.argv[1:]; runpy.run_module('blocklab.cli', run_name='__main__')\n")
+
+
+def test_sweep_train_typed_by_hand_and_interrupted_names_itself_as_the_command_that_resumes(tmp_path):
+    (tmp_path / "params.yaml").write_text(TINY_TEXT, encoding="utf-8")
+    command = ["sweep", "train", "--params", "params.yaml", "--norm", "pre", "--warmup", "0", "--seed", "0",
+               "--out-dir", "run"]
+    env = {k: v for k, v in os.environ.items() if k not in ("BLOCKLAB_RESUME", "BLOCKLAB_INTERRUPT_SAID_BY")}
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT_3, *command], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=300)
+    line = next((x for x in done.stderr.splitlines() if "interrupted;" in x), done.stderr[-3000:])
+    assert "its checkpoint at step 3 of 60 is kept" in line, line
+    assert line.endswith(f"resume with the same command (`blocklab {' '.join(command)}`, from {tmp_path})"), line
+    assert "snakemake" not in line and "dvc repro" not in line
+
+
 # ---- a run refused by a live one: told to wait, not to unlock -----------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..model_config import NORM_POSITIONS
 from ..io import write_table
-from ..training.commands import add_train as run_command
+from ..training.commands import add_train as run_command, resumed_by_the_same_command
 from ..params_file import load_params
 
 
@@ -25,7 +25,7 @@ def add_command(subparsers, verb: str, help: str, func, root: bool = False):
 def add_train(subparsers, help: str, func, norm_and_warmup: bool = True):
     """``train``: one run of a setting (--cell) at a seed into --out-dir (``training.commands.add_train``'s options); the
     norm position and warm-up are given, or (``norm_and_warmup=False``) the study's plan fixes them."""
-    p = run_command(subparsers, "train", help, func)
+    p = run_command(subparsers, "train", help, resumed_by_the_same_command(func))
     p.add_argument("--cell", required=True, help="the setting, e.g. learned-b32-L24-lr0.001-fp32")
     if norm_and_warmup:
         p.add_argument("--norm", required=True, choices=NORM_POSITIONS)

@@ -15,8 +15,26 @@ def add_train(subparsers, name: str, help: str, train_main):
     p.add_argument("--seed", required=True, type=int)
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: params threads_per_run)")
-    p.set_defaults(func=train_main)
+    p.set_defaults(func=resumed_by_the_same_command(train_main))
     return p
+
+
+def resumed_by_the_same_command(train_main):
+    """A run's command typed by hand (no Snakemake main process, no lab, no smoke, which name their own command): its
+    Ctrl-C line names this same command as the one that resumes it (training.train.RESUME_ENV), not Snakemake's."""
+    def run(args):
+        import os
+        import shlex
+        import sys
+
+        from .train import INTERRUPT_ENV, RESUME_ENV
+
+        if not os.environ.get(RESUME_ENV) and not os.environ.get(INTERRUPT_ENV):
+            os.environ[RESUME_ENV] = (f"the same command (`{shlex.join(['blocklab', *sys.argv[1:]])}`, from "
+                                      f"{shlex.quote(os.getcwd())})")
+        return train_main(args)
+
+    return run
 
 
 def add_aggregate(subparsers, name: str, help: str, aggregate) -> None:
