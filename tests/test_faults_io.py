@@ -373,6 +373,24 @@ def test_the_memory_estimate_is_within_its_factor_of_a_measured_training_jobs_pe
         assert measured["peak"] <= estimate, (name, measured, estimate)
 
 
+# ---- a write over the process's file-size limit (EFBIG) names the file ------------------------------------------------
+
+
+def test_a_write_over_the_file_size_limit_names_the_file_and_the_limit(tmp_path):
+    """Under `ulimit -f` (a batch job's limit), a write that would exceed it said only "[Errno 27] File too large"."""
+    script = ("import resource, sys\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+              "from blocklab.io import write_bytes\n"
+              "write_bytes(bytes(1 << 20), sys.argv[1])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "big.bin")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "OutputError" in done.stderr, done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert f"cannot write {tmp_path / 'big.bin'}: the file would exceed this process's file-size limit (64.0 KiB; " \
+        "`ulimit -f`" in line and "nothing was written under that name" in line, line
+    assert not list(tmp_path.iterdir()), "no temporary file left"
+
+
 # ---- a run's command typed by hand, interrupted: the same command resumes it -------------------------------------------
 
 

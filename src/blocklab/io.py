@@ -73,6 +73,13 @@ def output_error(err: OSError | Exception, path: Path) -> OutputError:
         cause = f"permission denied in {_existing(path.parent)} (user {os.getuid()} cannot write there)"
     elif code in (errno.ENOTDIR, errno.EEXIST):
         cause = f"a part of {path.parent} is a file, not a directory"
+    elif code == errno.EFBIG:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        cause = ("the file would exceed this process's file-size limit" + (
+            f" ({_size(limit)}; `ulimit -f` shows it in KiB, a batch system's job limits set it)"
+            if limit != resource.RLIM_INFINITY else " (or the file system's largest file)"))
     else:
         cause = " ".join(str(err).split())
     return _error(code or errno.EIO, f"cannot write {path}: {cause}; {kept}; fix that and run the same command again")
@@ -165,7 +172,7 @@ def atomic_path(path: str | os.PathLike):
         raise
     except Exception as err:
         denied = getattr(err, "errno", None) in (errno.EACCES, errno.EPERM) and getattr(err, "filename", None) == tmp
-        if _disk_full(err) or getattr(err, "errno", None) == errno.EROFS or denied:
+        if _disk_full(err) or getattr(err, "errno", None) in (errno.EROFS, errno.EFBIG) or denied:
             raise output_error(err, path) from err
         raise
     finally:
