@@ -131,6 +131,23 @@ def test_gallery_copies_keep_no_records(tmp_path):
     assert json.loads(outputs["sidecar"].read_text(encoding="utf-8"))["sources"] == ["data/sweep/summary.csv"]
 
 
+def test_a_figures_sidecar_records_its_data_relative_to_the_project(tmp_path, monkeypatch):
+    """A source given as an absolute path under the project (where the jobs run) is recorded as data/...; one outside
+    it as given (before: the drawing machine's absolute paths)."""
+    import matplotlib.pyplot as plt
+
+    from blocklab.figures.style import save
+
+    monkeypatch.chdir(tmp_path)
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [2, 1])
+    outside = tmp_path.parent / "elsewhere.csv"
+    figure = save(fig, tmp_path / "figs" / "x.png", dpi=30, sources=[tmp_path / "data/sweep/summary.csv",
+                                                                     "data/sweep/losses.csv", outside])
+    recorded = json.loads(figure.with_suffix(".json").read_text(encoding="utf-8"))["sources"]
+    assert recorded == ["data/sweep/summary.csv", "data/sweep/losses.csv", str(outside)], recorded
+
+
 # ---- every artifact a finished run records must be there ---------------------------------------------------------------
 
 

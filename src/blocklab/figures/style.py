@@ -65,6 +65,15 @@ def relative_sidecar(sidecar, data) -> dict:
     return record
 
 
+def project_relative(source) -> str:
+    """A figure's source as its sidecar records it: relative to the project (the folder the pipeline's jobs run in,
+    here) when it lies there, so that the record holds on another machine or after a move; any other as given."""
+    try:
+        return Path(source).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(source)
+
+
 def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None, record: bool = True) -> Path:
     """Write the figure atomically, plus ``<name>.json`` saying which data files and parameters made it, each with its
     checksum record (``NAME.sha256``, ``io.recorded_path``) that `blocklab verify` checks; ``record=False`` for a
@@ -75,7 +84,8 @@ def save(fig, path, dpi: int = 150, sources=(), params: dict | None = None, reco
     plt.close(fig)
     from .. import provenance
 
-    sidecar = {"figure": path.name, "sources": [str(s) for s in sources], "params": params or {}, **provenance.code_version()}
+    sidecar = {"figure": path.name, "sources": [project_relative(s) for s in sources], "params": params or {},
+               **provenance.code_version()}
     with recorded_path(path.with_suffix(".json"), record) as tmp:
         tmp.write_text(json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
