@@ -186,7 +186,12 @@ def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_
     monkeypatch.setattr(smoke, "PROJECT", tmp_path / "checkout")  # where it records the scratch copy
     monkeypatch.setattr(smoke, "untracked_files", lambda: [])
     done = subprocess.Popen([sys.executable, "-c", ""])
-    monkeypatch.setattr(smoke.subprocess, "Popen", lambda cmd, **kw: calls.append((cmd, kw)) or done)
+    real = subprocess.Popen  # git's calls (the checkout's commit and state) run; Snakemake's is recorded
+
+    def popen(cmd, **kw):
+        return real(cmd, **kw) if cmd[0] == "git" else calls.append((cmd, kw)) or done
+
+    monkeypatch.setattr(smoke.subprocess, "Popen", popen)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     args = argparse.Namespace(keep=tmp_path / "scratch", config="configs/tiny.yaml", cores=2)
     assert smoke._main(args) == 0
