@@ -38,9 +38,12 @@ class NormPosition:
         return self.label_en if lang == "en" else self.label_ko
 
 
-# The norm positions by name (not the position signals: POSITION_KINDS). The order is the figures' order. Adding a
-# position: a line here, its residual class in model/blocks.py, and its name in params.schema.yaml's enum
-# (tests/test_layout.py checks the three agree); the figures and the report take its colour and labels from here.
+# The norm positions by name (not the position signals: POSITION_KINDS). The order is the figures' and the report's
+# order (norm_rank). Adding a position (docs/reproducibility.md, "Adding a norm position"): a line here, its residual
+# class in model/blocks.py (RESIDUAL), its name in params.schema.yaml's enum, its wiring in figures/doc000.py's DIAGRAMS,
+# its formula written out in tests/test_lab.py, and, for a fix of post-norm (fixes_post), its claim lit-<name>-nowarm in
+# reporting/claims.yaml. tests/test_layout.py, tests/test_new_norm_stages.py and tests/test_claim_links.py fail on
+# any of these missing, and on a position whose block computes what a declared one's does (blocks.duplicate_positions).
 NORM_POSITION_SPECS = {p.name: p for p in (
     NormPosition("post", "LN(h + F(h))", "Vaswani et al. 2017", 1, "", True, False, "#c0392b", "뒤 정규화", "post-norm"),
     NormPosition("pre", "h + F(LN(h))", "Xiong et al. 2020 (GPT-2's layout)", 1, "", False, True, "#1f6f8b",
@@ -57,6 +60,12 @@ NORM_POSITION_SPECS = {p.name: p for p in (
                  2, "", False, True, "#2c7fb8", "샌드위치 정규화", "sandwich (Peri-LN)", True),
 )}
 NORM_POSITIONS = tuple(NORM_POSITION_SPECS)
+
+
+def norm_rank(name) -> int:
+    """A norm position's place in the declared order (NORM_POSITION_SPECS: the figures' and the report's order); a
+    name no position declares comes after every declared one."""
+    return NORM_POSITIONS.index(name) if name in NORM_POSITION_SPECS else len(NORM_POSITIONS)
 FFN_KINDS = ("relu", "gelu", "swiglu")
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "none")  # the position signals (params.schema.yaml's $defs.position)
 INIT_SCHEMES = ("default", "xavier")

@@ -203,44 +203,71 @@ def _arrow(ax, start, end):
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, lw=1.3, color="black", shrinkA=0, shrinkB=0))
 
 
+# Problem 11's wiring diagrams, one per declared norm position (model_config.NORM_POSITION_SPECS): the boxes on the
+# sub-layer's branch before the sum, a weight on the residual path (or None), the boxes after the sum, and the update in
+# mathtext. A declared position without a line here is drawn as its label and formula with "wiring not drawn" (and
+# tests/test_layout.py names it), never left out silently.
+DIAGRAMS = {
+    "post": (("F",), None, ("LN",), r"$h \leftarrow \mathrm{LN}(h + F(h))$"),
+    "pre": (("LN", "F"), None, (), r"$h \leftarrow h + F(\mathrm{LN}(h))$"),
+    "deepnorm": (("F",), r"$\alpha$", ("LN",), r"$h \leftarrow \mathrm{LN}(\alpha h + F(h))$"),
+    "admin": (("F",), r"$\omega\odot$", ("LN",), r"$h \leftarrow \mathrm{LN}(\omega \odot h + F(h))$"),
+    "b2t": (("F",), None, ("LN",), r"$h \leftarrow \mathrm{LN}(h + F(h) + x_{\mathrm{in}})$"),
+    "rezero": (("F", r"$\alpha$"), None, (), r"$h \leftarrow h + \alpha F(h)$,  $\alpha_0 = 0$"),
+    "sandwich": (("LN", "F", "LN"), None, (), r"$h \leftarrow h + \mathrm{LN}(F(\mathrm{LN}(h)))$"),
+}
+
+
 def _block_diagram(ax, norm: str, lang: str) -> None:
-    """Left to right: x, then the sub-layer F and its norm in the order the norm position dictates, residual arc above."""
-    ln_color, f_color = "#f6d18b", "#bcd9ea"
-    y, half = 0.0, 0.5
-    split, plus = 1.0, (4.6 if norm == "pre" else 3.2)
+    """Left to right: h, the sub-layer F and its norms in the order the norm position dictates (``DIAGRAMS``), the
+    residual path above (with its weight where the position has one), the sum, and what follows it."""
+    ln_color, f_color, gate_color = "#f6d18b", "#bcd9ea", "#d9ead3"
+    colour = lambda label: ln_color if label == "LN" else f_color if label == "F" else gate_color  # noqa: E731
+    y, half, step = 0.0, 0.4, 1.05
+    ax.set_title(norm_label(norm, lang), fontsize=12, color=NORM_COLORS[norm], loc="left")
+    ax.axis("off")
+    if norm not in DIAGRAMS:  # declared, but no drawing of its wiring: say so, with its formula
+        ax.text(0.0, 0.6, text(lang, "배선도 없음 (figures/doc000.py의 DIAGRAMS에 없다)",
+                               "wiring not drawn (no line in figures/doc000.py's DIAGRAMS)"), fontsize=10)
+        ax.text(0.0, -0.3, NORM_POSITION_SPECS[norm].formula, fontsize=10)
+        ax.set_xlim(-0.3, 6.4)
+        ax.set_ylim(-1.2, 1.5)
+        return
+    branch, weight, after, formula = DIAGRAMS[norm]
+    split = 1.0
     ax.text(0.0, y, "h", ha="center", va="center", fontsize=13, style="italic")
     _arrow(ax, (0.2, y), (split, y))
     ax.plot(split, y, "ko", ms=4)
-    if norm == "pre":
-        _box(ax, 2.0, y, "LN", ln_color)
-        _box(ax, 3.4, y, "F", f_color)
-        _arrow(ax, (split, y), (2.0 - half, y))
-        _arrow(ax, (2.0 + half, y), (3.4 - half, y))
-        _arrow(ax, (3.4 + half, y), (plus - 0.25, y))
-        out = plus + 0.25
-    else:
-        _box(ax, 2.0, y, "F", f_color)
-        _box(ax, 4.6, y, "LN", ln_color)
-        _arrow(ax, (split, y), (2.0 - half, y))
-        _arrow(ax, (2.0 + half, y), (plus - 0.25, y))
-        _arrow(ax, (plus + 0.25, y), (4.6 - half, y))
-        out = 4.6 + half
+    x = split
+    for label in branch:
+        centre = x + 0.15 + half if x == split else x + step
+        _box(ax, centre, y, label, colour(label), w=2 * half)
+        _arrow(ax, (x if x == split else x + half, y), (centre - half, y))
+        x = centre
+    plus = x + half + 0.55
+    _arrow(ax, (x + half, y), (plus - 0.25, y))
     ax.add_patch(Circle((plus, y), 0.25, fc="white", ec="black", lw=1.2))
     ax.text(plus, y, "+", ha="center", va="center", fontsize=13)
-    # the residual path: straight over the branch into the addition
+    # the residual path: straight over the branch into the addition, through its weight where there is one
     ax.plot([split, split, plus], [y, 1.0, 1.0], color="#555555", lw=1.6)
+    if weight:
+        _box(ax, (split + plus) / 2, 1.0, weight, gate_color, w=0.7, h=0.45)
     _arrow(ax, (plus, 1.0), (plus, y + 0.25))
-    ax.text((split + plus) / 2, 1.12, text(lang, "잔차 줄기", "residual path"), ha="center", va="bottom", fontsize=9,
-            color="#555555")
-    _arrow(ax, (out, y), (5.7, y))
-    ax.text(5.85, y, "h'", ha="left", va="center", fontsize=13, style="italic")
-    formula = r"$h \leftarrow \mathrm{LN}(h + F(h))$" if norm == "post" else r"$h \leftarrow h + F(\mathrm{LN}(h))$"
+    ax.text((split + plus) / 2, 1.3 if weight else 1.12, text(lang, "잔차 줄기", "residual path"), ha="center",
+            va="bottom", fontsize=9, color="#555555")
+    out = plus + 0.25
+    for label in after:
+        centre = out + 0.3 + half
+        _arrow(ax, (out, y), (centre - half, y))
+        _box(ax, centre, y, label, colour(label), w=2 * half)
+        out = centre + half
+    end = max(5.7, out + 0.5)
+    _arrow(ax, (out, y), (end, y))
+    ax.text(end + 0.15, y, "h'", ha="left", va="center", fontsize=13, style="italic")
     ax.text(3.0, -0.85, formula, ha="center", va="center", fontsize=11)
-    ax.set_title(norm_label(norm, lang), fontsize=12, color=NORM_COLORS[norm], loc="left")
-    ax.set_xlim(-0.3, 6.4)
-    ax.set_ylim(-1.2, 1.5)
+    ax.set_xlim(-0.3, end + 0.7)
+    ax.set_ylim(-1.2, 1.7)
     ax.set_aspect("equal")
-    ax.axis("off")
 
 
 def _cell_text(row, lang: str) -> str:
@@ -287,11 +314,14 @@ def _outcome_grid(ax, summary_df: pd.DataFrame, lang: str) -> None:
 
 
 def problem11_figure(summary_df: pd.DataFrame, lang: str = "ko"):
-    """Left: post- and pre-norm blocks as wiring diagrams. Right: the sweep's norm x warm-up grid of outcomes."""
+    """Left: the wiring diagram of every declared norm position the sweep trained, in the declared order (post and
+    pre at the document's setup). Right: the sweep's norm x warm-up grid of outcomes."""
     style.setup(lang)
-    fig = plt.figure(figsize=(13, 5.2))
-    grid = fig.add_gridspec(2, 2, width_ratios=[1, 1.25], wspace=0.08, hspace=0.15)
-    _block_diagram(fig.add_subplot(grid[0, 0]), "post", lang)
-    _block_diagram(fig.add_subplot(grid[1, 0]), "pre", lang)
+    norms = [n for n in NORM_COLORS if n in set(summary_df["norm"])] or ["post", "pre"]
+    rows = max(len(norms), 2)
+    fig = plt.figure(figsize=(13, 2.6 * rows))
+    grid = fig.add_gridspec(rows, 2, width_ratios=[1, 1.25], wspace=0.08, hspace=0.15)
+    for i, norm in enumerate(norms):
+        _block_diagram(fig.add_subplot(grid[i, 0]), norm, lang)
     _outcome_grid(fig.add_subplot(grid[:, 1]), summary_df, lang)
     return fig

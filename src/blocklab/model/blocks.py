@@ -203,3 +203,49 @@ class DecoderBlock(nn.Module):
 
     def forward(self, h, memory):
         return self.ffn(self.cross(self.attn(h), memory), block_input=h)
+
+
+def _outputs(norm: str, x: torch.Tensor) -> tuple[list, list[torch.Tensor]]:
+    """One decoder block of norm position ``norm`` at a tiny width from seed 0, with its own initialization: its
+    parameters' shapes, and its outputs on ``x`` at init and after every parameter is moved by the same fixed noise
+    (so that a gate at zero, as ReZero's, does not hide what the block computes)."""
+    cfg = ModelConfig(d_model=x.shape[-1], n_heads=2, n_layers=2, vocab_size=11, max_len=x.shape[1],
+                      norm_position=norm)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(0)
+        block = init_residuals(DecoderOnlyBlock(cfg)).eval()
+        outputs = [block(x)]
+        noise = torch.Generator().manual_seed(1)
+        for p in block.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=noise))
+        outputs.append(block(x))
+    return [tuple(p.shape) for p in block.parameters()], outputs
+
+
+def duplicate_positions(names=None) -> list[tuple[str, str]]:
+    """(later, earlier) for every declared norm position whose block computes what an earlier one's does: the same
+    parameters, and the same outputs from the same seed at init and after a common move of every weight. Such a
+    position would train and be reported twice under two names (a 'peri' beside 'sandwich (Peri-LN)')."""
+    names = list(NORM_POSITION_SPECS if names is None else names)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(2))
+    seen, pairs = {}, []
+    for name in names:
+        shapes, outputs = _outputs(name, x)
+        same = next((other for other, (s, o) in seen.items() if s == shapes
+                     and all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(o, outputs))), None)
+        if same:
+            pairs.append((name, same))
+        seen[name] = (shapes, outputs)
+    return pairs
+
+
+def check_distinct_positions(names=None) -> None:
+    """ConfigError naming each declared norm position whose forward is an earlier one's (``duplicate_positions``)."""
+    pairs = duplicate_positions(names)
+    if pairs:
+        raise ConfigError("; ".join(
+            f"norm position {new!r} computes the same block as {old!r} (declared as "
+            f"{NORM_POSITION_SPECS[old].label_en!r}: {NORM_POSITION_SPECS[old].formula}; {NORM_POSITION_SPECS[old].paper})"
+            for new, old in pairs) + ". One block under two names trains and is reported twice: name the paper in the "
+            "existing position's label and paper (model_config.NORM_POSITION_SPECS), or give the new one the residual "
+            "class that computes what it should (model/blocks.py RESIDUAL)")

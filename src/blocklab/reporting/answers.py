@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..model_config import NORM_POSITION_SPECS
+from ..model_config import NORM_POSITION_SPECS, norm_rank
 from ..run_settings import CopyModel, CopyTask, Sweep
 from ..studies.sensitivity.plan import snapshots
 from . import verdicts as verdict_rules
@@ -202,6 +202,18 @@ def norm_label(norm: str, lang: str) -> str:
     return NORM_POSITION_SPECS[norm].label(lang) if norm in NORM_POSITION_SPECS else str(norm)
 
 
+def by_norm(frame: pd.DataFrame, *then: str) -> pd.DataFrame:
+    """``frame`` with its norm positions in the declared order (model_config.NORM_POSITION_SPECS, as the figures draw
+    them; not alphabetically), then by the columns ``then``."""
+    ranked = frame.assign(_norm_rank=frame["norm"].map(norm_rank))
+    return ranked.sort_values(["_norm_rank", *then], kind="stable").drop(columns="_norm_rank")
+
+
+def other_norms(frame: pd.DataFrame, lang: str, compared=("post", "pre")) -> list[str]:
+    """The labels of the norm positions in ``frame`` besides the ones a sentence compares, in the declared order."""
+    return [norm_label(n, lang) for n in dict.fromkeys(by_norm(frame)["norm"]) if n not in compared]
+
+
 def _case(lang: str, norm: str, warmup: int) -> str:
     labels = texts()["labels"]
     when = labels["no_warmup"][lang] if warmup == 0 else labels["warmup"][lang].format(steps=warmup)
@@ -210,7 +222,7 @@ def _case(lang: str, norm: str, warmup: int) -> str:
 
 def _outcomes(runs: pd.DataFrame, lang: str) -> str:
     labels = texts()["labels"]
-    counts = runs.groupby(["norm", "warmup"], sort=True)["outcome"].agg(list)
+    counts = by_norm(runs, "warmup").groupby(["norm", "warmup"], sort=False)["outcome"].agg(list)
     parts = []
     for (norm, warmup), outcomes in counts.items():
         tally = pd.Series(outcomes).value_counts()
@@ -251,7 +263,7 @@ def _p11b(data: Data, t: dict, lang: str) -> dict:
     labels = texts()["labels"]
     items, at = [], []
     doc_steps = [s for s in (100, 200, 300) if s <= losses["step"].max()]
-    for (norm, warmup), runs in summary.groupby(["norm", "warmup"], sort=True):
+    for (norm, warmup), runs in by_norm(summary, "warmup").groupby(["norm", "warmup"], sort=False):
         runs = runs.sort_values("seed")
         steps = [first_below(losses[losses["run"] == r.run], threshold) for r in runs.itertuples()]
         firsts = [labels["seed_item"][lang].format(seed=seed, value=labels["never"][lang] if math.isnan(step) else integer(step))
@@ -387,7 +399,7 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
     if not dynamics_present(data):
         return ""
     summary, diagnostics = data.table(DYNAMICS["summary"]), dynamics_diagnostics(data)
-    early = early_updates(summary, diagnostics).sort_values(["norm", "warmup"])
+    early = by_norm(early_updates(summary, diagnostics), "warmup")
     if early.empty:
         return ""
     case = lambda r: _case(lang, r.norm, int(r.warmup))  # noqa: E731
@@ -400,7 +412,7 @@ def _why_text(data: Data, t: dict, lang: str) -> str:
         entropy="; ".join(f"{case(r)} {r.final_entropy_max:.3f}" for r in early.itertuples()), uniform=f"{uniform:.3f}",
         logits="; ".join(f"{case(r)} {r.final_logit_max:.3g}" for r in early.itertuples()),
         seeds=", ".join(str(int(x)) for x in sorted(early["seed"].unique())) if "seed" in early else "0",
-        reading=_detector_text(data, t, lang))
+        reading=_detector_text(data, t, lang)) + _not_covered(early, "dynamics", data, t, lang)
 
 
 def sensitivity_present(data: Data) -> bool:
@@ -419,6 +431,9 @@ def _p11c(data: Data, t: dict, lang: str) -> dict:
         layers=model.n_layers, width=model.d_model, lr=f"{sweep.lr:g}", steps=integer(sweep.steps), seeds=summary["seed"].nunique(), post_runs=len(post),
         post_failed=int((post["outcome"] != "learned").sum()), pre_runs=len(pre),
         pre_learned=int((pre["outcome"] == "learned").sum()))
+    others = summary[~summary["norm"].isin(["post", "pre"])]
+    if len(others):  # every other position the sweep trained: named with its outcomes, which the document compares not
+        scope += t["scope_others"][lang].format(outcomes=_outcomes(others, lang))
     why = _why_text(data, t, lang) + _instead_text(data, t, lang)
     if not sensitivity_present(data):
         return {"scope": scope, "sensitivity": t["sens_absent"][lang], "why": why}
@@ -488,7 +503,8 @@ def _sensitivity_text(data: Data, t: dict, lang: str) -> str:
                                           robust=int(robust["robust"].sum()), changed=changed,
                                           uncheckable=int((~robust["checkable"]).sum()),
                                           post_by_setting=post_by_setting, depth=depth,
-                                          relapse=_relapse_text(summary, data.params, t, lang)) + _source_text(summary, data.params, t, lang)
+                                          relapse=_relapse_text(summary, data.params, t, lang)
+                                          + _not_covered(summary, "sensitivity", data, t, lang)) + _source_text(summary, data.params, t, lang)
 
 
 def _source_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> str:
@@ -520,9 +536,25 @@ def _relapse_text(summary: pd.DataFrame, params: dict, t: dict, lang: str) -> st
         where = [t["relapse_item"][lang].format(setting=r.setting, run=r.run, step=integer(r.relapse_step),
                                                 loss=num(r.relapse_loss)) for r in jumped.itertuples()]
         counts[norm] = {"n": len(runs), "k": len(jumped), "where": f" ({'; '.join(where)})" if where else ""}
+    others = [t["relapse_other"][lang].format(norm=norm_label(n, lang), n=len(g), k=int((g["relapse_loss"] > line).sum()))
+              for n, g in by_norm(learned).groupby("norm", sort=False) if n not in ("post", "pre")]
     return t["relapse"][lang].format(vocab=vocab, line=num(line), post_n=counts["post"]["n"], post_k=counts["post"]["k"],
                                      post_where=counts["post"]["where"], pre_n=counts["pre"]["n"],
-                                     pre_k=counts["pre"]["k"], pre_where=counts["pre"]["where"])
+                                     pre_k=counts["pre"]["k"], pre_where=counts["pre"]["where"],
+                                     others="".join(", " + o for o in others))
+
+
+def _not_covered(study: pd.DataFrame, name: str, data: Data, t: dict, lang: str) -> str:
+    """The norm positions the main sweep trained that sentences comparing post- and pre-norm over ``study`` (the runs
+    of the study ``name``: sensitivity, dynamics) leave out: named as not covered, so that no trained position goes
+    unsaid; "" when the study has every position the sweep trained."""
+    if not data.exists("sweep/summary.csv"):
+        return ""
+    trained = set(data.table("sweep/summary.csv")["norm"]) - {"post", "pre"}
+    missing = [n for n in NORM_POSITION_SPECS if n in trained and n not in set(study["norm"])]
+    missing += sorted(trained - set(NORM_POSITION_SPECS) - set(study["norm"]))
+    return (t["not_covered"][lang].format(norms=", ".join(norm_label(n, lang) for n in missing),
+                                          study=t["studies"][name][lang]) if missing else "")
 
 
 # ---- document 004 ----------------------------------------------------------------------------------------------------
@@ -549,7 +581,7 @@ def _e2(data: Data, t: dict, lang: str) -> dict:
     norms = data.table("activation_norms/norms.csv")
     judged = verdict(norms)
     depth = 12 if 12 in set(judged["depth"]) else int(judged["depth"].max())
-    rows = judged[judged["depth"] == depth].sort_values("norm")
+    rows = by_norm(judged[judged["depth"] == depth])
     items = [t["item"][lang].format(norm=norm_label(r.norm, lang), first=num(r.input_norm, 2),
                                     last=num(r.last_norm, 2), growth=num(r.growth, 2),
                                     verdict=t["explodes" if r.explodes else "bounded"][lang]) for r in rows.itertuples()]

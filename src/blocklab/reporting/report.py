@@ -245,7 +245,8 @@ class Report:
         if "outcome" in frame:
             labels = self.texts["labels"]["outcome"]
             frame = frame.assign(outcome=frame["outcome"].map(lambda o: labels.get(o, {self.lang: o})[self.lang]))
-        if "norm" in frame:
+        if "norm" in frame:  # the declared order (model_config.NORM_POSITION_SPECS), as the figures draw them
+            frame = answers_mod.by_norm(frame)
             frame = frame.assign(norm=frame["norm"].map(lambda n: answers_mod.norm_label(n, self.lang)))
         if name == "audit":
             labels = self.texts["labels"]["audit"]
