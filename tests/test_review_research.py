@@ -459,7 +459,7 @@ def test_an_ffn_without_an_activation_is_called_linear():
 
 def _lab_says(block, depth=24):
     """The lab's recorded runs of its built-in ``block`` without warm-up, as the reviewer must cite them."""
-    from blocklab.lab.records import recorded
+    from blocklab.training.lab_records import recorded
 
     runs = recorded(norm=block, warmup=0)
     runs = runs[runs["n_layers"] == depth]
@@ -496,7 +496,7 @@ def test_a_post_norm_whose_coefficients_fall_short_at_the_depth_is_rejected(name
 def test_the_lab_outcome_is_read_from_the_records_not_typed(monkeypatch):
     import pandas as pd
 
-    from blocklab.lab import records
+    from blocklab.training import lab_records as records  # where the reviewer reads them (below the lab)
 
     fake = pd.DataFrame({"run": [f"deepnorm-w0-s{i}" for i in range(5)], "block": "deepnorm", "n_layers": 24,
                          "warmup": 0, "seed": range(5), "outcome": ["learned"] * 3 + ["never", "diverged"]})

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_path, read_table
+from ..model_config import ConfigError
 from ..run_settings import CopyTask
 from .verdicts import VERDICTS
 from ..records import DYNAMICS, GALLERY, INFERENCE, RECORDS, REVIEWER, SENSITIVITY
@@ -1116,9 +1117,16 @@ def update(root: Path, data: Path, check: bool = False) -> list[Path]:
         from .lab_docs import lr_figures  # and of its learning-rate sensitivity study's
 
         stale += lr_figures(data, root, root / "docs" / "gallery", check)
+    from .claim_links import claim_ids, dangling
+
+    ids = claim_ids()
     for page in pages(root):
         text = page.read_text(encoding="utf-8")
         new = render(text, data, root, str(page.relative_to(root)))
+        bad = dangling(new, ids)
+        if bad:  # a page (hand-written or generated) links a claim no claim has: nothing is written
+            raise ConfigError(f"{page.relative_to(root)}: names claim ids that no claim of claims.yaml has: "
+                              f"{', '.join(bad)} (write the claim, or correct the id)")
         if new != text:
             stale.append(page)
             if not check:

@@ -228,10 +228,10 @@ def post_norm_fix(placements: dict) -> dict:
 
 def lab_record(block: str, depth: int) -> str | None:
     """The lab's recorded outcome of its built-in ``block`` without warm-up (records/lab/runs, read and checked by
-    blocklab.lab.records.recorded): 'learns 4 of 4 at 24 blocks without warm-up, records/lab/runs', or None where
+    blocklab.training.lab_records.recorded): 'learns 4 of 4 at 24 blocks without warm-up, records/lab/runs', or None where
     nothing is recorded (or the records cannot be read)."""
     try:
-        from ..lab.records import RUNS, recorded
+        from ..training.lab_records import RUNS, recorded
 
         runs = recorded(norm=block, warmup=0)
     except Exception:  # noqa: BLE001 - an installed copy without the records, or a damaged record: no citation
