@@ -100,13 +100,16 @@ reverse_copy() {
   done
 }
 
-gradnorm_seeds() {  # 9 seeds, the count the claims table named for both d000-gradnorm-* claims (fixed beforehand)
-  local gp=data/extra-seeds-gradnorm-params.yaml study=data/extra-seeds-study
-  python - <<'PY'
+gradnorm_seeds() {  # GN_SEEDS seeds (default 9: the count the claims table named for both d000-gradnorm-* claims,
+  # fixed beforehand; 16: the count it named for d000-gradnorm-pre-flat once a value's off world was bounded by half
+  # the value, docs/decide/plan.md)
+  local gp=data/extra-seeds-gradnorm-params.yaml study=data/extra-seeds-study n=${GN_SEEDS:-9}
+  GN_SEEDS=$n python - <<'PY'
+import os
 import yaml
 from blocklab.records import GALLERY
-params = yaml.safe_load(open(f"{GALLERY}/params.yaml"))  # the gallery's setup, its seeds 0-8
-params["gradnorm"]["seeds"] = list(range(9))
+params = yaml.safe_load(open(f"{GALLERY}/params.yaml"))  # the gallery's setup
+params["gradnorm"]["seeds"] = list(range(int(os.environ["GN_SEEDS"])))
 yaml.safe_dump(params, open("data/extra-seeds-gradnorm-params.yaml", "w"), sort_keys=False)
 PY
   $NICE blocklab exp gradnorm --params "$gp" --out data/gradnorm/gradnorm.csv
@@ -129,8 +132,8 @@ PY
   $NICE python scripts/record_into_gallery.py data/gradnorm/gradnorm.csv:gradnorm/gradnorm.csv \
     data/sensitivity/gradnorm.csv:sensitivity/gradnorm.csv \
     "$study/data/sensitivity/claims_by_setting.csv:sensitivity/claims_by_setting.csv" \
-    --gradnorm-seeds 0,1,2,3,4,5,6,7,8 \
-    --note "seeds 3-8 added by scripts/extra_seeds.sh gn; seeds 0-2 recomputed bit-identical)"
+    --gradnorm-seeds "$(seq -s, 0 $((n - 1)))" \
+    --note "seeds up to $((n - 1)) added by GN_SEEDS=$n scripts/extra_seeds.sh gn; the earlier seeds recomputed bit-identical"
   $NICE blocklab report claims --params records/gallery/params.yaml --data records/gallery --out data/extra-seeds-claims.csv
   $NICE python scripts/record_into_gallery.py data/extra-seeds-claims.csv:claims/claims.csv
 }
