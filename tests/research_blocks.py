@@ -800,3 +800,67 @@ class SameConvBlock(PreNormBlock):
     def forward(self, x):
         x = x + self.conv(self.ln0(x).transpose(1, 2)).transpose(1, 2)
         return super().forward(x)
+
+
+# --- published designs of 2024-2025 (issue 70, item 1) --------------------------------------------------------------
+
+
+def _justnorm(x):
+    """nGPT's justnorm: x / ||x||_2 over the features, written by hand."""
+    return x / x.norm(p=2, dim=-1, keepdim=True)
+
+
+def _sinusoidal_rope(q, k):
+    """nGPT's apply_rotary_position_embeddings on (B, heads, T, head_dim): interleaved pairs (2i, 2i + 1), theta
+    10000."""
+    T, hd = q.shape[-2], q.shape[-1]
+    inv = 1.0 / 10000 ** (torch.arange(0, hd, 2, dtype=q.dtype) / hd)
+    angles = torch.outer(torch.arange(T, dtype=q.dtype), inv)
+    cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+
+    def rotate(t):
+        pairs = torch.stack([-t[..., 1::2], t[..., 0::2]], -1).reshape(t.shape)
+        return t * cos + pairs * sin
+
+    return rotate(q), rotate(k)
+
+
+class NGPTBlock(nn.Module):
+    """nGPT (Loshchilov et al. 2024, NVIDIA/ngpt model.py, use_nGPT=1): the stream lives on the unit sphere.
+    q, k, v = W_q h, W_k h, W_v h (4 heads of 16); RoPE on q and k; q, k = s_qk * justnorm(q), justnorm(k) (s_qk per
+    head feature, 1 at init); causal softmax with scale sqrt(head_dim) (unit vectors); h_A = W_o(y);
+    h = justnorm(justnorm(h) + alpha_A * (justnorm(h_A) - justnorm(h))), alpha_A per feature (0.05 at init: the
+    eigen learning rates). MLP: u, v = chunk(s_uv * sqrt(d) * c_fc(h)), u * silu(v) (SwiGLU, 4d hidden), h_M =
+    W_down(.), the same interpolation with alpha_M. No LayerNorm, no RMSNorm: x / ||x|| is the norm."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__()
+        self.h, self.hd, self.d = n_heads, d_model // n_heads, d_model
+        self.query, self.key, self.value = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.att_c_proj = nn.Linear(d_model, d_model, bias=False)
+        self.c_fc = nn.Linear(d_model, 2 * 4 * d_model, bias=False)
+        self.mlp_c_proj = nn.Linear(4 * d_model, d_model, bias=False)
+        self.sqk = nn.Parameter(torch.ones(d_model))
+        self.suv = nn.Parameter(torch.ones(2 * 4 * d_model))
+        self.attn_alpha = nn.Parameter(torch.full((d_model,), 0.05))
+        self.mlp_alpha = nn.Parameter(torch.full((d_model,), 0.05))
+
+    def attention(self, h):
+        B, T, C = h.shape
+        q, k, v = (p(h).view(B, T, self.h, self.hd).transpose(1, 2) for p in (self.query, self.key, self.value))
+        q, k = _sinusoidal_rope(q, k)
+        sqk = self.sqk.view(1, self.h, 1, self.hd)
+        q, k = sqk * _justnorm(q), sqk * _justnorm(k)
+        scores = q @ k.transpose(-2, -1) * math.sqrt(self.hd) + causal_mask(T, h.dtype)
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        return self.att_c_proj(y)
+
+    def mlp(self, h):
+        u, v = torch.chunk(self.suv * math.sqrt(self.d) * self.c_fc(h), 2, dim=-1)
+        return self.mlp_c_proj(u * F.silu(v))
+
+    def forward(self, h):
+        a, b = _justnorm(h), _justnorm(self.attention(h))
+        h = _justnorm(a + self.attn_alpha.abs() * (b - a))
+        a, b = _justnorm(h), _justnorm(self.mlp(h))
+        return _justnorm(a + self.mlp_alpha.abs() * (b - a))

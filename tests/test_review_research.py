@@ -536,3 +536,20 @@ def test_a_convolution_padded_on_both_sides_is_named_with_its_reach():
     assert (leak["origin"]["kind"], leak["origin"]["module"], leak["positions_ahead"]) == ("module", "conv", 1)
     (message,) = [f.message for f in r.findings if f.check == "causal mask"]
     assert "'conv' (Conv1d)" in message and "padding='same'" in message and "up to 1 position ahead" in message
+
+
+# --- published designs of 2024-2025 (issue 70, item 1) --------------------------------------------------------------
+
+
+def test_ngpt_is_read_on_the_unit_sphere():
+    # NGPTBlock: q, k, v 4 heads of 16, RoPE on q and k, q and k divided by their length (x / ||x||, by hand), causal
+    # softmax; h = justnorm(justnorm(h) + alpha * (justnorm(attn(h)) - justnorm(h))); u * silu(v) of
+    # chunk(8 * c_fc(h)), 4x; the same interpolation: no norm module, every row of the output has length 1
+    r = review("NGPTBlock")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"], s["position"]) == ("attention", "MHA", 4, "rope")
+    assert (s["qk_norm"], s["norm_kind"], s["norm_placement"]) == (True, "l2", "post")
+    assert (s["ffn"], s["ffn_ratio"], s["causal"]) == ("swiglu", 4.0, True)
+    assert s["evidence"]["ffn"]["scaled_before_activation"]["activation_input"] == pytest.approx(8.0)
+    assert all(x["residual_kept_when_silenced"] for x in s["evidence"]["sublayers"])
+    assert bad(r) == [] and r.exit_status == EXIT_PASS

@@ -23,7 +23,7 @@ STRUCTURE_KEYS = ("residual", "norm_placement", "norm_kind", "attention", "query
 LAYER_KEYS = ("mixer", "position", "attention", "query_heads", "kv_heads", "sliding_window", "qk_norm", "ffn",
               "ffn_ratio", "moe")
 MIXERS = ("attention", "linear-attention", "sigmoid-attention", "query-axis-softmax", "conv", "ssm", "recurrent")
-FUNCTIONAL_KINDS = {"rms_norm()": "rmsnorm", "layer_norm()": "layernorm"}  # norms without a module (dataflow)
+FUNCTIONAL_KINDS = {"rms_norm()": "rmsnorm", "layer_norm()": "layernorm", "l2_normalize()": "l2"}  # norms without a module (dataflow)
 LOOK_ALIKES = {"sigmoid": "sigmoid-attention", "normalised-linear": "linear-attention"}
 
 
@@ -131,6 +131,8 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     else:
         position = (absolute or {}).get("kind") or "none"
     placements = {"attention": a.norm_placement(attn), "ffn": a.norm_placement(ffn)}
+    qk_norms = (a.qk_norm(attn) or (["scale-invariant (no module)"] if a.qk_scale_invariant(attn, heads) else [])) \
+        if is_attention else []
     norms = {c.name: c for c in a.norm_calls if any(c.name in p["norms"] for p in placements.values())}
     kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in norms.values()}
                    | {FUNCTIONAL_KINDS[n] for p in placements.values() for n in p["norms"] if n in FUNCTIONAL_KINDS})
@@ -168,7 +170,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         "query_heads": heads.get("heads"),
         "kv_heads": heads.get("kv_heads"),
         "sliding_window": mixer["window"],
-        "qk_norm": bool(a.qk_norm(attn)) if is_attention else False,
+        "qk_norm": bool(qk_norms) if is_attention else False,
         "position": position,
         "ffn": ffn_facts["kind"],
         "ffn_ratio": ffn_facts["hidden"] / reads,
@@ -188,7 +190,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "heads": {k: v for k, v in heads.items() if k not in ("roles", "v_offsets")},
             "latent": {c.name: _features(c.out) for c in a.latents(attn)} if is_attention else {},
             "bottleneck": [c.name for c in a.bottleneck(attn)] if is_attention else [],
-            "norm_placement": placements, "qk_norms": a.qk_norm(attn) if is_attention else [],
+            "norm_placement": placements, "qk_norms": qk_norms if is_attention else [],
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
             "leak": _leak(a, causal, mixer["heads"] if mixer["heads"].get("roles") else None),

@@ -57,7 +57,9 @@ SCALE_NUDGE = 0.3  # added to every parameter but the projections' weights: a te
 SCALE_PROBE = 2.0  # logit of the scale probe: 4 / scale (1 at head_dim 16 under 1/sqrt(d)), far below a softcap
 FUNCTIONAL_TOL = 1e-4  # a norm recomputed with another eps (1e-5, 1e-6, float eps) inside agrees to ~1e-5
 FUNCTIONAL_NORMS = {"rms_norm()": lambda t: torch.nn.functional.rms_norm(t, (t.shape[-1],)),
-                    "layer_norm()": lambda t: torch.nn.functional.layer_norm(t, (t.shape[-1],))}
+                    "layer_norm()": lambda t: torch.nn.functional.layer_norm(t, (t.shape[-1],)),
+                    "l2_normalize()": lambda t: torch.nn.functional.normalize(t, dim=-1)}  # nGPT's x / ||x||
+UNIT_TOL = 1e-9  # rows of an L2-normalised tensor have length 1 to round-off
 MEMORY_CAP = 4 * 2**30  # bytes of hooked tensors one batched run may hold (see Tracer.run); --max-memory-gb
 
 
@@ -268,6 +270,39 @@ class _Applications(TorchFunctionMode):
         return out
 
 
+_DIVIDES = {torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.div_, torch.Tensor.__truediv__,
+            torch.Tensor.__itruediv__, torch._C.TensorBase.div, torch._C.TensorBase.__truediv__}
+_MULTIPLIES = {torch.mul, torch.Tensor.mul, torch.Tensor.mul_, torch.Tensor.__mul__, torch.Tensor.__rmul__,
+               torch.Tensor.__imul__, torch._C.TensorBase.mul, torch._C.TensorBase.__mul__}
+
+
+def _zero(t) -> torch.Tensor:
+    return t == 0 if torch.is_tensor(t) else torch.tensor(t == 0)
+
+
+def _inf(t) -> torch.Tensor:
+    return t.isinf() if torch.is_tensor(t) else torch.tensor(math.isinf(t))
+
+
+class ZeroOverZero(TorchFunctionMode):
+    """A norm written by hand without an epsilon (nGPT's ``x / x.norm(dim=-1, keepdim=True)``, ``x * rsqrt(mean(x^2))``)
+    turns the reviewer's zeroed tensors (a silenced sub-layer, queries and keys held at zero) into NaN: 0 / 0, or
+    0 * inf. While active, such an element is 0, as F.normalize's clamped norm gives; nothing else changes. Used
+    only for a layer whose probed output was NaN (Tracer.guarded)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (func in _DIVIDES or func in _MULTIPLIES) and len(args) >= 2 and torch.is_tensor(out) \
+                and out.is_floating_point():
+            nan = out.isnan()
+            if nan.any():
+                a, b = args[0], args[1]
+                hole = _zero(a) & _zero(b) if func in _DIVIDES else (_zero(a) & _inf(b)) | (_inf(a) & _zero(b))
+                out = out.masked_fill_(nan & hole.to(nan.device), 0.0) if func.__name__.endswith("_") \
+                    else out.masked_fill(nan & hole.to(nan.device), 0.0)
+        return out
+
+
 def _token_layout(data: torch.Tensor, data_letters: str, out_letters: str, batch: int, lengths) -> tuple | None:
     """(batch letter, time letter) of an application's data operand: the first dimension of the batch's size, then
     the first later one of a sequence's length; both must reach the output. None for anything else (experts applied
@@ -315,6 +350,16 @@ class Tracer:
         self.cap = cap or _CAP[0]
         self.per_element = None  # bytes the hooked tensors of one batch element take, from the first run
         self.seq_first = self._seq_first_calls() if getattr(driver, "seq_first", False) else set()
+        self.guarded = False  # 0/0 read as 0 in every run (ZeroOverZero): set by the first run whose output is NaN
+
+    def drive(self, x) -> torch.Tensor:
+        """The driver on x, without hooks, under the zero-norm guard once a run needed it (see run)."""
+        with ZeroOverZero() if self.guarded else contextlib.nullcontext():
+            y = self.driver(x)
+        if not self.guarded and torch.is_tensor(y) and y.is_floating_point() and y.isnan().any():
+            self.guarded = True
+            return self.drive(x)
+        return y
 
     def _lengths(self) -> set:
         return {self.driver.seq, getattr(self.driver, "memory_seq", None)} - {None}
@@ -423,11 +468,16 @@ class Tracer:
         for name, module in self.leaves:
             handles.append(module.register_forward_hook(lambda m, a, o, name=name: hook(m, a, o, name)))
         try:
-            with _Applications(self.params, applied) if self.params else contextlib.nullcontext():
+            with ZeroOverZero() if self.guarded else contextlib.nullcontext(), \
+                    _Applications(self.params, applied) if self.params else contextlib.nullcontext():
                 y = self.driver(x)
         finally:
             for h in handles:
                 h.remove()
+        if not self.guarded and torch.is_tensor(y) and y.is_floating_point() and y.isnan().any():
+            # a norm written without an epsilon met a zeroed tensor: run again with 0/0 read as 0, from now on
+            self.guarded = True
+            return self.run(x, edit, clone)
         if self.per_element is None:
             self.per_element = sum(c.inp.numel() + c.out.numel() for c in calls) * 8 // max(batch, 1)
         return calls, y
@@ -459,6 +509,39 @@ def _combination(goal: torch.Tensor, terms: dict) -> dict | None:
             "coefficients": {k: round(v.mean().item(), COEF_DIGITS) for k, v in zip(names, per)},
             "range": {k: [round(v.min().item(), COEF_DIGITS), round(v.max().item(), COEF_DIGITS)]
                       for k, v in zip(names, per)}}
+
+
+def _scaled_activation(outs: list, target: torch.Tensor, name: str) -> dict | None:
+    """target = c_up * act(c * gate) * up (gated; either output the gate) or c_up * act(c * h) (plain), with scalars
+    c and c_up: c by a search over its logarithm (a grid, then golden section on the misfit), c_up by least squares.
+    {'activation_input': c, 'output': c_up} when the fit is exact to ACT_TOL, else None."""
+    act = ACTIVATIONS[name]
+    if name == "identity":
+        return None
+    orders = [(outs[0], None)] if len(outs) == 1 else [(outs[0], outs[1]), (outs[1], outs[0])]
+    t = target.reshape(-1)
+    for gate, up in orders:
+        def misfit(logc, gate=gate, up=up):
+            f = act(math.exp(logc) * gate)
+            f = (f if up is None else f * up).reshape(-1)
+            c_up = (f @ t / (f @ f).clamp_min(1e-300)).item()
+            return (t - c_up * f).abs().max().item() / max(t.abs().max().item(), 1e-30), c_up
+        grid = [math.log(10) * (i / 20 - 3) for i in range(121)]  # c from 1e-3 to 1e3
+        values = [misfit(v)[0] for v in grid]
+        i = min(range(len(grid)), key=values.__getitem__)
+        lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        r = (math.sqrt(5) - 1) / 2
+        for _ in range(80):
+            m1, m2 = hi - r * (hi - lo), lo + r * (hi - lo)
+            if misfit(m1)[0] < misfit(m2)[0]:
+                hi = m2
+            else:
+                lo = m1
+        best = (lo + hi) / 2
+        err, c_up = misfit(best)
+        if err < ACT_TOL and abs(best) > 1e-6:  # c = 1 is the plain reading, tried before
+            return {"activation_input": round(math.exp(best), 6), "output": round(c_up, 6)}
+    return None
 
 
 def _value_or_gate(flat: torch.Tensor, f: int, role: str, offset: int | None) -> None:
@@ -1226,17 +1309,17 @@ class LayerAnalysis:
         """Tokens rotated by one place (never the identity): a layer without positions permutes its output alike."""
         if causal:  # the last token sees a set of earlier tokens; without positions their order cannot matter
             perm = torch.cat([torch.arange(self.seq - 1).roll(1), torch.tensor([self.seq - 1])])
-            moved = self.driver(self.x[:, perm])[:, -1]
+            moved = self.tracer.drive(self.x[:, perm])[:, -1]
             return _rel(moved, self.y[:, -1]) > TOL
         perm = torch.arange(self.seq).roll(1)
-        return _rel(self.driver(self.x[:, perm]), self.y[:, perm]) > TOL
+        return _rel(self.tracer.drive(self.x[:, perm]), self.y[:, perm]) > TOL
 
     def reach(self) -> list[int]:
         """The positions whose output moves when only position 0's input does: all of them for full attention
         (or a recurrence), the first few for a sliding window or a short convolution."""
         x = self.batch(2)
         x[1, 0] += self.randn(self.width)
-        y = self.driver(x)
+        y = self.tracer.drive(x)
         scale = y[0].abs().max().clamp_min(1e-30)
         return [t for t in range(self.seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL]
 
@@ -1245,7 +1328,7 @@ class LayerAnalysis:
         x = self.batch(len(cuts) + 1)
         for b, cut in enumerate(cuts, start=1):
             x[b, cut:] += self.randn(self.seq - cut, self.width)
-        y = self.driver(x)
+        y = self.tracer.drive(x)
         leak = max(_rel(y[b, :cut], y[0, :cut]) for b, cut in enumerate(cuts, start=1))
         return {"causal": leak <= TOL, "max_leak": leak}
 
@@ -1256,7 +1339,7 @@ class LayerAnalysis:
         x = self.batch(T + 1)
         for t in range(T):
             x[t + 1, t] += self.randn(self.width) * x[0].abs().max().clamp_min(1)
-        y = self.driver(x)
+        y = self.tracer.drive(x)
         scale = y[0].abs().max().clamp_min(1e-30)
         reach, rows = 0, {}
         for t in range(1, T):
@@ -1481,13 +1564,28 @@ class LayerAnalysis:
             post = [n for n in post if not any(_same(m.out, i) for m in self.norm_calls if m.name == n
                                                for i in later_inputs)]
         # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
+        if not (before or after or post) and self._unit_after(g):
+            # no norm module: the stream after the sub-layer is L2-normalised by hand (nGPT's x / ||x||, its
+            # sum of h and the normalised branch put back on the unit sphere)
+            post = ["l2_normalize()"]
         placement = ("post" if post and not after else "sandwich" if before and after else "pre" if before
                      else "output" if after else "none")
         out = {"placement": placement, "input_norm": before, "output_norm": after, "post_norm": post,
                "norms": before + after + post}
-        if placement == "post":  # the sum the norm reads: its coefficients (DeepNorm's alpha, Admin's omega, B2T's x)
+        if placement == "post" and not sums:
+            out["unit_sphere"] = True  # a norm by hand: its sum is not seen, no coefficients
+        elif placement == "post":  # the sum the norm reads: its coefficients (DeepNorm's alpha, Admin's omega, B2T's x)
             out["post_sum"] = self.stream_sum(next(n.key for n in sums if n.name == post[0]), g)
         return out
+
+    def _unit_after(self, g: SubLayer) -> bool:
+        """The stream after g, the next sub-layer's input (or the layer's output after the last), has rows of
+        length 1 while the layer's input does not: an L2 normalisation written by hand (nGPT)."""
+        later = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
+        t = later[0] if later else self.y
+        if t.shape[-1] != self.width or (self.x.norm(dim=-1) - 1).abs().max().item() < UNIT_TOL:
+            return False
+        return (t.norm(dim=-1) - 1).abs().max().item() < UNIT_TOL
 
     def functional_norm(self, g: SubLayer) -> list[str]:
         """A pre-norm with no module of its own (nanochat's F.rms_norm(x)): the in-projections read rms_norm() or
@@ -1507,6 +1605,26 @@ class LayerAnalysis:
         latent = {c.key for c in self.latents(g)}
         return [n.name for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index
                 and n.key not in latent and any(self.depends.get((k, n.key)) for k in keys)]
+
+    def qk_scale_invariant(self, g: SubLayer, heads: dict) -> bool:
+        """A QK-norm with no module (nGPT's q / ||q||, a functional rms_norm): the queries' features multiplied by 3
+        (one run) and the keys' (another) leave the heads' output as it was; without a norm the logits scale."""
+        roles = heads.get("roles") or {}
+        if not any("q" in rs for rs in roles.values()) or not any("k" in rs for rs in roles.values()):
+            return False
+
+        def edit(key, out):
+            if key not in roles:
+                return None
+            flat = out.view(out.shape[0], out.shape[1], -1)
+            for f, role in enumerate(roles[key]):
+                if role in ("q", "k"):
+                    flat[1 if role == "q" else 2, :, f] *= 3.0
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(3), edit)
+        o_in = self.read_input(traced, g)
+        return all(_rel(o_in[b], o_in[0]) < FUNCTIONAL_TOL for b in (1, 2))
 
     def experts(self, g: SubLayer) -> dict:
         """Routed experts, from the experts module as a whole: how many (its 3-D weights' first dimension), how many
@@ -1567,7 +1685,17 @@ class LayerAnalysis:
                 if at is not None:
                     kind, activation = kinds[name], name
                     break
+        scaled = None
+        if at is None and len(outs) in (1, 2):
+            # the in-projection's output scaled before the activation (nGPT's s_uv * sqrt(d_model) * c_fc(h))
+            for name in ACTIVATIONS:
+                found = next(((t, fit) for t in targets for fit in [_scaled_activation(outs, t.inp, name)] if fit), None)
+                if found is not None:
+                    at, scaled = found
+                    kind, activation = (PLAIN if len(outs) == 1 else GATED)[name], name
+                    break
         return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,
                 "writer": g.out.name, "inputs": [c.name for c in g.ins],
                 "after_activation": [c.name for c in targets if at is not None and c.index >= at.index
-                                     and c is not g.out]}
+                                     and c is not g.out],
+                **({"scaled_before_activation": scaled} if scaled else {})}

@@ -169,7 +169,12 @@ def _placement(add, s, depth, warmup_steps) -> None:
         add("norm position", "flag", f"no normalization found on {which} inputs, outputs or residual sums", "none")
         if where == "none":
             return
-    if where == "post":
+    if where == "post" and s["evidence"]["norm_placement"]["attention"].get("unit_sphere"):
+        messages["post"] = ("post-norm on the unit sphere: after each sub-layer every row of the stream has length 1, "
+                            "an L2 normalisation written by hand (x / ||x||, nGPT's hypersphere); the sum it reads is "
+                            "not hooked, so no coefficients are read; 2026 default: pre-norm "
+                            f"({WHY['norm_placement']})")
+    elif where == "post":
         messages["post"] = f"post-norm: {post_norm_text(s['evidence']['norm_placement'])}; 2026 default: pre-norm " \
                            f"({WHY['norm_placement']})"
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
@@ -342,7 +347,8 @@ def post_norm_text(placements: dict) -> str:
 def _defaults(add, s) -> None:
     kind = s["norm_kind"]
     add("norm kind", "pass" if kind == "rmsnorm" else "info",
-        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", None: "no norm found"}.get(kind, str(kind))
+        {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", None: "no norm found",
+         "l2": "L2 normalisation written by hand (x / ||x||: rows of length 1, no gain)"}.get(kind, str(kind))
         + ("" if kind == "rmsnorm" else f"; 2026 default: RMSNorm ({WHY['norm_kind']})"), kind)
     mixer = s.get("mixer", "attention")
     if mixer == "attention":
