@@ -6,6 +6,11 @@ out, and named. Its jobs import the copy's own src/, so an edit to the checkout 
 copy is kept after the run (a temporary folder by default, `--keep DIR` to choose it); `blocklab status`, `blocklab
 claims` and `blocklab report inspect` in the checkout show its result until the pipeline's own data/ exists.
 
+While it runs, one line updates: the jobs done of all, the time so far and the time left (the start's measured
+estimate until a job finishes, then the pace of the jobs finished); Snakemake's and the runs' output goes into the
+log file that the first and last lines name (ERROR: its last lines are shown). `--lang en` makes the report and the
+figures English (figures.lang: en in the scratch copy's params.yaml): the same minutes.
+
 Ctrl-C stops it, keeping the scratch copy with every finished job and each run's last checkpoint; one line then says
 what is kept and the command that resumes: `blocklab smoke --keep DIR` (only what is missing is computed again).
 A smoke killed outright (SIGKILL, a closed terminal) says nothing; the next `blocklab smoke` (`make smoke`) resumes its
@@ -17,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,6 +149,8 @@ def register(subparsers) -> None:
     p.add_argument("--cores", type=int, default=2, help="cores Snakemake uses (default: 2)")
     p.add_argument("--config", default="configs/tiny.yaml", help="the parameters, copied as the scratch copy's "
                    "params.yaml (default: configs/tiny.yaml)")
+    p.add_argument("--lang", choices=["ko", "en"], default=None, help="the report's and figures' language "
+                   "(figures.lang in the scratch copy's params.yaml; default: the --config file's, Korean)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR", help="the scratch copy's directory; an existing one (an "
                    "interrupted smoke's) is resumed (default: a new temporary directory)")
     p.set_defaults(func=_main)
@@ -192,13 +201,14 @@ def _resumable(args, state: str | None) -> Path | None:
     record = interrupted_smoke(PROJECT)
     if record is None:
         return None
-    if state is not None and record.get("state") == state and record.get("config") == args.config:
+    if (state is not None and record.get("state") == state and record.get("config") == args.config
+            and record.get("lang") == getattr(args, "lang", None)):
         print(f"blocklab smoke: resuming the interrupted smoke's scratch copy {record['project']} ({record['size']}, "
               f"started {record.get('started', '?')}; the checkout is as it was then): only what is missing is computed;"
               f" `rm -r {record['project']}` first for a fresh one", file=sys.stderr)
         return Path(record["project"])
-    print(f"blocklab smoke: {left_line(record)}; this one starts a fresh copy (the checkout or --config changed since "
-          "that one)", file=sys.stderr)
+    print(f"blocklab smoke: {left_line(record)}; this one starts a fresh copy (the checkout, --config or --lang "
+          "changed since that one)", file=sys.stderr)
     return None
 
 
@@ -213,6 +223,9 @@ def _main(args) -> int:
         machine = _machine()
         dest.mkdir(parents=True, exist_ok=True)
         make_scratch_project(dest, args.config)
+        lang = getattr(args, "lang", None)
+        if lang:
+            set_lang(dest / "params.yaml", lang)
         left_out = untracked_files()
         print(f"scratch project: {dest} (the files git tracks, with their uncommitted edits; "
               + (f"{len(left_out)} untracked file(s) left out: {', '.join(left_out[:5])}"
@@ -220,8 +233,8 @@ def _main(args) -> int:
                  else "no untracked file left out)"), file=sys.stderr)
         if interrupted:
             raise KeyboardInterrupt
-        _record(PROJECT, project=str(dest), config=args.config, started=started, finished=None, pid=os.getpid(),
-                state=state)
+        _record(PROJECT, project=str(dest), config=args.config, lang=lang, started=started, finished=None,
+                pid=os.getpid(), state=state)
         child = start_snakemake(dest, args.cores)
         while True:  # a Ctrl-C reaches Snakemake too (one process group): wait for its own line and exit
             try:
@@ -236,9 +249,9 @@ def _main(args) -> int:
         signal.signal(signal.SIGINT, previous)
     if interrupted:
         return 130  # Snakemake's last line said what is kept and named the resume command (blocklab.pipeline.kept_line)
-    if status == 0:  # the last lines a reader sees, after Snakemake's hundreds
+    if status == 0:  # the last lines a reader sees, after the progress line
         wall, cpu = time.monotonic() - clock, _children_cpu_s()
-        _record(PROJECT, project=str(dest), config=args.config, started=started,
+        _record(PROJECT, project=str(dest), config=args.config, lang=lang, started=started,
                 finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=round(wall),
                 cpu_s=round(cpu), **machine)  # a row of performance/measured/pipeline_times.csv, ready to copy
         _copy_metrics(dest / "data/claims/metrics.json", PROJECT / SMOKE_METRICS)
@@ -246,13 +259,172 @@ def _main(args) -> int:
               f"CPU-seconds; {_size(dest)})"
               f"\n  report:  {dest / 'reports/analysis.html'}\n  figures: {dest / 'figs'}/"
               f"\n  claims:  {dest / 'data/claims/claims.csv'}"
+              f"\n  log:     {dest / LOG} (Snakemake's and the runs' output)"
               "\n  here, until the pipeline's own data/ exists, `blocklab status`, `blocklab claims` and `blocklab "
-              f"report inspect` show it; `dvc metrics show` shows its metrics as {SMOKE_METRICS}")
+              f"report inspect` show it; `dvc metrics show {SMOKE_METRICS}` shows its metrics")
     return status
 
 
-def start_snakemake(dest: Path, cores: int) -> subprocess.Popen:
-    return subprocess.Popen([snakemake_command(), "--cores", str(cores)], cwd=dest, env=job_env(dest))
+LOG = "logs/smoke.log"  # in the scratch copy: Snakemake's output and its jobs', whole
+
+
+def set_lang(params_file: Path, lang: str) -> None:
+    """figures.lang in the scratch copy's parameters (the copy's own file: the checkout's configs stay as they are)."""
+    import yaml
+
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    params.setdefault("figures", {})["lang"] = lang
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def start_snakemake(dest: Path, cores: int) -> "Watched":
+    """Snakemake in the scratch copy, its output (and its jobs') into ``dest/LOG``, read line by line for the progress
+    line."""
+    log = dest / LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    child = subprocess.Popen([snakemake_command(), "--cores", str(cores)], cwd=dest,
+                             env={**job_env(dest), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    print(f"blocklab smoke: Snakemake's and the runs' output goes to {log}", file=sys.stderr, flush=True)
+    return Watched(child, log)
+
+
+# ---- the progress line ---------------------------------------------------------------------------------------------
+
+STEPS_DONE = re.compile(r"^(\d+) of (\d+) steps \([^)]*\) done")  # Snakemake's line after each finished job
+START_ETA = re.compile(r"^blocklab: about (\d+):(\d\d):(\d\d) on")  # the Snakefile's onstart (status.eta_line)
+SAID = ("blocklab: interrupted",)  # Snakemake's lines the terminal shows too (pipeline.kept_line: what Ctrl-C kept)
+TAIL_ON_ERROR = 40
+
+
+def duration(seconds: float) -> str:
+    """A time in the words a reader takes in at a glance: 45 s, 3 min 10 s, 1 h 05 min."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class Progress:
+    """The smoke's state, read from Snakemake's lines (``feed``): the jobs done of all (its "N of M steps done"), when
+    the last one finished, and the start's ETA (the Snakefile's onstart line). ``line`` says it in one line: the time
+    left is the pace of the jobs finished (the time since the first job could start, over the jobs done) times the
+    jobs left, less the time since the last one finished; before any job finishes, the start's estimate counts down."""
+
+    def __init__(self, started: float):
+        self.started = self.jobs_from = started
+        self.done, self.total = 0, None
+        self.last_done = None
+        self.start_eta = None  # (seconds, when said)
+
+    def feed(self, line: str, now: float) -> bool:
+        """Take one line of Snakemake's output; True when what ``line`` says changed."""
+        found = STEPS_DONE.match(line.strip())
+        if found:
+            self.done, self.total, self.last_done = int(found[1]), int(found[2]), now
+            return True
+        found = START_ETA.match(line.strip())
+        if found:
+            hours, minutes, seconds = map(int, found.groups())
+            self.start_eta, self.jobs_from = (3600 * hours + 60 * minutes + seconds, now), now
+            return True
+        return False
+
+    def left(self, now: float) -> tuple[float | None, str]:
+        """(seconds left or None, what they were estimated from)."""
+        if self.total is not None and self.done >= self.total:
+            return 0.0, "done"
+        if self.done and self.last_done is not None:
+            pace = (self.last_done - self.jobs_from) / self.done
+            return max(0.0, pace * (self.total - self.done) - (now - self.last_done)), \
+                f"at the pace of the {self.done} finished"
+        if self.start_eta is not None:
+            return max(0.0, self.start_eta[0] - (now - self.start_eta[1])), "the start's estimate"
+        return None, "measuring this machine"
+
+    def line(self, now: float) -> str:
+        jobs = f"{self.done} of {self.total} jobs done" if self.total else "planning the jobs"
+        left, basis = self.left(now)
+        eta = ("" if basis == "done" else f", {basis}" if left is None else
+               f", about {duration(left)} left ({basis})" if left > 0 else f", any moment now ({basis})")
+        return f"blocklab smoke: {jobs}, {duration(now - self.started)} so far{eta}"
+
+
+class Watched:
+    """Snakemake's process as the smoke waits for it: every line of its output into the log, the progress line
+    rewritten in place on a terminal (else printed as the jobs finish, at most every 30 s), and a few lines shown:
+    those of SAID, and the log's last lines when Snakemake fails."""
+
+    def __init__(self, child: subprocess.Popen, log: Path, stream=None, clock=time.monotonic):
+        self.child, self.log, self.stream, self.clock = child, log, stream or sys.stderr, clock
+        self.progress = Progress(clock())
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.lock, self.shown, self.printed_at, self.said = threading.Lock(), "", None, False
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with open(self.log, "a", encoding="utf-8", errors="replace") as log:
+            log.write(f"---- blocklab smoke, {datetime.now(timezone.utc).isoformat(timespec='seconds')} ----\n")
+            for raw in iter(self.child.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace")
+                log.write(line)
+                log.flush()
+                with self.lock:
+                    changed = self.progress.feed(line, self.clock())
+                    if line.startswith(SAID):
+                        self._say(line.rstrip("\n"))
+                    elif changed:
+                        self._show(final=False)
+
+    def _say(self, text: str) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\r\033[K")
+        self.stream.write(text + "\n")
+        self.shown, self.said = "", True
+        self.stream.flush()
+
+    def _show(self, final: bool) -> None:
+        now = self.clock()
+        text = self.progress.line(now)
+        if self.tty:
+            width = shutil.get_terminal_size((100, 20)).columns - 1
+            self.stream.write("\r\033[K" + text[:width] + ("\n" if final else ""))
+            self.shown = "" if final else text
+        elif final or self.printed_at is None or now - self.printed_at >= 30:
+            self.stream.write(text + "\n")
+            self.printed_at = now
+        self.stream.flush()
+
+    def wait(self) -> int:
+        while True:
+            try:
+                status = self.child.wait(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                if self.tty:
+                    with self.lock:
+                        self._show(final=False)
+        self.reader.join(timeout=30)
+        with self.lock:
+            if self.said:  # Snakemake's own last line (what a Ctrl-C kept, the command that resumes) stays the last
+                return status
+            self._show(final=True)
+            if status not in (0, None):
+                tail = self.tail(TAIL_ON_ERROR)
+                self.stream.write("".join(line + "\n" for line in tail)
+                                  + f"blocklab smoke: Snakemake stopped (exit status {status}); above, the last "
+                                  f"{len(tail)} lines of its output; all of it: {self.log}\n")
+                self.stream.flush()
+        return status
+
+    def tail(self, n: int) -> list[str]:
+        try:
+            return self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
+        except OSError:
+            return []
 
 
 def snakemake_command() -> str:

@@ -199,6 +199,8 @@ def register(subparsers) -> None:
     p.add_argument("html", nargs="?", default=REPORT)
     p.add_argument("--screenshot", default=None, help="also write a full-page PNG here")
     p.add_argument("--width", type=int, default=1200)
+    p.add_argument("--json", action="store_true", help="print everything measured, as JSON (default: a summary of a "
+                   "few lines)")
     p.set_defaults(func=_inspect_main)
 
 
@@ -211,4 +213,64 @@ def _inspect_main(args) -> None:
         raise FileNotFoundError(f"no report at {args.html}: the pipeline makes it (`snakemake --cores 2 "
                                 "reports/analysis.html`, or `make run`; `make smoke` makes one in a scratch copy)")
     seen = inspect_report(args.html, screenshot=args.screenshot, width=args.width)
-    print(json.dumps({k: v for k, v in seen.items() if k != "answers"}, indent=1, ensure_ascii=False))
+    if getattr(args, "json", False):
+        print(json.dumps({k: v for k, v in seen.items() if k != "answers"}, indent=1, ensure_ascii=False))
+    else:
+        print("\n".join(summary_lines(seen, args.html, getattr(args, "width", None), args.screenshot)))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def summary_lines(seen: dict, html: str | Path = REPORT, width: int | None = None,
+                  screenshot: str | Path | None = None) -> list[str]:
+    """What ``inspect_report`` found, in a few lines a reader takes in at a glance: the figures, the sections and their
+    links, the answers, the claims table, any code shown, the fonts that drew the text; the last line says whether
+    anything is wrong (`--json` prints every value measured)."""
+    problems = []
+    lines = [f"{html}, as headless Chromium shows it{f' at {width} px wide' if width else ''}:",
+             f"  title: {seen.get('title') or '(none)'}"]
+    figures = seen.get("figures")
+    if figures is not None:
+        broken = [f.get("figure", "?") for f in figures if not f.get("complete") or not f.get("width")]
+        missing = seen.get("missing_figures", 0)
+        lines.append(f"  figures: {len(figures)} shown" + (f", {len(broken)} not loaded ({', '.join(broken)})" if broken
+                     else ", every one loaded") + (f"; {missing} missing (their data or drawing absent)" if missing else ""))
+        problems += [f"{_count(len(broken), 'figure')} not loaded"] * bool(broken)
+        problems += [f"{_count(missing, 'figure')} missing"] * bool(missing)
+    if "sections" in seen:
+        links, dead = len(seen.get("toc_links", [])), seen.get("toc_targets_missing", 0)
+        lines.append(f"  sections: {len(seen['sections'])} ({', '.join(seen['sections'])}); contents: "
+                     f"{_count(links, 'link')}" + (f", {dead} leading nowhere" if dead else ", each reaching its heading"))
+        problems += [f"{_count(dead, 'contents link')} leading nowhere"] * bool(dead)
+    if seen.get("answers") is not None:
+        tally = {}
+        for answer in seen["answers"]:
+            tally[answer.get("verdict")] = tally.get(answer.get("verdict"), 0) + 1
+        lines.append(f"  answers: {len(seen['answers'])}" + (" (" + ", ".join(f"{v} {n}" for v, n in tally.items()) + ")"
+                                                            if tally else ""))
+    if "claims_rows" in seen:
+        rows, coloured = seen["claims_rows"], seen.get("claims_coloured", 0)
+        lines.append(f"  claims table: {_count(rows, 'row')}" + (", each coloured by its verdict" if rows == coloured
+                                                                else f", {rows - coloured} without a verdict colour"))
+        problems += [f"{rows - coloured} claim row(s) without a verdict colour"] * (rows != coloured)
+    if "visible_code_elements" in seen:
+        code = seen["visible_code_elements"] or seen.get("text_has_code")
+        lines.append("  code: " + ("shown (the notebook's code should be hidden)" if code else "none shown"))
+        problems += ["code shown"] * bool(code)
+    fonts = seen.get("fonts")
+    if fonts:
+        fallback = {}
+        for selector, found in fonts.items():
+            for name, glyphs in found.get("fonts", {}).items():
+                if glyphs and not name.endswith("(web font)"):
+                    fallback.setdefault(name, []).append(selector)
+        lines.append("  fonts: " + ("every text checked drawn with the page's own (web) font" if not fallback else
+                     "; ".join(f"{name} drew some of {', '.join(where)}" for name, where in fallback.items())
+                     + " (a font of this machine, not the page's: a glyph the page's font lacks)"))
+    if seen.get("height"):
+        lines.append(f"  page: {seen['height']:,} px tall" + (f"; screenshot: {screenshot}" if screenshot else ""))
+    lines.append(("nothing wrong found" if not problems else "wrong: " + "; ".join(problems))
+                 + " (`--json`: every value measured)")
+    return lines
