@@ -864,3 +864,127 @@ class NGPTBlock(nn.Module):
         h = _justnorm(a + self.attn_alpha.abs() * (b - a))
         a, b = _justnorm(h), _justnorm(self.mlp(h))
         return _justnorm(a + self.mlp_alpha.abs() * (b - a))
+
+
+class SlicedQKVEinsumBlock(_Block):
+    """A fused w_qkv (d, 3 * d) parameter sliced into its query, key and value columns and each applied by einsum:
+    q = einsum('btd,dhe->bthe', x, w_qkv[:, :d].view(d, 4, 16)), likewise k and v; causal softmax over q.k / 4;
+    w_o (d, d) applied by x @ w_o; ln1/ln2 pre-norms, MLP gelu 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        del self.attn
+        self.h, self.hd, self.d = n_heads, d_model // n_heads, d_model
+        self.w_qkv = nn.Parameter(torch.randn(d_model, 3 * d_model) / math.sqrt(d_model))
+        self.w_o = nn.Parameter(torch.randn(d_model, d_model) / math.sqrt(d_model))
+
+    def attend(self, x):
+        d = self.d
+        q, k, v = (torch.einsum("btd,dhe->bthe", x, self.w_qkv[:, i * d:(i + 1) * d].view(d, self.h, self.hd))
+                   for i in range(3))
+        s = torch.einsum("bthe,bshe->bhts", q, k) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+        y = torch.einsum("bhts,bshe->bthe", s.softmax(-1), v).reshape(x.shape)
+        return y @ self.w_o
+
+    def forward(self, x):
+        h = x + self.attend(self.ln1(x))
+        return h + self.mlp(self.ln2(h))
+
+
+def _complex_rope(t, dim: int):
+    """DeepSeek-V3's apply_rotary_emb on (B, T, heads, dim): interleaved pairs as complex numbers, theta 10000."""
+    T = t.shape[1]
+    inv = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    freqs = torch.polar(torch.ones(T, dim // 2, dtype=torch.float64), torch.outer(torch.arange(T, dtype=torch.float64),
+                                                                                  inv))
+    z = torch.view_as_complex(t.double().reshape(*t.shape[:-1], -1, 2)) * freqs[None, :, None, :]
+    return torch.view_as_real(z).flatten(3).to(t.dtype)
+
+
+class AbsorbedMLABlock(nn.Module):
+    """DeepSeek-V3's MLA as model.py's attn_impl='absorb' runs it (no q LoRA): q = wq(x) per head split into 16
+    'nope' and 8 RoPE features; kv = wkv_a(x) split into a latent of 16 and a shared RoPE key of 8; the Linear
+    wkv_b (latent -> heads x (16 nope + 16 v)) is never called: its weight viewed (heads, 32, 16), the query's nope
+    part taken into the latent by einsum('bshd,hdc->bshc', q_nope, wkv_b[:, :16]), scores = (q_lat . kv_norm(kv) +
+    q_pe . k_pe) * (24)^-0.5, causal softmax, the weighted latent brought up by einsum('bshc,hdc->bshd', .,
+    wkv_b[:, -16:]) and wo. 4 heads, each with keys and values of its own (MHA 4/4 through a shared latent); RMSNorm
+    pre-norms, SwiGLU MLP 2x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__()
+        self.h, self.nope, self.rope, self.vd, self.rank = n_heads, 16, 8, 16, 16
+        self.wq = nn.Linear(d_model, n_heads * (self.nope + self.rope), bias=False)
+        self.wkv_a = nn.Linear(d_model, self.rank + self.rope, bias=False)
+        self.kv_norm = nn.RMSNorm(self.rank)
+        self.wkv_b = nn.Linear(self.rank, n_heads * (self.nope + self.vd), bias=False)
+        self.wo = nn.Linear(n_heads * self.vd, d_model, bias=False)
+        self.attn_norm, self.ffn_norm = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
+        self.ffn = SwiGLU(d_model, 2 * d_model)
+
+    def attn(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.h, self.nope + self.rope)
+        q_nope, q_pe = torch.split(q, [self.nope, self.rope], dim=-1)
+        q_pe = _complex_rope(q_pe, self.rope)
+        kv, k_pe = torch.split(self.wkv_a(x), [self.rank, self.rope], dim=-1)
+        k_pe = _complex_rope(k_pe.unsqueeze(2), self.rope).squeeze(2)
+        wkv_b = self.wkv_b.weight.view(self.h, -1, self.rank)
+        q_nope = torch.einsum("bshd,hdc->bshc", q_nope, wkv_b[:, :self.nope])
+        kv = self.kv_norm(kv)
+        scores = (torch.einsum("bshc,btc->bsht", q_nope, kv) + torch.einsum("bshr,btr->bsht", q_pe, k_pe)) \
+            * (self.nope + self.rope) ** -0.5
+        scores = (scores + causal_mask(T, x.dtype)[None, :, None, :]).softmax(dim=-1)
+        o = torch.einsum("bsht,btc->bshc", scores, kv)
+        o = torch.einsum("bshc,hdc->bshd", o, wkv_b[:, -self.vd:])
+        return self.wo(o.flatten(2))
+
+    def forward(self, x):
+        h = x + self.attn(self.attn_norm(x))
+        return h + self.ffn(self.ffn_norm(h))
+
+
+class ForgettingAttention(Attention):
+    """The Forgetting Transformer's attention (FoX, Lin et al. 2025): a forget gate per head and token,
+    f_t = sigmoid(w_f . x_t + b_f) (w_f a Linear(d, heads) with a bias per head), D_ij = sum_{l=j+1..i} log f_l, and
+    softmax(q.k / sqrt(head_dim) + D + causal mask) @ v: softmax attention with a data-dependent decay bias."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__(d_model, n_heads)
+        self.fgate = nn.Linear(d_model, n_heads)
+
+    def forward(self, x):
+        log_f = F.logsigmoid(self.fgate(x)).transpose(1, 2)  # (B, heads, T)
+        c = log_f.cumsum(-1)
+        decay = c[..., :, None] - c[..., None, :]  # sum over l in (j, i] of log f_l
+        s = self.scores(x) + decay
+        return self.o(self.merge(s.softmax(-1) @ self.split(self.v(x))))
+
+
+class ForgettingBlock(PreNormBlock):
+    """PreNormBlock around ForgettingAttention (LayerNorm pre-norms, gelu MLP 4x)."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = ForgettingAttention(d_model, n_heads)
+
+
+class CanonBlock(nn.Module):
+    """Canon layers (Allen-Zhu 2025, 'Physics of Language Models part 4.1'): after each pre-norm, before the
+    projections, a short causal depthwise convolution (kernel 4, left padding 3) with its own residual,
+    u = n + conv(n), n = rms(x); then x + attn(u), and the same before the MLP: h + mlp(v), v = m + conv2(m),
+    m = rms2(h). RMSNorm, causal softmax MHA 4 heads, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, kernel: int = 4):
+        super().__init__()
+        self.attn, self.mlp = Attention(d_model, n_heads), MLP(d_model)
+        self.rms1, self.rms2 = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
+        self.canon_a = nn.Conv1d(d_model, d_model, kernel, groups=d_model, padding=kernel - 1)
+        self.canon_c = nn.Conv1d(d_model, d_model, kernel, groups=d_model, padding=kernel - 1)
+
+    @staticmethod
+    def canon(conv, n):
+        return n + conv(n.transpose(1, 2))[..., :n.shape[1]].transpose(1, 2)
+
+    def forward(self, x):
+        h = x + self.attn(self.canon(self.canon_a, self.rms1(x)))
+        return h + self.mlp(self.canon(self.canon_c, self.rms2(h)))

@@ -252,17 +252,58 @@ def _einsum_letters(func, args, kwargs, params: dict):
     return params[id(ops[p])], ops[d], ins[d], ins[p], rhs, ops[p]
 
 
+_SLICING = {torch.Tensor.__getitem__, torch._C.TensorBase.__getitem__}
+_DERIVING = _SLICING | {torch.Tensor.view, torch.Tensor.reshape, torch.reshape, torch.Tensor.transpose,
+                        torch.transpose, torch.Tensor.permute, torch.permute, torch.Tensor.t, torch.t,
+                        torch.Tensor.unflatten, torch.Tensor.contiguous, torch.Tensor.split, torch.split,
+                        torch.Tensor.chunk, torch.chunk, torch.Tensor.unbind, torch.unbind, torch.Tensor.narrow}
+
+
+def _index_text(index) -> str:
+    """w[:, :16] as ':, :16'."""
+    def one(i):
+        if isinstance(i, slice):
+            text = f"{'' if i.start is None else i.start}:{'' if i.stop is None else i.stop}"
+            return text + (f":{i.step}" if i.step is not None else "")
+        return "..." if i is Ellipsis else str(i) if isinstance(i, int) else "?"
+    return ", ".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def base_name(name: str) -> str:
+    """The parameter a derived application's name comes from: 'w_qkv' for 'w_qkv[:, 0:64]'."""
+    return name.split("[")[0]
+
+
 class _Applications(TorchFunctionMode):
     """While active, every application of one of ``params`` (see _einsum_letters) is handed to
     ``seen(name, data, data_letters, param_letters, out_letters, param, output)``, which returns the output to use."""
 
     def __init__(self, params: dict, seen):
         super().__init__()
-        self.params, self.seen = params, seen
+        self.params, self.seen = dict(params), seen
+        self.alive = []  # the derived tensors, kept so that their ids stay theirs during the run
+
+    def _derive(self, func, args, out) -> None:
+        """A parameter viewed, reshaped or sliced (a fused w_qkv's columns, DeepSeek-V3's wkv_b.weight viewed per
+        head and split): the result is applied as the parameter is, named after it and the slice."""
+        name = self.params[id(args[0])]
+        if func in _SLICING:
+            outs, names = [out], [f"{name}[{_index_text(args[1] if len(args) > 1 else None)}]"]
+        elif isinstance(out, (tuple, list)):
+            outs, names = list(out), [f"{name}[{i}]" for i in range(len(out))]
+        else:
+            outs, names = [out], [name]
+        for t, n in zip(outs, names):
+            if torch.is_tensor(t):
+                self.params[id(t)] = n
+                self.alive.append(t)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func in _DERIVING and args and torch.is_tensor(args[0]) and id(args[0]) in self.params:
+            self._derive(func, args, out)
+            return out
         if func in APPLYING and torch.is_tensor(out):
             found = _einsum_letters(func, args, kwargs, self.params)
             if found is not None:
@@ -336,7 +377,7 @@ class Tracer:
     def __init__(self, driver, cap: int | None = None):
         self.driver, self.layer = driver, driver.layer
         self.standing = {}
-        self.params = _free_parameters(self.layer)
+        self.params = {**_free_parameters(self.layer), **self._uncalled_weights()}
         self.modules = {}  # name -> Applied
         self.applied = self._applications() if self.params else set()
         # leaf modules, and modules with 3-D weights (routed experts) as a whole: what runs inside them sees a
@@ -371,7 +412,7 @@ class Tracer:
 
         def seen(name, data, dl, pl, ol, param, out):
             if _token_layout(data, dl, ol, 2, lengths) is not None:
-                found.add(name)
+                found.add(base_name(name))
             return out
 
         x = torch.randn(2, self.driver.seq, self.driver.width, dtype=torch.float64,
@@ -383,6 +424,27 @@ class Tracer:
             return set()
         self.params = {i: n for i, n in self.params.items() if n in found}
         return found
+
+    def _uncalled_weights(self) -> dict:
+        """id -> name of the 2-D weights of layers the layer never calls (DeepSeek-V3's absorbed MLA applies
+        wkv_b.weight by einsum, the Linear itself never runs): they may be applied as free parameters are."""
+        called, handles = set(), []
+        for name, m in self.layer.named_modules():
+            if name and not list(m.children()) and torch.is_tensor(getattr(m, "weight", None)) \
+                    and m.weight.dim() == 2 and not isinstance(m, nn.Embedding):
+                handles.append(m.register_forward_hook(lambda mod, a, o, name=name: called.add(name)))
+        names = [h for h in handles]
+        try:
+            self.driver(torch.randn(2, self.driver.seq, self.driver.width, dtype=torch.float64,
+                                    generator=torch.Generator().manual_seed(7)))
+        except Exception:  # noqa: BLE001 - the first traced run reports the failure
+            return {}
+        finally:
+            for h in names:
+                h.remove()
+        return {id(m.weight): f"{n}.weight" for n, m in self.layer.named_modules()
+                if n and not list(m.children()) and torch.is_tensor(getattr(m, "weight", None))
+                and m.weight.dim() == 2 and not isinstance(m, nn.Embedding) and n not in called}
 
     def _seq_first_calls(self) -> set:
         """(module name, 'in' or 'out') of the hooked tensors laid out (time, batch, ...), read from one run of a
@@ -804,7 +866,10 @@ class LayerAnalysis:
                 groups.append(SubLayer(ins=[call], out=call, experts=True))
                 continue
             feeds = [c for c in current if self.depends.get((c.key, call.key))]
-            if feeds and call.out.shape[-1] == self.width:
+            # a parameter applied per head (DeepSeek-V3's wkv_b slices, 'bshd,hdc->bshc') writes no token of the
+            # model's width even where heads x its output fill it: only what it adds to each token counts
+            per_head = isinstance(call.module, Applied) and call.module.out_features != self.width
+            if feeds and call.out.shape[-1] == self.width and not per_head:
                 groups.append(SubLayer(ins=current, out=call))
                 current = []
             else:
