@@ -577,3 +577,26 @@ def test_deepseek_v3_absorbed_mla_is_read_as_attention():
     assert (s["mixer"], s["query_heads"], s["causal"]) == ("attention", 4, True)
     assert (s["norm_placement"], s["norm_kind"], s["ffn"], s["ffn_ratio"]) == ("pre", "rmsnorm", "swiglu", 2.0)
     assert r.exit_status == EXIT_PASS
+
+
+def test_the_forgetting_transformer_is_softmax_attention_with_a_decay_bias():
+    # ForgettingBlock: softmax(q.k / 4 + D + causal mask) @ v, D_ij = sum of log sigmoid(fgate(x_l)) for l in (j, i],
+    # fgate Linear(64, 4) (a bias per head); LayerNorm pre-norms, gelu 4x
+    r = review("ForgettingBlock")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"], s["kv_heads"]) == ("attention", "MHA", 4, 4)
+    assert s["evidence"]["mixer"]["weights"] == "softmax"
+    assert (s["position"], s["evidence"]["heads"]["logit_bias_from"]) == ("decay-bias", ["attn.fgate"])
+    assert "attn.fgate.bias" not in r.facts["widths"]["fixed"] and r.severity_of("widths") == "pass"
+    assert bad(r) == [] and r.exit_status == EXIT_PASS
+
+
+@pytest.mark.xfail(strict=True, reason="issue 70: the Canon convolution's own residual after the norm hides the "
+                   "pre-norm: read as no norm on the FFN and a B2T-like post-norm")
+def test_canon_layers_keep_the_pre_norm():
+    # CanonBlock: x + attn(u), u = n + conv(n), n = rms1(x); h + mlp(m + conv2(m)), m = rms2(h): pre-norm, RMSNorm
+    r = review("CanonBlock")
+    s = r.facts["structure"]
+    assert (s["norm_placement"], s["norm_kind"], s["attention"], s["causal"]) == ("pre", "rmsnorm", "MHA", True)
+    assert s["evidence"]["norm_placement"]["ffn"]["placement"] == "pre"
+    assert r.exit_status == EXIT_PASS

@@ -124,7 +124,9 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     scale = a.logit_scale(attn, heads) if is_attention else None
     if is_attention and heads.get("values_rotated"):
         heads = {**heads, "values_rotated": {**heads["values_rotated"], "keys_rotated": a.keys_rotated(attn, heads)}}
-    if bias.get("kind") in ("alibi", "relative-bias"):
+    if heads.get("logit_bias_from"):
+        position = "decay-bias"  # a bias computed from the tokens (FoX's forget gate), read as no other kind
+    elif bias.get("kind") in ("alibi", "relative-bias"):
         position = bias["kind"]
     elif rotary:
         position = "rope"

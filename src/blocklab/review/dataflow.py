@@ -1046,6 +1046,16 @@ class LayerAnalysis:
                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
                "v_offsets": v_offsets}
+        gates = self._logit_bias_features(g, out)
+        if gates:
+            # features that move a head's weights with every key zero: no query, a bias on the logits computed
+            # from the tokens (FoX's forget gate, sum of log sigmoid(w_f . x) between key and query): left as
+            # computed in every probe, named in the evidence
+            for key, f in gates:
+                out["roles"][key][f] = "bias"
+            queries = {h: [q for q in qs if q not in gates] for h, qs in queries.items()}
+            queries = {h: qs for h, qs in queries.items() if qs}
+            out["logit_bias_from"] = sorted({c.name for c in points for key, _ in gates if c.key == key})
         self._rotated_values(g, out, features, moved, roles, head_dim)
         out["maps_per_head"] = self._maps_per_head(g, queries)
         if "v" not in {r for rs in out["roles"].values() for r in rs} and queries:
@@ -1060,6 +1070,39 @@ class LayerAnalysis:
                 out["roles"][source.key] = ["v"] * o_width
                 out["v_offsets"].update({(source.key, f): f % head_dim for f in range(o_width)})
         return out
+
+    def _logit_bias_features(self, g: SubLayer, heads: dict) -> list:
+        """(key, feature) of the query-like features that still move the heads' output with every key feature
+        zero (q.k is then 0 whatever the query): a bias on the logits, not a query. Each in-projection's query
+        features are moved together first; only one that moves anything is tried feature by feature."""
+        roles = heads["roles"]
+        if not any("k" in rs for rs in roles.values()):
+            return []
+        qkeys = [k for k, rs in roles.items() if "q" in rs]
+
+        def probe(groups):  # groups: list of [(key, f)], one batch element each after the base
+            def edit(key, out):
+                if key not in roles:
+                    return None
+                flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
+                for f, role in enumerate(roles[key]):
+                    if role == "k":
+                        flat[..., f] = 0.0
+                for b, group in enumerate(groups, start=1):
+                    for k, f in group:
+                        if k == key:
+                            flat[b, :, f] += scale
+                return out
+            traced, _ = self.tracer.inputs_of(self.batch(len(groups) + 1), edit)
+            o_in = self.read_input(traced, g)
+            return [_rel(o_in[b], o_in[0]) > TOL for b in range(1, len(groups) + 1)]
+
+        whole = [[(k, f) for f, r in enumerate(roles[k]) if r == "q"] for k in qkeys]
+        found = []
+        for group, moves in zip(whole, probe(whole)):
+            if moves:
+                found += [q for q, m in zip(group, probe([[q] for q in group])) if m]
+        return found if len(found) < sum(len(gr) for gr in whole) else []
 
     def _rotated_values(self, g: SubLayer, out: dict, features, moved, roles, head_dim: int) -> None:
         """Values rotated by position (RoPE applied to v): every value feature moves two offsets of its head, its

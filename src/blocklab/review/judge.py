@@ -102,6 +102,14 @@ def _review_module(target, role, d_model, depth, warmup_steps, kwargs, seed, sub
         judge_logit_scale(review, structure)
     if role == "cross":
         _judge_cross(review, probe, structure)
+    if widths.get("fixed") and structure.get("query_heads"):
+        # a parameter sized by the heads alone (FoX's forget-gate bias, one per head) keeps its shape by design
+        heads = {structure.get("query_heads"), structure.get("kv_heads")}
+        params = dict(module.named_parameters())
+        by_heads = [n for n in widths["fixed"] if n in params and {d for d in params[n].shape if d > 1} <= heads]
+        if by_heads:
+            widths = {**widths, "fixed": [n for n in widths["fixed"] if n not in by_heads],
+                      "not_width_sized": widths.get("not_width_sized", []) + by_heads}
     _judge_widths(review, widths, requested if builder.follows_width else None, width)
     return review
 

@@ -383,6 +383,10 @@ def _defaults(add, s) -> None:
             "sinusoidal": "sinusoidal absolute positions added to the embedding",
             "relative-bias": "learned relative-position bias on the attention logits",
             "alibi": "ALiBi: a fixed bias linear in distance on the attention logits",
+            "decay-bias": "a bias on the logits computed from the tokens by "
+                          f"{(s['evidence'].get('heads') or {}).get('logit_bias_from')} (a forget gate's decay, as "
+                          "the Forgetting Transformer's: softmax attention whose weights fade with what lies between "
+                          "key and query)",
             "none": "no position signal found (neither in the embedding nor in the layer)"
             if s["evidence"].get("absolute_position") is not None else
             "no position signal inside the block: positions must come from the embedding"}[position]
