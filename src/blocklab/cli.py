@@ -18,8 +18,10 @@ TABLE = {
     "status": ("every run of the pipeline on disk: its state, step and loss", "blocklab.status"),
     "claims": ("the claims table: each claim of the chapters, its measured value and verdict",
                "blocklab.reporting.claims_table"),
-    "report": ("the HTML report in a browser (inspect); the pipeline's notebook, figure, claims and metrics jobs", {
+    "report": ("the HTML report in a browser (inspect); the recorded full run's report, in English in minutes "
+               "(recorded); the pipeline's notebook, figure, claims and metrics jobs", {
         "inspect": "blocklab.reporting.browser",
+        "recorded": "blocklab.reporting.report",
         "notebook": "blocklab.reporting.report",
         "figure": "blocklab.reporting.report",
         "claims": "blocklab.reporting.claims",

@@ -130,6 +130,10 @@ def loss_curves_figure(losses_df: pd.DataFrame, lang: str = "ko", vocab_size: in
 def problem9_figure(scores_df: pd.DataFrame, lang: str = "ko"):
     """Raw scores, scores standardized per student (part a) and per subject over the pair (part b)."""
     style.setup(lang)
+    if lang == "en":  # the subjects as the document names them (국어, 영어, 수학), in English
+        from ..reporting.answers import in_english
+
+        scores_df = scores_df.assign(subject=scores_df["subject"].map(in_english))
     pair = list(scores_df.loc[scores_df["in_pair"], "student"].unique())
     panels = [
         ("raw", text(lang, "원점수", "raw scores"), text(lang, "점수", "score")),

@@ -7,7 +7,10 @@ problem 10 (b)) are judged here, by the rule given in their function.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,7 +32,30 @@ COMPUTE = {}
 
 
 def texts() -> dict:
+    return copy.deepcopy(_texts())  # a copy each: a caller may change its own; the file is read and parsed once
+
+
+@functools.lru_cache(maxsize=1)
+def _texts() -> dict:
     return yaml.safe_load(resources.files("blocklab.reporting").joinpath("answers.yaml").read_text(encoding="utf-8"))
+
+
+HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_REPEATED = re.compile(r"\b([\w'’ -]+?) \(\1\)")  # "per layer (per layer)": a translated original after its English
+_KOREAN_ORIGINAL = re.compile(r"\s*\((?=[^()]*[\uac00-\ud7a3])[^()]*\)")  # "(앞·뒤 정규화의 ...)" after its English
+
+
+def in_english(value):
+    """A value from the data or the claims table for an English page: the documents' Korean words that reach it (a
+    problem's place, problem 9's subjects, a value as the document writes it) in English (answers.yaml's
+    ``english``, the longest first), and a Korean original in parentheses after its English left out. Anything else
+    is returned as it is."""
+    if not isinstance(value, str) or not HANGUL.search(value):
+        return value
+    words = _texts()["english"]
+    for korean in sorted(words, key=len, reverse=True):
+        value = value.replace(korean, words[korean])
+    return _KOREAN_ORIGINAL.sub("", _REPEATED.sub(r"\1", value))
 
 
 def computes(fn):

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -132,11 +133,12 @@ def table_html(frame: pd.DataFrame, columns: list[str], formats: dict, names: di
     """A plain HTML table: readable column names, rounded numbers, rows coloured by their verdict when they have one."""
     columns = [c for c in columns if c in frame.columns]
     head = "".join(f"<th>{html.escape(names.get(c, {}).get(lang, c))}</th>" for c in columns)
+    words = answers_mod.in_english if lang == "en" else str  # the data's Korean words, on an English page
     rows = []
     for record in frame[columns].to_dict("records"):
         verdict = record.get(verdict_column) if verdict_column else None
         cls = f' class="{VERDICT_CLASS.get(verdict, "")}"' if verdict in VERDICT_CLASS else ""
-        cells = "".join(f"<td>{html.escape(_fmt(record[c], formats.get(c)))}</td>" for c in columns)
+        cells = "".join(f"<td>{html.escape(words(_fmt(record[c], formats.get(c))))}</td>" for c in columns)
         rows.append(f"<tr{cls}>{cells}</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f'<table class="blocklab">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -146,8 +148,10 @@ class Report:
     """Everything the notebook shows, as HTML strings (the notebook only displays them)."""
 
     def __init__(self, params_path: str | Path, data_dir: str | Path = "data", figs_dir: str | Path = "figs",
-                 lang: str | None = None):
+                 lang: str | None = None, draw: bool = True):
+        """``draw``: redraw each figure into ``figs_dir`` (False: show those there, or say one is missing)."""
         self.params_path = Path(params_path)
+        self.draw = draw
         self.params = load_params(params_path)
         self.lang = lang or self.params["figures"]["lang"]
         self.data_dir, self.figs_dir = Path(data_dir), Path(figs_dir)
@@ -155,6 +159,7 @@ class Report:
         self.texts = answers_mod.texts()
         self.hash = hashlib.sha256(self.params_path.read_bytes()).hexdigest()[:16]
         self.figure_number = 0
+        self.words = answers_mod.in_english if self.lang == "en" else str  # the data's and claims' Korean words, in English
 
     def t(self, *keys, **values) -> str:
         node = self.texts["report"]
@@ -204,7 +209,7 @@ class Report:
     def figure(self, name: str, draw: bool = True) -> str:
         """The figure (redrawn into figs/ from its data when ``draw``) with a caption naming its data and parameters."""
         path = self.figs_dir / f"{name}.png"
-        if draw:
+        if draw and self.draw:
             path = save_figure(name, self.params, self.data_dir, self.figs_dir, self.lang)
         if not path.exists():
             return f'<p class="missing">{html.escape(self.t("missing_figure", name=name, path=str(path)))}</p>'
@@ -272,8 +277,9 @@ class Report:
         head = f"<strong>{html.escape(a.part)}</strong> " if a.part else f"<strong>{html.escape(labels['answer'][self.lang])}</strong> "
         ids = f' <span class="ids">({html.escape(labels["claims"][self.lang])}: {", ".join(a.claim_ids)})</span>' if a.claim_ids else ""
         return (f'<div class="answer {VERDICT_CLASS[a.verdict]}" data-answer="{a.key}" data-verdict="{a.verdict}">'
-                f"<p>{head}{html.escape(a.text)}</p>"
-                f'<p class="beside"><em>{html.escape(labels["document"][self.lang])}:</em> {html.escape(a.document_value)}'
+                f"<p>{head}{html.escape(self.words(a.text))}</p>"
+                f'<p class="beside"><em>{html.escape(labels["document"][self.lang])}:</em> '
+                f'{html.escape(self.words(a.document_value))}'
                 f' · <em>{html.escape(labels["verdict"][self.lang])}:</em> '
                 f'<span class="verdict">{html.escape(verdicts[a.verdict][self.lang])}</span>{ids}</p></div>')
 
@@ -412,9 +418,11 @@ class Report:
             rows = []
             for where, block in group.groupby("where", sort=False):
                 for i, r in enumerate(block.itertuples(index=False)):
-                    first = f'<td rowspan="{len(block)}" class="where">{html.escape(where)}</td>' if i == 0 else ""
+                    first = (f'<td rowspan="{len(block)}" class="where">{html.escape(self.words(where))}</td>'
+                             if i == 0 else "")
                     rows.append(f'<tr class="{VERDICT_CLASS.get(r.verdict, "")}" data-verdict="{html.escape(r.verdict)}">{first}'
-                                + "".join(f"<td>{html.escape(str(getattr(r, c)))}</td>" for c in columns[1:-1])
+                                + "".join(f"<td>{html.escape(self.words(str(getattr(r, c))))}</td>"
+                                          for c in columns[1:-1])
                                 + f'<td class="verdict">{html.escape(verdicts.get(r.verdict, {self.lang: r.verdict})[self.lang])}'
                                 + self._decide(r) + "</td></tr>")
             heads = "".join(f"<th>{html.escape(names[c][self.lang])}</th>" for c in columns)
@@ -558,6 +566,31 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
             tmp_html.write_text(body, encoding="utf-8")
 
 
+PROJECT = Path(__file__).resolve().parents[3]
+RECORDED_OUT = "reports-recorded"  # ignored by git; outside reports/, which the pipeline writes and DVC tracks
+RECORDED_COST = "1 min 16 s to 1 min 33 s on 2 shared cores at load 5 to 7"  # measured 2026-12-07 (Intel Xeon), English
+
+
+def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: Path = PROJECT) -> Path:
+    """The analysis notebook run on the recorded full default run's tables (records/gallery, in git: a fresh clone has
+    them) in ``lang``: the report and every figure into ``out/lang``, with no training and no pipeline; says its cost
+    before it starts and where the report is when it ends."""
+    from ..records import GALLERY
+
+    folder = Path(out) / lang
+    print(f"blocklab report recorded: the full default run's report and figures, drawn from its recorded tables "
+          f"({GALLERY}/, no training) in {'English' if lang == 'en' else 'Korean'}, into {folder}/: about 1 to 2 "
+          f"minutes ({RECORDED_COST})", file=sys.stderr, flush=True)
+    from contextlib import chdir
+
+    folder = folder.resolve()
+    with chdir(project):  # the recorded params name their snapshots relative to the project (records/...)
+        run_notebook(f"{GALLERY}/params.yaml", "notebooks/analysis.ipynb", str(folder / "analysis.ipynb"),
+                     str(folder / "analysis.html"), str(folder / "figs"), GALLERY, lang)
+    print(f"report:  {folder / 'analysis.html'}\nfigures: {folder / 'figs'}/")
+    return folder / "analysis.html"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("notebook", help="run the analysis notebook (papermill): every figure into figs/, plus HTML")
     p.add_argument("--params", default="params.yaml")
@@ -568,6 +601,13 @@ def register(subparsers) -> None:
     p.add_argument("--data", default="data")
     p.add_argument("--lang", choices=["ko", "en"], default=None, help="figure language (default: params figures.lang)")
     p.set_defaults(func=lambda a: run_notebook(a.params, a.notebook, a.out_notebook, a.out_html, a.figs, a.data, a.lang))
+
+    p = subparsers.add_parser("recorded", help="the recorded full default run's report and figures, rendered here in "
+                              "a minute or two from records/gallery (no training): English by default")
+    p.add_argument("--lang", choices=["ko", "en"], default="en", help="the language (default: en)")
+    p.add_argument("--out", default=RECORDED_OUT, help=f"the folder: OUT/LANG/analysis.html and OUT/LANG/figs/ "
+                   f"(default: {RECORDED_OUT})")
+    p.set_defaults(func=lambda a: render_recorded(a.lang, a.out) and None)
 
     p = subparsers.add_parser("figure", help="redraw one figure from cached data, without the notebook")
     p.add_argument("name", choices=sorted(FIGURES))
