@@ -86,11 +86,24 @@ def test_an_interrupt_ends_with_snakemakes_resume_line(tmp_path):
     assert shown.getvalue().splitlines()[-1].startswith("blocklab: interrupted; kept 3 finished runs")
 
 
-def test_smoke_takes_the_reports_language():
+def test_smoke_takes_the_reports_language(tmp_path):
+    """`blocklab smoke --lang en`: the scratch copy's params.yaml is the tiny configuration with figures.lang: en."""
+    import shutil
+
+    import yaml
+
     from blocklab.cli import build_parser
+    from blocklab.params_file import load_params
 
     args = build_parser(["smoke"]).parse_args(["smoke", "--lang", "en"])
     assert args.lang == "en"
+    tiny = smoke.PROJECT / "configs/tiny.yaml"
+    shutil.copy(tiny, tmp_path / "params.yaml")
+    smoke.set_lang(tmp_path / "params.yaml", "en")
+    english, korean = load_params(tmp_path / "params.yaml"), load_params(tiny)
+    assert english["figures"]["lang"] == "en" and korean["figures"]["lang"] == "ko"
+    assert {**english, "figures": korean["figures"]} == korean
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text())["figures"]["lang"] == "en"
 
 
 def test_report_inspect_says_what_it_saw_in_a_few_lines():
