@@ -129,3 +129,15 @@ def test_report_inspect_says_what_it_saw_in_a_few_lines():
     seen |= {"missing_figures": 0, "figures": seen["figures"][:1]}
     assert summary_lines(seen)[-1].startswith("nothing wrong found")
     assert summary_lines({"title": "x"})[-1].startswith("nothing wrong found")  # what an older page check returns
+
+
+def test_a_real_snakemake_run_reads_as_one_line_with_its_output_in_the_log(tmp_path):
+    """Snakemake's own lines through a pipe (a 3-job workflow): the progress line counts its jobs, the log holds them."""
+    (tmp_path / "Snakefile").write_text('rule all:\n    input: "a.txt", "b.txt"\n'
+                                        'rule make:\n    output: "{x}.txt"\n    shell: "echo made > {output}"\n')
+    child = subprocess.Popen([smoke.snakemake_command(), "--cores", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    shown = io.StringIO()
+    assert smoke.Watched(child, tmp_path / "smoke.log", stream=shown).wait() == 0
+    assert shown.getvalue().splitlines()[-1].startswith("blocklab smoke: 3 of 3 jobs done, ")
+    assert "rule make:" in (tmp_path / "smoke.log").read_text() and "rule make" not in shown.getvalue()
