@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # the sentence that names the commands that work before the pipeline has run here
-BEFORE_THE_PIPELINE = re.compile(r"Then, until the pipeline runs here, (.*?) show its result", re.S)
+BEFORE_THE_PIPELINE = re.compile(r"Then (`blocklab status`.*?) show the smoke's result", re.S)
 
 
 def _named_commands() -> list[str]:

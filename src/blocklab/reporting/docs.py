@@ -160,14 +160,11 @@ def claims_summary(data: Path, root: Path) -> str:
                   if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
     documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
     others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
-    fitted = claims[claims["fitted"].astype(str).str.lower() == "true"]
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
              f"**{len(project)} are the project's**: {_counts(project)}. "
              + "".join(f"**{len(g)} are the literature's** ([fixes](docs/lab.md)): {_counts(g)}. " if src == "literature"
                        else f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
-             "Some rows share runs: a collapse counts in its rate and in its shape. "
-             f"{len(fitted)} early losses were targets of the inferred-setup fit (`fitted` in the table). "
-             "The rules and their error rates are in [document 000's claims](docs/doc000.md#claims). Not reproduced:",
+             f"Rules and error rates: [document 000's claims](docs/doc000.md#claims). Not reproduced:",
              ""]
     listed = claims[claims["source"] != "literature"]  # the literature's rows: listed in docs/lab.md (the README's length)
     for verdict in ("not reproduced", "partly"):
@@ -177,10 +174,9 @@ def claims_summary(data: Path, root: Path) -> str:
         for row in rows.itertuples(index=False):
             other = _other_settings(by_setting, row.id)
             lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(row.claim)} "
-                         f"Measured: {_cell(_clauses(row.measured, 100))}.{' ' + _sentence(other) if other else ''}")
+                         f"Measured: {_cell(_clauses(row.measured, 70))}.{' ' + _sentence(other) if other else ''}")
     if len(listed[listed["verdict"].isin(("not reproduced", "partly"))]):
-        lines += ["", "Each measured value above is its first clauses; the claims tables of [document 000]"
-                  "(docs/doc000.md#claims) and [document 004](docs/doc004.md#claims) give it whole."]
+        lines += ["", "Each measured value is cut to its first clauses; the claims tables give it whole."]
     undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
         from .errors import SEARCH_CAP
