@@ -13,7 +13,7 @@ LANE=${1:?lane name}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CLONE=${CLONE:-/work/decide-clone}
 RUNS=${RUNS:-$REPO/data/decide/runs}
-QUEUE=${QUEUE:-$REPO/docs/decide/queue.txt}
+QUEUE=${QUEUE:-$REPO/configs/decide_queue.txt}
 LOCKS=$REPO/data/decide/locks
 GITLOCK=/tmp/blocklab-decide-git.lock
 mkdir -p "$RUNS" "$LOCKS"

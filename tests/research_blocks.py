@@ -802,7 +802,7 @@ class SameConvBlock(PreNormBlock):
         return super().forward(x)
 
 
-# --- published designs of 2024-2025 (issue 70, item 1) --------------------------------------------------------------
+# --- published designs of 2024-2025 ----------------------------------------------------------------------------------
 
 
 def _justnorm(x):

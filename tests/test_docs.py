@@ -78,6 +78,8 @@ def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):
     for recorded in (SENSITIVITY, DYNAMICS, INFERENCE, REVIEWER, LAB_RUNS, Path(LAB_LR_RUNS).parent):  # recorded runs
         shutil.copytree(ROOT / recorded, root / recorded, dirs_exist_ok=True)
     shutil.copyfile(ROOT / "params.yaml", root / "params.yaml")  # the event thresholds the dynamics block judges with
+    (root / "configs").mkdir(exist_ok=True)
+    shutil.copyfile(ROOT / "configs" / "decide_plan.yaml", root / "configs" / "decide_plan.yaml")  # the plan's rows
     assert main(["docs", "--root", str(root), "--check"]) == 0
     claims_file = root / GALLERY / "claims" / "claims.csv"
     claims = pd.read_csv(claims_file, dtype=str, keep_default_na=False)
@@ -485,11 +487,11 @@ def test_each_form_of_a_hand_written_measured_number_fails(page, planted, token)
 
 
 def test_the_decide_lanes_queue_is_the_plans_lab_rows_and_the_plan_names_real_claims():
-    """docs/decide/queue.txt (what scripts/decide_lanes.sh trains) is the lab rows of docs/decide/plan.yaml, in the
+    """configs/decide_queue.txt (what scripts/decide_lanes.sh trains) is the lab rows of configs/decide_plan.yaml, in the
     plan's order; every claim a row names is in the claims table; a row of an unknown kind is refused by name."""
     from blocklab.reporting import decide
 
-    queue = [line.strip() for line in (ROOT / "docs/decide/queue.txt").read_text(encoding="utf-8").splitlines()
+    queue = [line.strip() for line in (ROOT / "configs/decide_queue.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.startswith("#")]
     assert queue == decide.queue_lines(ROOT)
     ids = set(pd.read_csv(DATA / "claims" / "claims.csv")["id"])

@@ -538,7 +538,7 @@ def test_a_convolution_padded_on_both_sides_is_named_with_its_reach():
     assert "'conv' (Conv1d)" in message and "padding='same'" in message and "up to 1 position ahead" in message
 
 
-# --- published designs of 2024-2025 (issue 70, item 1) --------------------------------------------------------------
+# --- published designs of 2024-2025 ----------------------------------------------------------------------------------
 
 
 def test_ngpt_is_read_on_the_unit_sphere():
@@ -567,7 +567,7 @@ def test_a_fused_qkv_sliced_and_applied_by_einsum_is_read_by_its_weights_use():
     assert bad(r) == [] and r.exit_status == EXIT_PASS
 
 
-@pytest.mark.xfail(strict=True, reason="issue 70: the absorbed MLA's value up-projection runs after the mixing, per "
+@pytest.mark.xfail(strict=True, reason="not yet read: the absorbed MLA's value up-projection runs after the mixing, per "
                    "head, from a latent all heads share; the heads are not read through it yet")
 def test_deepseek_v3_absorbed_mla_is_read_as_attention():
     # AbsorbedMLABlock: wkv_b.weight viewed (4, 32, 16) and applied by einsum (never called): 4 query heads over one
@@ -591,7 +591,7 @@ def test_the_forgetting_transformer_is_softmax_attention_with_a_decay_bias():
     assert bad(r) == [] and r.exit_status == EXIT_PASS
 
 
-@pytest.mark.xfail(strict=True, reason="issue 70: the Canon convolution's own residual after the norm hides the "
+@pytest.mark.xfail(strict=True, reason="not yet read: the Canon convolution's own residual after the norm hides the "
                    "pre-norm: read as no norm on the FFN and a B2T-like post-norm")
 def test_canon_layers_keep_the_pre_norm():
     # CanonBlock: x + attn(u), u = n + conv(n), n = rms1(x); h + mlp(m + conv2(m)), m = rms2(h): pre-norm, RMSNorm

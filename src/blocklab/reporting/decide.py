@@ -17,7 +17,7 @@ from ..io import read_table
 from ..lab import records
 from ..records import GALLERY
 
-PLAN = Path("docs/decide/plan.yaml")  # relative to the project root
+PLAN = Path("configs/decide_plan.yaml")  # relative to the project root
 
 
 def plan_rows(root: Path) -> list[dict]:
