@@ -257,7 +257,9 @@ def test_recorded_runs_are_read_with_their_checksums_and_a_damaged_one_is_refuse
     from blocklab.io import DamagedArtifact
     from blocklab.lab import records
 
-    monkeypatch.setattr(records, "RUNS", str(_fake_records(tmp_path, [0, 1])))
+    from blocklab.training import lab_records  # where the records are read (below the lab)
+
+    monkeypatch.setattr(lab_records, "RUNS", str(_fake_records(tmp_path, [0, 1])))
     table = records.recorded(norm="deepnorm", warmup=0)
     assert list(table["run"]) == ["deepnorm-w0-s0", "deepnorm-w0-s1"] and set(table["outcome"]) <= {"learned", "never", "collapsed", "diverged"}
     assert records.recorded(norm="admin").empty
@@ -297,7 +299,9 @@ def test_the_literatures_claims_are_judged_from_the_recorded_runs(tmp_path, monk
 
     ids = {c["id"] for c in claims.load_claims() if c["source"] == "literature"}
     assert {f"lit-{n}-nowarm" for n in ("deepnorm", "admin", "b2t", "rezero", "sandwich")} <= ids
-    monkeypatch.setattr(records, "RUNS", str(_fake_records(tmp_path, [0])))
+    from blocklab.training import lab_records  # where the records are read (below the lab)
+
+    monkeypatch.setattr(lab_records, "RUNS", str(_fake_records(tmp_path, [0])))
     one = _literature()
     assert one.loc["lit-deepnorm-nowarm", "verdict"] == claims.INCONCLUSIVE  # one seed decides nothing
     # the rates part alone can never say "not reproduced" against a reference that never learned; the claim as a

@@ -127,13 +127,13 @@ def loss_curves_figure(losses_df: pd.DataFrame, lang: str = "ko", vocab_size: in
 # --- problem 9 -------------------------------------------------------------------------------------------------------
 
 
-def problem9_figure(scores_df: pd.DataFrame, lang: str = "ko"):
-    """Raw scores, scores standardized per student (part a) and per subject over the pair (part b)."""
+def problem9_figure(scores_df: pd.DataFrame, lang: str = "ko", words=None):
+    """Raw scores, scores standardized per student (part a) and per subject over the pair (part b). ``words``: the
+    report's translation of the data's Korean words (the subjects as the document names them), for an English page
+    (``reporting.answers.in_english``; passed in, since figures sit below reporting)."""
     style.setup(lang)
-    if lang == "en":  # the subjects as the document names them (국어, 영어, 수학), in English
-        from ..reporting.answers import in_english
-
-        scores_df = scores_df.assign(subject=scores_df["subject"].map(in_english))
+    if lang == "en" and words is not None:
+        scores_df = scores_df.assign(subject=scores_df["subject"].map(words))
     pair = list(scores_df.loc[scores_df["in_pair"], "student"].unique())
     panels = [
         ("raw", text(lang, "원점수", "raw scores"), text(lang, "점수", "score")),

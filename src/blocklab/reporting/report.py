@@ -87,7 +87,7 @@ def build_figure(name: str, params: dict, data: str | Path = "data", lang: str |
     draw = {
         "gradnorm_at_init": lambda f: doc000.gradnorm_figure(f[0], lang=lang),
         "loss_curves": lambda f: doc000.loss_curves_figure(f[0], lang=lang, vocab_size=vocab),
-        "problem9_scores": lambda f: doc000.problem9_figure(f[0], lang=lang),
+        "problem9_scores": lambda f: doc000.problem9_figure(f[0], lang=lang, words=answers_mod.in_english),
         "problem10_residual_growth": lambda f: doc000.problem10_figure(f[0], lang=lang),
         "problem11_norm_warmup": lambda f: doc000.problem11_figure(f[0], lang=lang),
         "activation_norms": lambda f: doc004.activation_norms_figure(f[0], lang=lang),

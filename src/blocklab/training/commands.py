@@ -29,10 +29,14 @@ def resumed_by_the_same_command(train_main):
 
         from .train import INTERRUPT_ENV, RESUME_ENV
 
-        if not os.environ.get(RESUME_ENV) and not os.environ.get(INTERRUPT_ENV):
-            os.environ[RESUME_ENV] = (f"the same command (`{shlex.join(['blocklab', *sys.argv[1:]])}`, from "
-                                      f"{shlex.quote(os.getcwd())})")
-        return train_main(args)
+        if os.environ.get(RESUME_ENV) or os.environ.get(INTERRUPT_ENV):
+            return train_main(args)
+        os.environ[RESUME_ENV] = (f"the same command (`{shlex.join(['blocklab', *sys.argv[1:]])}`, from "
+                                  f"{shlex.quote(os.getcwd())})")
+        try:  # for this command only: a process that calls it in-process (a test) keeps its own environment after
+            return train_main(args)
+        finally:
+            os.environ.pop(RESUME_ENV, None)
 
     return run
 
