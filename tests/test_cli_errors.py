@@ -199,5 +199,8 @@ def test_smoke_runs_the_snakemake_beside_its_python_and_ends_with_the_paths(tmp_
     here = Path(sys.executable).parent
     assert command[0] == str(here / "snakemake") or not (here / "snakemake").is_file()
     assert kwargs["env"]["PATH"].split(":")[0] == str(here)
-    last = capsys.readouterr().out.strip().splitlines()[-4:]
-    assert str(tmp_path / "scratch" / "reports/analysis.html") in last[0] and str(tmp_path / "scratch" / "figs") in last[1]
+    last = capsys.readouterr().out.strip().splitlines()[-6:]  # the end: report, figures, claims, log, where to look
+    said = {line.split(":", 1)[0].strip(): line for line in last if ":" in line}
+    assert str(tmp_path / "scratch" / "reports/analysis.html") in said["report"]
+    assert str(tmp_path / "scratch" / "figs") in said["figures"]
+    assert str(tmp_path / "scratch" / "logs" / "smoke.log") in said["log"]
