@@ -360,14 +360,14 @@ def test_a_builtin_block_adopts_its_recorded_runs_at_the_same_setup_and_its_page
     from blocklab.params_file import load_params
 
     params = load_params(ROOT / "params.yaml")
-    spec = make_spec(ROOT / "params.yaml", "document", builtin="deepnorm", seeds=[0, 7], warmups=[0])
+    spec = make_spec(ROOT / "params.yaml", "document", builtin="deepnorm", seeds=[0, 9], warmups=[0])
     assert records.adopt(spec, params, tmp_path, dry_run=True)[0]["run"] == "w0-s0"
     assert not (tmp_path / "runs").exists()  # a dry run copies nothing
     found = records.adopt(spec, params, tmp_path)
     assert [a["run"] for a in found] == ["w0-s0"] and found[0]["from"] == f"{records.RUNS}/deepnorm-w0-s0"
     run = tmp_path / "runs" / "w0-s0"
     assert sorted(p.name for p in run.iterdir()) == ["adopted.json", "loss.csv", "meta.json"]
-    assert not (tmp_path / "runs" / "w0-s7").exists()  # not recorded: trained by its job
+    assert not (tmp_path / "runs" / "w0-s9").exists()  # not recorded: trained by its job
     row = row_of(spec, run)
     assert row["outcome"] == records.recorded(norm="deepnorm", warmup=0).set_index("seed").loc[0, "outcome"]
     text = page(spec, pd.DataFrame([row]), rates(pd.DataFrame([row])), "-", found)
