@@ -322,7 +322,7 @@ def test_the_memory_limit_is_the_smallest_of_this_processs_cgroup_and_those_abov
 
 def test_a_huge_vocabulary_is_refused_inside_a_small_cgroup_naming_the_key_the_estimate_and_the_limit(tmp_path,
                                                                                                      monkeypatch):
-    """The issue's case: 8,000,000 words at the tiny sizes (the logits alone ~4 GB each) inside a 3 GiB job, whose
+    """The case measured: 8,000,000 words at the tiny sizes (the logits alone ~4 GB each) inside a 3 GiB job, whose
     limit is set on the job's cgroup, not the root's."""
     from blocklab import params_file
 
