@@ -567,14 +567,19 @@ def test_a_fused_qkv_sliced_and_applied_by_einsum_is_read_by_its_weights_use():
     assert bad(r) == [] and r.exit_status == EXIT_PASS
 
 
-@pytest.mark.xfail(strict=True, reason="not yet read: the absorbed MLA's value up-projection runs after the mixing, per "
-                   "head, from a latent all heads share; the heads are not read through it yet")
 def test_deepseek_v3_absorbed_mla_is_read_as_attention():
     # AbsorbedMLABlock: wkv_b.weight viewed (4, 32, 16) and applied by einsum (never called): 4 query heads over one
-    # shared latent; causal softmax; RMSNorm pre-norms, SwiGLU 2x
+    # shared latent of 16 (kv_norm(wkv_a(x)[:16])), each head's query taken into it by wkv_b[:, :16] and its value
+    # brought up after the softmax by wkv_b[:, -16:]: MLA's count is 4 K/V heads, 1 in the latent; causal softmax;
+    # RoPE on 8 of each head's 24 query-key features (the decoupled q_pe . k_pe); RMSNorm pre-norms, SwiGLU 2x
     r = review("AbsorbedMLABlock")
     s = r.facts["structure"]
-    assert (s["mixer"], s["query_heads"], s["causal"]) == ("attention", 4, True)
+    assert (s["mixer"], s["attention"], s["query_heads"], s["kv_heads"], s["causal"]) == ("attention", "MHA", 4, 4, True)
+    assert s["evidence"]["mixer"]["weights"] == "softmax" and not s["evidence"]["mixer"]["no_value_projection"]
+    assert s["evidence"]["heads"]["absorbed_latent"] == {"width": 16, "kv_heads_in_latent": 1,
+                                                         "values_brought_up_by": ["wkv_b.weight[:, -16:]"]}
+    assert s["evidence"]["latent"] == {"wkv_a": 24, "kv_norm": 16} and s["qk_norm"] is False
+    assert s["position"] == "rope" and s["evidence"]["rotary_fraction"] == pytest.approx(8 / 24)
     assert (s["norm_placement"], s["norm_kind"], s["ffn"], s["ffn_ratio"]) == ("pre", "rmsnorm", "swiglu", 2.0)
     assert r.exit_status == EXIT_PASS
 
@@ -591,12 +596,16 @@ def test_the_forgetting_transformer_is_softmax_attention_with_a_decay_bias():
     assert bad(r) == [] and r.exit_status == EXIT_PASS
 
 
-@pytest.mark.xfail(strict=True, reason="not yet read: the Canon convolution's own residual after the norm hides the "
-                   "pre-norm: read as no norm on the FFN and a B2T-like post-norm")
 def test_canon_layers_keep_the_pre_norm():
-    # CanonBlock: x + attn(u), u = n + conv(n), n = rms1(x); h + mlp(m + conv2(m)), m = rms2(h): pre-norm, RMSNorm
+    # CanonBlock: x + attn(u), u = n + conv(n), n = rms1(x); h + mlp(m + conv2(m)), m = rms2(h): pre-norm, RMSNorm;
+    # each sub-layer reads the stream only through its norm, with the convolution (canon_a, canon_c) between
     r = review("CanonBlock")
     s = r.facts["structure"]
     assert (s["norm_placement"], s["norm_kind"], s["attention"], s["causal"]) == ("pre", "rmsnorm", "MHA", True)
-    assert s["evidence"]["norm_placement"]["ffn"]["placement"] == "pre"
+    placements = s["evidence"]["norm_placement"]
+    assert (placements["attention"]["input_norm"], placements["attention"]["read_through"]) == (["rms1"], ["canon_a"])
+    assert (placements["ffn"]["placement"], placements["ffn"]["input_norm"]) == ("pre", ["rms2"])
+    assert placements["ffn"]["read_through"] == ["canon_c"] and placements["attention"]["post_norm"] == []
+    (said,) = [f.message for f in r.findings if f.check == "norm position"]
+    assert "'canon_a'" in said and "measured and not judged" in said
     assert r.exit_status == EXIT_PASS

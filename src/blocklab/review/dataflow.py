@@ -128,6 +128,9 @@ class SubLayer:
     # sub-layer is the one expert every token is routed to while the router's output is held (LayerAnalysis)
     feeders: list = None  # projections before the attention's own in-projections whose outputs only it reads
     # (MobileBERT's bottleneck: a projection of the layer's input, then the query reads it): see _merge_feeders
+    after: list = None  # parameters applied per head to the mixed values before the writer (DeepSeek-V3's absorbed
+    # MLA brings each head's value up from the shared latent after the softmax, einsum('bshc,hdc->bshd')): the value
+    # path, not an in-projection; the mixed values are read at the first one's input (see _mixing)
 
 
 def _rel(a, b) -> float:
@@ -609,7 +612,7 @@ def _scaled_activation(outs: list, target: torch.Tensor, name: str) -> dict | No
 def _value_or_gate(flat: torch.Tensor, f: int, role: str, offset: int | None) -> None:
     """Feature f of a (batch, time, features) edit: a value becomes the one-hot code of its offset's position (the
     writer then reads the attention weights), a per-token gate is held at GATE_VALUE; anything else is left."""
-    if role == "v":
+    if role in ("v", "kv"):
         flat[..., f] = (torch.arange(flat.shape[1]) == offset).to(flat.dtype) if offset is not None else 0.0
     elif role == "gate":
         flat[..., f] = GATE_VALUE
@@ -895,6 +898,12 @@ class LayerAnalysis:
         for i, g in enumerate(self.sublayers):
             inp = traced[g.out.key].inp
             g.mixes = _rel(inp[i + 1, 1:], inp[0, 1:]) > TOL
+            if g.mixes and not g.after:
+                # a parameter applied per head (it adds fewer features than the width) to values the mixing already
+                # moved at later positions: each head's value brought up after the weighted sum (absorbed MLA)
+                g.after = [c for c in g.ins[1:] if isinstance(c.module, Applied) and c.module.out_features != self.width
+                           and _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL]
+                g.ins = [c for c in g.ins if c not in g.after]
             # how far its own mixing carries position 0 (the layer's reach adds what the sub-layers after it mix)
             scale = inp[0].abs().max().clamp_min(1e-30)
             g.reach = [t for t in range(inp.shape[1]) if ((inp[i + 1, t] - inp[0, t]).abs().max() / scale) > TOL]
@@ -909,8 +918,9 @@ class LayerAnalysis:
                        and traced[c.key].inp.dim() >= 2 and traced[c.key].inp.shape[:2] == inp.shape[:2]
                        and _features(traced[c.key].inp) == inp.shape[-1]
                        and all(self.depends.get((p.key, c.key)) for p in g.ins)]
-            g.read = next((c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
-                          g.out) if g.mixes else g.out
+            g.read = g.after[0] if g.after else next(
+                (c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
+                g.out) if g.mixes else g.out
 
     def _merge_feeders(self) -> bool:
         """A per-token sub-layer just before a token-mixing one is the mixing one's input side when its writer's
@@ -973,7 +983,7 @@ class LayerAnalysis:
         over all heads at once, OLMo 2's, ties every query feature before it to every head). Also, per in-projection,
         the norms its features may feed."""
         inner = [n for n in self.norm_calls if g.ins[0].index < n.index < (g.read or g.out).index]
-        latent = {c.key for c in self.latents(g) + self.bottleneck(g)}
+        latent = {c.key for c in self.latents(g, absorbed=False) + self.bottleneck(g)}
         feeds = {c.key: [n for n in inner if self.depends.get((c.key, n.key))] for c in g.ins if c.key not in latent}
         return [*[c for c in g.ins if c.key not in latent],
                 *[n for n in inner if n.key not in latent and any(n in f for f in feeds.values())]], feeds
@@ -983,15 +993,20 @@ class LayerAnalysis:
         the layer's input for it (a bottleneck), their features are no head's."""
         return [c for c in g.feeders or [] if any(self.depends.get((c.key, d.key)) for d in g.ins if d.index > c.index)]
 
-    def latents(self, g: SubLayer) -> list[Call]:
+    def latents(self, g: SubLayer, absorbed: bool = True) -> list[Call]:
         """Multi-head latent attention's down-projections (narrower out than in) whose output another in-projection
         of the sub-layer reads, and the norms on them: each token's shared latent, from which every head's keys and
-        values come up. Their features are no head's: left out of the head count, and no QK-norm."""
+        values come up. Their features are no head's: left out of the head count, and no QK-norm. ``absorbed``: also
+        those the value path after the mixing reads (g.after, absorbed MLA): there the latent is read as the keys
+        and values themselves, so the head probes keep it (absorbed=False)."""
+        after = (g.after or []) if absorbed else []
         down = [c for c in g.ins if not g.experts and getattr(c.module, "weight", None) is not None
                 and c.module.weight.dim() == 2 and out_width(c.module) < in_width(c.module)
-                and any(self.depends.get((c.key, d.key)) for d in g.ins if d.index > c.index)]
+                and not (isinstance(c.module, Applied) and c.module.out_features != self.width)  # per head: no share
+                and any(self.depends.get((c.key, d.key)) for d in [*g.ins, *after] if d.index > c.index)]
         norms = [n for n in self.norm_calls if any(self.depends.get((c.key, n.key)) for c in down)
-                 and any(_same(n.out.flatten(2), d.inp.flatten(2)) for d in g.ins)]  # (B, T, 1, r): DeepSeek's
+                 and (any(_same(n.out.flatten(2), d.inp.flatten(2)) for d in g.ins)  # (B, T, 1, r): DeepSeek's
+                      or (after and n.index < (g.read or g.out).index))]
         return down + norms
 
     def heads(self, g: SubLayer) -> dict:
@@ -1046,6 +1061,22 @@ class LayerAnalysis:
                "in_width": sum(c.out.shape[-1] for c in g.ins), "probed_at": [c.name for c in points],
                "roles": {key: [r for (k, _), r in zip(features, roles) if k == key] for key in where},
                "v_offsets": v_offsets}
+        if queries and not any(r == "v" for r in roles) and "k" in roles:
+            # keys that are values too (one tensor both: absorbed MLA's latent, shared by every head)
+            for b, cols in self._shared_key_values(g, features, roles).items():
+                offsets = {c % head_dim for c in cols}
+                if len(offsets) == 1 and len(cols) == heads:
+                    key, f = features[b]
+                    out["roles"][key][f] = "kv"
+                    v_offsets[(key, f)] = offsets.pop()
+            shared = sum(r == "kv" for rs in out["roles"].values() for r in rs)
+            if shared and g.after:
+                # each head's keys are the latent seen through its own query-side slice, each head's values the
+                # latent brought up by its own slice after the mixing: as many K/V heads as query heads (MLA's
+                # count); in the latent itself, one shared by all
+                out["absorbed_latent"] = {"width": shared, "kv_heads_in_latent": kv_heads,
+                                          "values_brought_up_by": [c.name for c in g.after]}
+                out["kv_heads"] = heads
         gates = self._logit_bias_features(g, out)
         if gates:
             # features that move a head's weights with every key zero: no query, a bias on the logits computed
@@ -1058,7 +1089,7 @@ class LayerAnalysis:
             out["logit_bias_from"] = sorted({c.name for c in points for key, _ in gates if c.key == key})
         self._rotated_values(g, out, features, moved, roles, head_dim)
         out["maps_per_head"] = self._maps_per_head(g, queries)
-        if "v" not in {r for rs in out["roles"].values() for r in rs} and queries:
+        if not {"v", "kv"} & {r for rs in out["roles"].values() for r in rs} and queries:
             # no value projection: the heads average the in-projections' input itself; read through the norm that
             # makes it (its features are the values, head by head), when there is one of the heads' width
             stream_in = self.stream_input(g)
@@ -1071,13 +1102,44 @@ class LayerAnalysis:
                 out["v_offsets"].update({(source.key, f): f % head_dim for f in range(o_width)})
         return out
 
+    def _shared_key_values(self, g: SubLayer, features: list, roles: list) -> dict:
+        """Key features that still move the heads' output with every query feature zero (q.k is then 0 whatever the
+        key, and the weights uniform): they are read as values too. Feature index -> the read-off columns it moves."""
+        ks = [b for b, r in enumerate(roles) if r == "k"]
+        zero, where = {}, {}
+        for (key, f), r in zip(features, roles):
+            if r == "q":
+                zero.setdefault(key, []).append(f)
+        for j, b in enumerate(ks, start=1):
+            where.setdefault(features[b][0], []).append((j, features[b][1]))
+
+        def edit(key, out):
+            if key not in zero and key not in where:
+                return None
+            flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
+            for f in zero.get(key, []):
+                flat[..., f] = 0.0
+            for j, f in where.get(key, []):
+                flat[j, :, f] += self.randn(out.shape[1]) * scale
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(len(ks) + 1), edit)
+        o = self.read_input(traced, g)
+        base, scale = o[0], o[0].abs().max().clamp_min(1e-30)
+        found = {}
+        for j, b in enumerate(ks, start=1):
+            cols = (((o[j] - base).abs().amax(0) / scale) > TOL).nonzero().flatten().tolist()
+            if cols:
+                found[b] = cols
+        return found
+
     def _logit_bias_features(self, g: SubLayer, heads: dict) -> list:
         """(key, feature) of the query-like features that still move the heads' output with every key feature
         zero (q.k is then 0 whatever the query): a bias on the logits, not a query. Each in-projection's query
         features are moved together first; only one that moves anything is tried feature by feature."""
         roles = heads["roles"]
-        if not any("k" in rs for rs in roles.values()):
-            return []
+        if not any("k" in rs for rs in roles.values()) or any("kv" in rs for rs in roles.values()):
+            return []  # keys that are values too cannot be zeroed alone
         qkeys = [k for k, rs in roles.items() if "q" in rs]
 
         def probe(groups):  # groups: list of [(key, f)], one batch element each after the base
@@ -1203,7 +1265,7 @@ class LayerAnalysis:
             for f, role in enumerate(roles[key]):
                 if role in ("q", "k"):
                     flat[..., f] = 0.0
-                elif role == "v":
+                elif role in ("v", "kv"):
                     offset = offsets[(key, f)]
                     flat[..., f] = 0.0 if offset is None else \
                         amplitude * (torch.arange(out.shape[1]) == offset).to(out.dtype)
@@ -1248,7 +1310,7 @@ class LayerAnalysis:
         the rows are not."""
         length = max(c.inp.shape[-2] for c in g.ins)
         roles = heads.get("roles") or {}
-        if not heads.get("measured") or heads["head_dim"] < length or not any("v" in r for r in roles.values()):
+        if not heads.get("measured") or heads["head_dim"] < length or not any("v" in r or "kv" in r for r in roles.values()):
             return False
 
         def keep(flat, key, f):
@@ -1362,6 +1424,11 @@ class LayerAnalysis:
             # a QK-norm after the rotation (HunYuan, nanochat: rope, then norm) hides it from edits after the norm:
             # the same probe on the projections' outputs, before both (a norm keeps a zero feature zero)
             fraction = self._rotary_probe(g, heads, before_norm)
+        n = {r: sum(x == r for rs in heads["roles"].values() for x in rs) for r in ("k", "kv")}
+        if fraction and n["kv"]:
+            # keys that are values too (absorbed MLA's latent) carry no rotation the probe can set: the rotated part
+            # is of the keys alone (DeepSeek's decoupled RoPE key), a share of every key feature
+            fraction *= n["k"] / (n["k"] + n["kv"])
         return fraction
 
     def _roles_before_qk_norm(self, g: SubLayer, roles: dict) -> dict | None:
@@ -1382,12 +1449,34 @@ class LayerAnalysis:
                     changed = True
         return moved if changed else None
 
+    def _latent_queries(self, heads: dict, roles: dict, g: SubLayer) -> set:
+        """(key, feature) of the query features whose logits are made with keys that are values too (absorbed MLA's
+        latent, held at one-hot position codes in the probes): with every other key zero, each alone at
+        ROTARY_PROBE still moves the weights. The rotary probe leaves them at zero: their partner keys cannot be set."""
+        qs = [(k, f) for k, rs in roles.items() for f, r in enumerate(rs) if r == "q"]
+        if not any("kv" in rs for rs in roles.values()) or not qs:
+            return set()
+        row = {q: b for b, q in enumerate(qs, start=1)}
+
+        def query(flat, key, f):
+            flat[..., f] = 0.0
+            flat[row[(key, f)], :, f] = ROTARY_PROBE
+
+        def key_(flat, key, f):
+            flat[..., f] = 0.0
+
+        traced, _ = self.tracer.inputs_of(self.batch(len(qs) + 1), _role_edit(roles, heads["v_offsets"], query, key_))
+        o_in = self.read_input(traced, g)
+        return {q for q, b in row.items() if (o_in[b] - o_in[0]).abs().max().item() > ROTARY_TOL}
+
     def _rotary_probe(self, g: SubLayer, heads: dict, roles: dict) -> float:
         hd = heads["head_dim"]
+        latent = self._latent_queries(heads, roles, g)
 
         def query(flat, key, f):  # element 0 keeps every query zero: the uniform attention the mask allows
             flat[..., f] = 0.0
-            flat[1 + f % hd, :, f] = ROTARY_PROBE
+            if (key, f) not in latent:
+                flat[1 + f % hd, :, f] = ROTARY_PROBE
 
         def key_(flat, key, f):
             flat[..., f] = ROTARY_PROBE
@@ -1509,7 +1598,7 @@ class LayerAnalysis:
                 return None
             flat = out.view(out.shape[0], out.shape[1], -1)
             for f, role in enumerate(roles[key]):
-                b = 1 if role == "q" else 2 if role in ("k", "v") else None
+                b = 1 if role == "q" else 2 if role in ("k", "v", "kv") else None
                 if b is not None:
                     flat[b, cut:, f] += noise[key][b, cut:, f] * flat[0].abs().max().clamp_min(1)
             return out
@@ -1653,15 +1742,51 @@ class LayerAnalysis:
         reading = [c for c in g.ins if c.inp.shape[-2] == self.seq]
         return next((c for c in reading if self.depends.get((c.key, g.out.key))), reading[0] if reading else g.ins[0])
 
+    def reads_only_through(self, g: SubLayer) -> Call | None:
+        """The norm outside the sub-layers through which alone g's stream input reads the stream, with something
+        between them (Canon layers' short causal convolution with its own residual, n + conv(n), between the norm
+        and the projections): with x changed and the norm's output held at what it was, the in-projection's input
+        does not move. None where the input is a norm's output as it is (a plain pre-norm), or no norm is found."""
+        memo = self.__dict__.setdefault("_through", {})
+        if g.out.key in memo:
+            return memo[g.out.key]
+        stream_in, found = self.stream_input(g), None
+        if not any(_same(n.out, stream_in.inp) for n in self.norm_calls):
+            earlier = [o.out.index for o in self.sublayers if o.out.index < stream_in.index]
+            for n in reversed([n for n in self.norm_calls if max(earlier, default=-1) < n.index < stream_in.index
+                               and not self._inside(n) and n.out.shape == (1, self.seq, self.width)]):
+                x = self.batch(2)
+                x[1] += self.randn(self.seq, self.width)
+
+                def hold(key, out, n=n):
+                    if key != n.key:
+                        return None
+                    out[1] = out[0]
+                    return out
+
+                traced, _ = self.tracer.inputs_of(x, hold)
+                plain, _ = self.tracer.inputs_of(x)
+                if stream_in.key in traced and _same(traced[stream_in.key].inp[1], traced[stream_in.key].inp[0]) \
+                        and not _same(plain[stream_in.key].inp[1], plain[stream_in.key].inp[0]):
+                    found = n
+                    break
+        memo[g.out.key] = found
+        return found
+
     def norm_placement(self, g: SubLayer) -> dict:
         stream_in = self.stream_input(g)
         inner = [n for n in self.norm_calls if stream_in.index < n.index < g.out.index]
         stream = [n for n in self.norm_calls if n not in inner]
         before = [n.name for n in stream if n.index < stream_in.index and _same(n.out, stream_in.inp)] \
             or self.functional_norm(g)
+        through = self.reads_only_through(g) if not before else None
+        if through is not None:
+            before = [through.name]
         # a norm of the writer's output is an output norm, unless it is the next sub-layer's input norm: a block
         # whose sub-layer output replaces the stream (no residual) feeds it straight into the next pre-norm
         later_inputs = [self.stream_input(o).inp for o in self.sublayers if o.out.index > g.out.index]
+        later_norms = {n.name for o in self.sublayers if o.out.index > g.out.index
+                       for n in [self.reads_only_through(o)] if n is not None}
         after = [n.name for n in stream if n.index > g.out.index and _same(n.inp, g.out.out)
                  and not any(_same(n.out, i) for i in later_inputs)]
         sums = self._sum_norms(g)
@@ -1669,8 +1794,8 @@ class LayerAnalysis:
         if g is not self.sublayers[-1] and not self._sum_norms(self.sublayers[-1]):
             # the stack ends without a norm on its residual sum: a norm of an earlier sum that feeds the next
             # sub-layer is that sub-layer's input norm (the stream goes on un-normalized), not a post-norm
-            post = [n for n in post if not any(_same(m.out, i) for m in self.norm_calls if m.name == n
-                                               for i in later_inputs)]
+            post = [n for n in post if n not in later_norms and not any(_same(m.out, i) for m in self.norm_calls
+                                                                         if m.name == n for i in later_inputs)]
         # a post-norm layer's FFN reads the attention's post norm: that norm belongs to the residual before it
         if not (before or after or post) and self._unit_after(g):
             # no norm module: the stream after the sub-layer is L2-normalised by hand (nGPT's x / ||x||, its
@@ -1680,6 +1805,11 @@ class LayerAnalysis:
                      else "output" if after else "none")
         out = {"placement": placement, "input_norm": before, "output_norm": after, "post_norm": post,
                "norms": before + after + post}
+        if through is not None:
+            # what runs between the norm and the projections (a module, or code outside any: a function of the
+            # norm's output alone)
+            out["read_through"] = [c.name for c in self.calls if through.index < c.index < stream_in.index
+                                   and c not in self.projections] or ["code outside any module"]
         if placement == "post" and not sums:
             out["unit_sphere"] = True  # a norm by hand: its sum is not seen, no coefficients
         elif placement == "post":  # the sum the norm reads: its coefficients (DeepNorm's alpha, Admin's omega, B2T's x)

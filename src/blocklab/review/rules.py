@@ -177,6 +177,12 @@ def _placement(add, s, depth, warmup_steps) -> None:
     elif where == "post":
         messages["post"] = f"post-norm: {post_norm_text(s['evidence']['norm_placement'])}; 2026 default: pre-norm " \
                            f"({WHY['norm_placement']})"
+    through = {k: p["read_through"] for k, p in s["evidence"]["norm_placement"].items() if p.get("read_through")}
+    if where in ("pre", "sandwich") and through:
+        messages[where] += ("; " + " and ".join(f"the {'FFN' if k == 'ffn' else k} reads its norm's output through "
+                                                 + ", ".join(f"'{n}'" for n in names) for k, names in through.items())
+                            + " (measured and not judged: a function of the norm's output alone, as Canon layers' "
+                            "short convolution with its own residual; the stream itself stays un-normalised)")
     add("norm position", "pass" if where in ("pre", "sandwich") else "info", messages[where], where)
     if where == "post" and depth is not None:
         _post_norm_depth(add, s, depth, warmup_steps)
@@ -441,6 +447,12 @@ def _attention(add, s) -> None:
         add("attention", "info", "multi-head latent attention: each head's keys and values come up from a latent "
             "shared per token (" + ", ".join(f"'{n}' {w} wide" for n, w in latent.items()) + "); heads counted "
             "after it", "latent")
+    absorbed = (s["evidence"].get("heads") or {}).get("absorbed_latent")
+    if absorbed:
+        add("attention", "info", "the latent is absorbed: its " + str(absorbed["width"]) + " features are every "
+            "head's keys and values at once, each head's query taken into it and each head's value brought up after "
+            "the softmax (" + ", ".join(f"'{n}'" for n in absorbed["values_brought_up_by"]) + "); heads counted "
+            f"per up-projection ({absorbed['kv_heads_in_latent']} K/V head in the latent itself)", "absorbed")
     if s["evidence"].get("bottleneck"):
         add("attention", "info", "the attention reads the layer's input through a bottleneck: "
             + ", ".join(f"'{n}'" for n in s["evidence"]["bottleneck"]) + " projects it and the in-projections read "
