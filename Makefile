@@ -43,7 +43,7 @@ test: install
 bench: install
 	$(BIN)/blocklab bench
 
-# On a CUDA machine (the lent H200; no install there, its own python3): the CUDA tests, the bench's GPU lanes and the
+# On a CUDA machine (an H200 with its own python3, no install there): the CUDA tests, the bench's GPU lanes and the
 # 12-run sweep with its wall time, into $$OUT/gpu_check.txt; stops at once, naming CUDA, where there is none.
 # First, where pip reaches a registry: `bash scripts/gpu_check.sh wheels` (the wheels that machine lacks, into .whl/).
 gpu-check:

@@ -10,16 +10,16 @@
 # Without CUDA it stops at once, exit status 3, saying so. Each step has its own time limit inside a total budget, so
 # a slow or failing step cannot lose the others' results.
 #
-#   bash scripts/gpu_check.sh wheels    # here, where pip reaches a registry: the wheels the device machine lacks -> .whl/
-#   bash scripts/gpu_check.sh           # there (device tool: carry [".whl"]); results in $OUT/gpu_check.txt
+#   bash scripts/gpu_check.sh wheels    # here, where pip reaches a registry: the wheels the GPU machine lacks -> .whl/
+#   bash scripts/gpu_check.sh           # there (with .whl/ copied along); results in $OUT/gpu_check.txt
 #   make gpu-check                      # the same as the line above
 #
-# The device machine has its own python3 with a CUDA PyTorch, pandas, PyYAML, safetensors, tqdm and pytest, but no
+# The GPU machine it was written for has its own python3 with a CUDA PyTorch, pandas, PyYAML, safetensors, tqdm and pytest, but no
 # registry: jsonschema and its three dependencies travel as wheels in .whl/ (git-ignored), installed with --no-index.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-${PY:-python3}}
-BUDGET=${GPU_CHECK_BUDGET:-570}   # seconds for the whole check (the device tool's limit is 600 a command)
+BUDGET=${GPU_CHECK_BUDGET:-570}   # seconds for the whole check (that machine allows 600 a command)
 # Knobs for a plumbing test of this script on a CPU (GPU_CHECK_DEVICE=cpu GPU_CHECK_PARAMS=configs/tiny.yaml
 # GPU_CHECK_RUNS=2 GPU_CHECK_STEPS=2): it then says loudly that it is not a GPU check.
 DEVICE=${GPU_CHECK_DEVICE:-cuda} PARAMS=${GPU_CHECK_PARAMS:-params.yaml}
@@ -88,7 +88,7 @@ except ImportError as err:
     sys.exit(f"gpu-check: FAILED: no CUDA: PyTorch is not importable here ({err})")
 if not torch.cuda.is_available():
     sys.exit(f"gpu-check: FAILED: no CUDA device: torch.cuda.is_available() is False (torch {torch.__version__},"
-             f" built for CUDA {torch.version.cuda}); this check needs a CUDA GPU (the lent H200, through the device tool)")
+             f" built for CUDA {torch.version.cuda}); this check needs a CUDA GPU")
 EOF
     say "gpu-check: stopped: no CUDA (see the line above); results in $RESULT"
     rm -rf "$WORK"
