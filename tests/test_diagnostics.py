@@ -324,7 +324,7 @@ def test_collapse_stop_fires_at_the_step_the_collapse_is_complete():
 
 
 def test_wilson_interval_matches_the_closed_form_values():
-    # the issue's own numbers: 1 of 3 -> 6 %-79 %, 0 of 3 -> 0 %-56 % (95 %)
+    # hand-computed from the closed form: 1 of 3 -> 6 %-79 %, 0 of 3 -> 0 %-56 % (95 %)
     low, high = wilson(1, 3)
     assert (round(low, 3), round(high, 3)) == (0.061, 0.792)
     low, high = wilson(0, 3)

@@ -12,7 +12,7 @@ changes a stored value only where it sits on a float16 rounding boundary.
 The recorded run (``records/dynamics/validation``, post-w400-s0: the default setting, batch 64, every diagnostic at every
 step) is re-trained with the pipeline's own ``train_copy_run`` for ``BLOCKLAB_RECORD_STEPS`` steps: 3 by default (a
 batch-64 step of the 24-block model takes 1-4 s on one core, so the CI suite checks its first steps);
-``BLOCKLAB_RECORD_STEPS=200`` is the issue's 200-step check, run with the bench (about 10 min on an idle core; see
+``BLOCKLAB_RECORD_STEPS=200`` is the 200-step check, run with the bench (about 10 min on an idle core; see
 performance/README.md). On the processor that recorded the run its losses are bit-identical to the record; on another the
 whole trajectory rounds differently from step 1, so the comparison there is looser (below) and limited to the default
 3 steps.

@@ -229,7 +229,7 @@ def test_old_run_is_refused_until_sealed_and_sealing_checks_its_loss_table(refer
     old_format(run)
     with pytest.raises(DamagedArtifact, match=r"meta.json has no meta_sha256 .*blocklab verify --seal"):
         aggregate([run])
-    _truncate_rows(run / "loss.csv")  # the issue's case: half the steps left, which once became the "final loss"
+    _truncate_rows(run / "loss.csv")  # a truncated table: half the steps left, which once became the "final loss"
     with pytest.raises(DamagedArtifact, match=rf"loss.csv has 6 rows \(steps 1..6\), meta.json says the run trained "
                                               rf"steps 1..{STEPS}"):
         seal_run(run)
@@ -254,7 +254,7 @@ def _meta_not_utf8(path: Path):
     path.write_bytes(data[:at + 2] + b"\xff" + data[at + 3:])
 
 
-META_DAMAGE = [  # the issue's cases: a flipped bit in a key, a changed value, a byte that is not UTF-8
+META_DAMAGE = [  # a flipped bit in a key, a changed value, a byte that is not UTF-8
     (_meta_edit('"artifacts"', '"Artifacts"'), "differs from its own checksum"),
     (_meta_edit('"warmup": 0', '"warmup": 1'), "differs from its own checksum"),
     (_meta_edit('"meta_sha256"', '"meta_sha257"'), "has no meta_sha256"),
@@ -526,7 +526,7 @@ def test_sigkill_during_a_snapshot_is_refused_until_it_is_written_again(referenc
 
 
 def test_the_checkpoint_identity_changes_with_the_code_that_decides_the_numbers_only(tmp_path):
-    """A run spans sessions: an edit to the reporting code keeps its checkpoints, an edit to the model does not."""
+    """A run may be stopped and resumed later: an edit to the reporting code keeps its checkpoints, an edit to the model does not."""
     import shutil
 
     from blocklab import provenance

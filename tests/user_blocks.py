@@ -86,7 +86,7 @@ class Block(nn.Module):
 
 
 class BlockDroppedAttentionResidual(Block):
-    """The issue's block: the attention's output replaces the stream (no residual around the attention)."""
+    """A broken block: the attention's output replaces the stream (no residual around the attention)."""
 
     def forward(self, x):
         x = self.attn(self.ln_1(x))

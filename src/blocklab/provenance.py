@@ -39,8 +39,8 @@ def code_version() -> dict:
 
 # The source files that decide a copy-task run's numbers (model, its initialization and fast path, the settings read
 # from params, the data, the training loop and precision): a checkpoint written by other code of these is not resumed
-# (training.train); an edit anywhere else (reporting, figures, the reviewer, docs) leaves a multi-session run's
-# checkpoints valid.
+# (training.train); an edit anywhere else (reporting, figures, the reviewer, docs) leaves the checkpoints of a run
+# that is stopped and resumed valid.
 NUMBERS_CODE = ("model_config.py", "run_settings.py", "model/layers.py", "model/blocks.py", "model/models.py", "model/init.py",
                 "model/fastpath.py", "training/train.py", "training/tasks.py", "training/precision.py",
                 "training/copy_model.py", "training/sweep.py")

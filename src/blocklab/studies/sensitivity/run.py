@@ -1,7 +1,7 @@
 """The sensitivity study's runs: one run of a cell (an ordinary sweep run, ``sweep.train_copy_run``: same code,
 artifacts, checkpoints, resume, provenance), the gradients at init at each position signal and batch size the study
-plans, and where the study stands while it trains (it may span sessions): each planned run finished, checkpointed or
-not started, the run time spent, and a projection of what is left (``blocklab sensitivity status``)."""
+plans, and where the study stands while it trains (it may be stopped and resumed): each planned run finished,
+checkpointed or not started, the run time spent, and a projection of what is left (``blocklab sensitivity status``)."""
 from __future__ import annotations
 
 import copy
@@ -53,7 +53,8 @@ def gradnorm_by_choice(params: dict) -> pd.DataFrame:
 
 
 def status(params: dict, root: str | Path = ".") -> pd.DataFrame:
-    """Where each planned run stands (the study may span sessions): finished, checkpointed at a step, or not started.
+    """Where each planned run stands (the study may be stopped and resumed): finished, checkpointed at a step, or not
+    started.
 
     ``seconds`` is the run time spent so far (a finished run's ``wall_time_s``, a checkpoint's saved seconds), and
     ``steps_left`` the most steps still to train (an early-stoppable run may need fewer).
