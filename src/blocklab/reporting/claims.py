@@ -378,8 +378,8 @@ def literature_fix(data: Data, norm: str, warmup: int = 0):
     _require_document_setup(data, warmup)
     mine = records.recorded(norm=norm, warmup=warmup)
     if mine.empty:
-        raise NotCheckable(f"no recorded lab run of {norm} with warm-up {warmup} in {records.RUNS} (`bash docs/lab/run.sh`"
-                           " trains and records them)")
+        raise NotCheckable(f"no recorded lab run of {norm} with warm-up {warmup} in {records.RUNS} "
+                           "(`bash scripts/train_lab_runs.sh` trains and records them)")
     for run in mine["run"]:
         differ = records.setup_differs(records.meta_of(run), data.params)
         if differ:

@@ -5,7 +5,7 @@
 # skipped, a killed one resumes from its checkpoint (in LR_RUNS, default data/lab-lr/runs). Record what finished with
 #   blocklab lab-job lr-record --runs data/lab-lr/runs     (then blocklab docs)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 RUNS=${LR_RUNS:-data/lab-lr/runs}
 mkdir -p "$RUNS"
 python -c 'from blocklab.lab.lrsweep import plan, run_name

@@ -6,11 +6,11 @@
 # skipped, a killed one resumes from its checkpoint (in LAB_RUNS, default data/lab-record/runs). Then records them
 # (where lab.records.RUNS reads them) and regenerates what is made from them (`blocklab docs`: the tables, the
 # literature's claims in the gallery's claims table, the gallery's lab figure):
-#   bash docs/lab/run.sh && git add docs records README.md && git commit -m "lab: runs recorded"
+#   bash scripts/train_lab_runs.sh && git add docs records README.md && git commit -m "lab: runs recorded"
 # NORMS="b2t" WARMUPS="0 400" SEEDS="0 1 2 3": one fix alone (B2T at its authors' initialization: seeds 0-3 without
 # warm-up decide its claim, 0-2 with warm-up 400 are its paper's own setting).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 RUNS=${LAB_RUNS:-data/lab-record/runs}
 mkdir -p "$RUNS"
 for warmup in ${WARMUPS:-0}; do for seed in ${SEEDS:-0 1 2 3}; do for norm in ${NORMS:-deepnorm admin b2t rezero sandwich}; do
