@@ -221,7 +221,7 @@ def test_every_module_imports_alone_in_any_order():
 
 
 @pytest.mark.parametrize("module", ["blocklab.studies.sensitivity.plan", "blocklab.studies.sensitivity.commands",
-                                    "blocklab.experiments.probe"])
+                                    "blocklab.experiments.residual_trained"])
 def test_a_module_imports_alone_in_a_fresh_process(module):
     """The same, in a truly fresh interpreter, for a module of the params layer and two that sit on long chains."""
     env = {**os.environ, "PYTHONPATH": f"{PACKAGE.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",

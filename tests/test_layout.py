@@ -22,12 +22,16 @@ FORMER_TOP_LEVEL = ["layers", "blocks", "models", "init", "fastpath", "peer", "p
                     "train", "sweep", "tasks", "batched", "claims", "answers", "report", "gallery", "browser", "probe"]
 # Modules that moved out of a subpackage into their own (the reviewer left model/): no shim at the old path.
 FORMER_SUBPACKAGE = {"blocklab.model.review": "blocklab.review"}
+# Modules renamed for what they hold ("probe" named three things): the trained models' residual stream, problem 10 (c),
+# measured and drawn. The reviewer's own probe (blocklab.review.probe) keeps its name.
+RENAMED = {"blocklab.experiments.probe": "blocklab.experiments.residual_trained",
+           "blocklab.figures.probe": "blocklab.figures.residual_trained"}
 
 
 def test_every_module_imports():
     names = [m.name for m in pkgutil.walk_packages(blocklab.__path__, "blocklab.")]
     assert {"blocklab.model.layers", "blocklab.training.train", "blocklab.reporting.report",
-            "blocklab.experiments.probe", "blocklab.review"} <= set(names)
+            "blocklab.experiments.residual_trained", "blocklab.review"} <= set(names)
     for name in names:
         importlib.import_module(name)
 
@@ -50,6 +54,30 @@ def test_no_subpackage_left_at_its_former_path(old, new):
     assert importlib.util.find_spec(old) is None, f"{old} is back (a shim?): it moved to {new}"
     assert not (PACKAGE.parent / old.replace(".", "/")).exists()
     assert callable(importlib.import_module(new).register)
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED.items()))
+def test_a_renamed_module_is_gone_from_its_former_name(old, new):
+    assert importlib.util.find_spec(old) is None, f"{old} is back (a shim?): it is {new} now"
+    assert importlib.util.find_spec(new) is not None
+
+
+def test_every_folder_says_in_its_first_lines_what_it_holds():
+    """Each top-level folder git tracks has a README.md (its first lines say what the folder holds), and each package
+    of src/blocklab an __init__.py docstring: the first lines a reader of the folder sees."""
+    import ast
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    folders = {name.split("/")[0] for name in listed if "/" in name and not name.startswith((".", "src/"))}
+    assert {"docs", "records", "scripts", "tests", "workflow", "configs"} <= folders
+    for folder in sorted(folders):
+        readme = ROOT / folder / "README.md"
+        assert readme.is_file(), f"{folder}/ has no README.md saying what it holds"
+        assert readme.read_text(encoding="utf-8").strip(), f"{folder}/README.md is empty"
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc and doc.strip(), f"{init.relative_to(ROOT)}: no docstring saying what the package holds"
 
 
 def test_every_command_module_registers():

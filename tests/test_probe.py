@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from blocklab import ConfigError, DecoderLM, ModelConfig
 from blocklab.integrity import run_record, seal_meta
 from blocklab.cli import main
-from blocklab.experiments.probe import (
+from blocklab.experiments.residual_trained import (
     capture_stream, decoder_layers, load_causal_lm, load_gguf_once, measure_residual, probe_copy_run, prompt_ids,
     stream_stats,
 )
@@ -354,7 +354,7 @@ def test_smollm2_has_30_blocks_and_a_growing_stream(snake_project):
 def test_residual_growth_figure_draws_the_data(lang):
     import matplotlib.pyplot as plt
 
-    from blocklab.figures.probe import residual_growth_figure
+    from blocklab.figures.residual_trained import residual_growth_figure
 
     torch.manual_seed(0)
     walk = list(torch.randn(5, 1, 3, 8).cumsum(0))  # a random walk: 4 "blocks" adding random vectors

@@ -156,7 +156,7 @@ def test_figures_keep_text_off_the_data_and_in_one_language():
     """Two figures: the copy-model legend sits below its axes (it covered the curves and the y label), and
     the Korean parameter-count figure has no English word in its title."""
     from blocklab.figures.params import block_breakdown_figure
-    from blocklab.figures.probe import residual_growth_figure
+    from blocklab.figures.residual_trained import residual_growth_figure
 
     layers = list(range(5))
     lm = pd.DataFrame({"model": "m", "prompt": "ko", "layer": layers, "norm_of_mean": [1, 2, 4, 8, 16.0],

@@ -60,8 +60,8 @@ TABLE = {
         "residual-ablation": "blocklab.experiments.activation_norms",
         "train-reverse": "blocklab.experiments.reverse_copy",
         "aggregate-reverse": "blocklab.experiments.reverse_copy",
-        "probe-residual": "blocklab.experiments.probe",
-        "probe-copy": "blocklab.experiments.probe",
+        "probe-residual": "blocklab.experiments.residual_trained",
+        "probe-copy": "blocklab.experiments.residual_trained",
     }),
     "sensitivity": ("the sensitivity study: what document 000 leaves open (its status and snapshot for people)", {
         "plan": "blocklab.studies.sensitivity.commands",

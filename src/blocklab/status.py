@@ -150,7 +150,7 @@ def format_status(rows: list[dict]) -> str:
 # start, two side by side, took 3.5-4.7 s beside it. Alone, by CPU seconds against a start's (/usr/bin/time), the
 # probe is 10.5 starts, the claims 15.5 and the report 7.8: these vary with the load; within twice is what is asked.
 # Since then the probe reads SmolLM2's file once, not three times: 2.1-2.2x less wall time in alternated runs of the
-# job (experiments/probe.load_gguf_once), so half its multiple.
+# job (experiments/residual_trained.load_gguf_once), so half its multiple.
 ORDINARY_JOB = 2.5
 HEAVY_JOBS = {"probe_lm": 7.0, "claims": 9.0, "report": 6.0, "all": 0.0}  # all: Snakemake's target, no command
 SERIAL_JOBS = ("claims", "metrics", "report", "verify_and_record")

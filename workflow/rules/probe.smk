@@ -8,7 +8,7 @@ PROBED_RUNS = expand(
 
 rule probe_lm:
     input:
-        code_files("experiments/probe"),
+        code_files("experiments/residual_trained"),
     output:
         "data/probe/lm.csv",
     params:
@@ -26,7 +26,7 @@ rule probe_lm:
 
 rule probe_copy:
     input:
-        code_files("experiments/probe"),
+        code_files("experiments/residual_trained"),
         [f"{run}/model.safetensors" for run in PROBED_RUNS],
         [f"{run}/meta.json" for run in PROBED_RUNS],
     output:

@@ -44,7 +44,7 @@ rule report:
         "data/claims/claims.csv",
         notebook="notebooks/analysis.ipynb",
         figure_code=code_closure("reporting/report", "reporting/answers", "studies/inference/aggregate", "figures/style", "figures/doc000", "figures/doc004",
-                               "figures/params", "figures/probe"),
+                               "figures/params", "figures/residual_trained"),
         answers="src/blocklab/reporting/answers.yaml",
     output:
         figures=[report(f"figs/{name}.png", caption="../report/figure.rst", category=f"document {FIGURE_DOCUMENT[name]}",

@@ -78,7 +78,7 @@ def _frames(data: Path, name: str) -> list[pd.DataFrame]:
 
 def build_figure(name: str, params: dict, data: str | Path = "data", lang: str | None = None):
     """Draw one figure of ``FIGURES`` from its cached data; returns the matplotlib Figure."""
-    from ..figures import doc000, doc004, params as params_figs, probe, style
+    from ..figures import doc000, doc004, params as params_figs, residual_trained, style
 
     lang = lang or params["figures"]["lang"]
     style.setup(lang)
@@ -94,7 +94,7 @@ def build_figure(name: str, params: dict, data: str | Path = "data", lang: str |
         "residual_ablation": lambda f: doc004.residual_ablation_figure(f[0], lang=lang),
         "reverse_copy": lambda f: doc004.reverse_copy_figure(f[0], f[1], lang=lang),
         "param_counts": lambda f: params_figs.block_breakdown_figure(f[0], lang=lang),
-        "residual_growth_trained": lambda f: probe.residual_growth_figure(f[0], f[1], lang=lang),
+        "residual_growth_trained": lambda f: residual_trained.residual_growth_figure(f[0], f[1], lang=lang),
     }[name]
     return draw(frames)
 
