@@ -36,23 +36,70 @@ def test_the_whole_labs_eta_comes_from_the_runs_measured_steps(tmp_path):
     line = launch.lab_line(spec, tmp_path, per_step=9.0, start_s=0.0, cores=2, planned={})
     # 60 steps left at the run's own 0.5 s/step (not the timed 9 s): 30 s
     assert "1 of 2 runs finished; w0-s1 at step 40/100 (0.5 s/step)" in line and "≈ 0:00:30" in line, line
-    # before any run has measured its steps: the timed ones, over the cores, plus a start-up a job and the report's
+    # before any run has measured its steps: the timed ones; four runs of 3 + 100 x 0.5 = 53 s on two lanes (106 s
+    # each), the gradient at init's 3 s start-up on one of them (109 s), then the report's 3 s: 112 s
     line = launch.lab_line(_spec(seeds=(0, 1, 2, 3)), tmp_path / "none", per_step=0.5, start_s=3.0, cores=2, planned={})
-    assert "0 of 4 runs finished" in line and f"≈ {launch.clock((400 * 0.5 + 4 * 3.0) / 2 + 3.0)}" in line, line
+    assert "0 of 4 runs finished" in line and "≈ 0:01:52" in line, line
 
 
 def test_the_cost_said_first_counts_only_the_steps_left(tmp_path):
     spec = _spec(steps=100, seeds=(0, 1, 2))
     (tmp_path / "runs" / "w0-s0").mkdir(parents=True)
     (tmp_path / "runs" / "w0-s0" / "meta.json").write_text("{}")
-    said = launch.estimate(spec, tmp_path, per_step=0.25, start_s=2.0, cores=1, timed=3)
-    # two runs of 100 steps at 0.25 s, one at a time, four jobs' start-ups (two runs, the gradient, the report)
-    assert "2 run(s) to train, 200 steps at 0.25 s/step" in said and f"≈ {launch.clock(200 * 0.25 + 4 * 2.0)}" in said
+    said, seconds = launch.estimate(spec, tmp_path, per_step=0.25, job_s=2.0, cores=1, timed=3)
+    # two runs of 100 steps at 0.25 s, one at a time, four jobs' start-ups (two runs, the gradient, the report) and
+    # Snakemake's (SNAKEMAKE_START of a job's)
+    assert "2 run(s) to train, 200 steps at 0.25 s/step" in said
+    assert seconds == pytest.approx(200 * 0.25 + 4 * 2.0 + launch.SNAKEMAKE_START * 2.0)
+    assert f"cost ≈ {launch.clock(seconds)}" in said and "≈ 2 s start-up a job" in said, said
     (tmp_path / "runs" / "w0-s1").mkdir()
     (tmp_path / "runs" / "w0-s2").mkdir()
     for name in ("w0-s1", "w0-s2"):
         (tmp_path / "runs" / name / "meta.json").write_text("{}")
-    assert "every run is finished" in launch.estimate(spec, tmp_path, 0.25, 2.0, 1, 3)
+    assert "every run is finished" in launch.estimate(spec, tmp_path, 0.25, 2.0, 1, 3)[0]
+
+
+def test_the_workflows_time_is_its_jobs_on_the_lanes_then_the_report():
+    """Synthetic timings: the jobs go longest first to the lane that frees first; steps side by side on a loaded
+    machine take each process's share of the cores; Snakemake's start and the report come before and after."""
+    assert launch.makespan([5, 5, 5], 2) == 10 and launch.makespan([9, 5, 4], 2) == 9 and launch.makespan([], 2) == 0
+    assert launch.makespan([3, 3], 1) == 6
+    assert launch.side_by_side(cores=2, lanes=2, load=0.0) == 1.0  # an idle machine: each job has its core
+    # two cores already running two busy processes (load 3: them and this command): one job gets 2/3 of a core, two
+    # side by side 1/2 each
+    assert launch.side_by_side(cores=2, lanes=2, load=3.0) == pytest.approx((2 / 3) / (1 / 2))
+    assert launch.side_by_side(cores=2, lanes=1, load=3.0) == 1.0
+    # two runs of 10 steps at 1 s and the gradient at init, 2 s start-up each, on two idle cores: Snakemake's start,
+    # the lanes [12, 12 + 2], the report 2
+    snakemake = launch.SNAKEMAKE_START * 2.0
+    assert launch.workflow_seconds([10, 10], 1.0, 2.0, cores=2) == pytest.approx(snakemake + 14 + 2)
+    # the same at load 3: the steps take 4/3 as long side by side
+    assert launch.workflow_seconds([10, 10], 1.0, 2.0, cores=2, load=3.0) == pytest.approx(snakemake + 2 + 40 / 3 + 2 + 2)
+    assert launch.workflow_seconds([10], 1.0, 2.0, cores=2, started=True, gradnorm=False) == 12 + 2
+
+
+def test_a_runs_eta_follows_its_recent_steps_not_its_average_since_it_began():
+    """Synthetic marks: 0.1 s a step for 100 s, then the machine three times as loaded for 60 s; the average since the
+    run began would say 0.13 s (an ETA 2.25 times too short), the window says 0.3 s."""
+    from blocklab.training.train import recent_seconds_per_step
+
+    marks = [(t, int(t / 0.1)) for t in range(0, 101, 10)] + [(100 + t, 1000 + int(t / 0.3)) for t in range(10, 61, 10)]
+    assert marks[-1][0] / marks[-1][1] == pytest.approx(160 / 1200)  # the average since the start
+    assert recent_seconds_per_step(marks, window_s=60) == pytest.approx(0.3, rel=0.01)
+    assert recent_seconds_per_step(marks, window_s=1e9) == pytest.approx(160 / 1200, rel=0.01)
+    # a line after a long pause has the mark before it, whatever the window: never a rate over no steps
+    assert recent_seconds_per_step([(0, 0), (100, 10)], window_s=5) == 10.0
+    assert recent_seconds_per_step([(0, 4), (1, 4)], window_s=5) == 1.0  # no step since: one step's time, not a division by 0
+
+
+def test_the_lr_sweeps_estimate_is_the_rates_left_at_what_the_rates_done_took():
+    """Synthetic timings of ``lrsweep.sweep_left_s``: before any rate is done, each later rate is this one's checks
+    and workflow; after, the mean of the rates done."""
+    from blocklab.lab.lrsweep import sweep_left_s
+
+    assert sweep_left_s(1, 5, planned_s=10, this_rate_s=50, done_s=[], end_s=5) == (50 + 4 * 60 + 5, 60)
+    assert sweep_left_s(3, 5, planned_s=10, this_rate_s=50, done_s=[70, 90], end_s=5) == (50 + 2 * 80 + 5, 80)
+    assert sweep_left_s(5, 5, planned_s=10, this_rate_s=50, done_s=[1, 2, 3, 4], end_s=5) == (55, 2.5)
 
 
 def test_a_lock_no_process_holds_is_removed_and_one_a_process_works_beside_is_kept(tmp_path):

@@ -84,9 +84,6 @@ def _main(args) -> int:
     from .spec import check_model, make_spec, profile_setup
 
     from ..params_file import load_params
-    from .launch import start_up_s
-
-    start_s = start_up_s()  # what a job spends before its first step, about: Python, torch, blocklab
 
     if args.kwargs:
         try:
@@ -133,13 +130,13 @@ def _main(args) -> int:
             print(held, file=sys.stderr)
             return 1
     try:
-        return _plan_and_run(args, spec, size, out, text, same, scratch, start_s)
+        return _plan_and_run(args, spec, size, out, text, same, scratch)
     finally:
         if held is not None:
             held.close()
 
 
-def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch, start_s: float) -> int:
+def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch) -> int:
     workdir = Path(scratch.name) if scratch else out
     if not same and spec.block.digest and (out / "spec.json").is_file():
         try:
@@ -173,9 +170,22 @@ def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch, s
     from . import launch
     from .run import time_steps
 
+    # what a job spends before its first step (Python, torch, blocklab): fresh Pythons started side by side as the jobs
+    # are, alone on this command's side (not beside its own checks); under --lr-sweep once, for every rate
+    sweep = getattr(args, "sweep_state", None)
+    start_s = (sweep or {}).get("job_s")
+    if start_s is None:
+        start_s = launch.JobStart(launch._lanes(min(args.cores, os.cpu_count() or 1), len(spec.runs()) + 1)).seconds()
+        if sweep is not None:
+            sweep["job_s"] = start_s
     timed = 3
     per_step = time_steps(spec, timed)
-    print(launch.estimate(spec, out, per_step, start_s, args.cores, timed), file=sys.stderr, flush=True)
+    said, seconds = launch.estimate(spec, out, per_step, start_s, args.cores, timed, launch.load_now())
+    print(said, file=sys.stderr, flush=True)
+    if getattr(args, "sweep_state", None) is not None:
+        from .lrsweep import sweep_estimate
+
+        print(sweep_estimate(args.sweep_state, seconds, start_s), file=sys.stderr, flush=True)
     snakemake = Path(sys.executable).with_name("snakemake")
     command = [str(snakemake) if snakemake.exists() else "snakemake", "--snakefile", str(SNAKEFILE), "--directory",
                str(workdir), "--cores", str(args.cores), "--config", "spec=spec.json", "--rerun-incomplete"]

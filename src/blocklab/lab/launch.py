@@ -41,10 +41,95 @@ def clock(seconds: float) -> str:
 
 
 def start_up_s() -> float:
-    """Seconds since this process started: what a job spends before its first step (Python, torch, the block)."""
+    """Seconds since this process started (Python, blocklab's command line): what it spent before its first line."""
     import psutil  # installed with Snakemake, which requires it
 
     return max(0.0, time.time() - psutil.Process().create_time())
+
+
+# What a lab job does before its first step, in a fresh Python: the imports of `blocklab lab-job run` (torch, pandas, the
+# training code) and an Adam optimizer (whose first construction imports torch's compiler stack). It prints when done.
+JOB_START = """
+import time
+import torch, pandas, blocklab.cli, blocklab.lab.run
+torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+print(time.time(), flush=True)
+"""
+
+
+class JobStart:
+    """A job's start-up, measured: ``lanes`` fresh Pythons doing what a lab job does before its first step
+    (``JOB_START``), started together now (as the jobs start side by side); ``seconds()`` waits for them and gives
+    their mean. Falls back on this process's age where they cannot run."""
+
+    def __init__(self, lanes: int = 1, python: str = sys.executable):
+        self.began = time.time()
+        self.procs = []
+        for _ in range(max(1, lanes)):
+            try:
+                self.procs.append(subprocess.Popen([python, "-c", JOB_START], stdout=subprocess.PIPE,
+                                                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True))
+            except OSError:
+                break
+        self.found: float | None = None
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+    def seconds(self, timeout_s: float = 300.0) -> float:
+        if self.found is None:
+            try:
+                if not self.procs:
+                    raise OSError
+                ends = [float(proc.communicate(timeout=timeout_s)[0].split()[-1]) for proc in self.procs]
+                self.found = max(0.0, sum(ends) / len(ends) - self.began)
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                self.found = start_up_s()
+            finally:
+                self.close()
+        return self.found
+
+
+def makespan(jobs: list[float], lanes: int) -> float:
+    """Seconds until the last of ``jobs`` (each one's seconds) ends on ``lanes`` lanes, each job going to the lane that
+    frees first, longest first (as Snakemake starts whatever job is ready when a core frees)."""
+    ends = [0.0] * max(1, lanes)
+    for cost in sorted(jobs, reverse=True):
+        ends[ends.index(min(ends))] += cost
+    return max(ends)
+
+
+def side_by_side(cores: int, lanes: int, load: float) -> float:
+    """How much slower each step is with ``lanes`` jobs side by side than with one alone, on ``cores`` cores already
+    running ``load`` other busy processes (the load average, this command's own process taken out): a process gets
+    min(1, cores / processes) of a core when every process asks for one."""
+    others = max(0.0, load - 1.0)
+    share = lambda k: min(1.0, cores / (k + others))  # noqa: E731
+    return share(1) / share(max(1, lanes))
+
+
+# Snakemake's own start (Python, importing Snakemake, its DAG) against a job's: importing Snakemake took 3.0 s where a
+# job's imports took 7.2 s (one process each, nice 10, 2 busy cores; 2026-12-07)
+SNAKEMAKE_START = 0.4
+
+
+def workflow_seconds(run_steps: list[int], per_step: float, job_s: float, cores: int, load: float = 0.0,
+                     gradnorm: bool = True, started: bool = False) -> float:
+    """Seconds the lab's workflow takes from here: Snakemake's start (unless ``started``: ``SNAKEMAKE_START`` of a job's
+    start-up), the runs (a job's start-up
+    ``job_s`` and their steps at ``per_step``, slowed as ``side_by_side`` says when they share the machine) and the
+    gradient at init (a job's start-up) on the lanes, then the report (a job's start-up: it imports and draws)."""
+    lanes = _lanes(cores, len(run_steps) + gradnorm)
+    slow = side_by_side(cores, lanes, load)
+    jobs = [job_s + n * per_step * slow for n in run_steps] + ([job_s] if gradnorm else [])
+    return (0.0 if started else SNAKEMAKE_START * job_s) + makespan(jobs, lanes) + job_s
+
+
+def load_now() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def _checkpoint_step(path: Path, spec=None) -> int:
@@ -93,28 +178,33 @@ def _lanes(cores: int, runs: int) -> int:
     return max(1, min(cores, runs))
 
 
-def estimate(spec, out: Path, per_step: float, start_s: float, cores: int, timed: int) -> str:
-    """The line said before anything trains: what the lab will cost here, and what that is made of."""
+def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: int,
+             load: float = 0.0) -> tuple[str, float]:
+    """The line said before anything trains: what the lab will cost here, and what that is made of; and its seconds."""
     left = steps_left(spec, out)
     todo = [run for run, n in left.items() if n]
     if not todo:
-        return "blocklab lab: every run is finished; only the tables, figure and page are (re)written"
+        return "blocklab lab: every run is finished; only the tables, figure and page are (re)written", 2 * job_s
     resumed = [f"{run} from step {spec.setup.steps - left[run]}" for run in todo if left[run] < spec.setup.steps]
     steps = sum(left.values())
-    lanes = _lanes(cores, len(todo))
-    jobs = len(todo) + 2  # the runs, the gradient at init, the report
-    total = (steps * per_step + start_s * (jobs - 1)) / lanes + start_s
+    lanes = _lanes(cores, len(todo) + 1)
+    total = workflow_seconds([left[run] for run in todo], per_step, job_s, cores, load)
+    slow = side_by_side(cores, lanes, load)
     return (f"blocklab lab: cost ≈ {clock(total)} on this machine: {len(todo)} run(s) to train"
             f"{' (resuming ' + ', '.join(resumed) + ')' if resumed else ''}, {steps:,} steps at {per_step:.3g} s/step "
-            f"(timed here on {timed} steps of the built stack, one thread as each job trains), {lanes} at a time "
-            f"(--cores {cores}), plus ≈ {start_s:.0f} s start-up a job (this command's own), at the machine's "
-            "present load")
+            f"(timed here on {timed} steps of the built stack, one thread as each job trains"
+            f"{f'; x {slow:.2g} for {lanes} side by side at load {load:.1f}' if slow > 1.005 else ''}), {lanes} "
+            f"job(s) at a time (--cores {cores}), plus ≈ {job_s:.0f} s start-up a job (fresh Pythons doing what a job "
+            "does before its first step, started together as the jobs are, timed here now) for each run, the gradient"
+            " at init, the report and Snakemake, at the machine's present load"), total
 
 
 def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int]) -> str:
-    """The whole lab's progress: runs finished, each running run's step and s/step (its last line in train.log), and
-    the ETA of the whole lab from the measured steps (the timed steps until a run has measured its own)."""
-    finished, running, measured, left = 0, [], [], 0
+    """The whole lab's progress: runs finished, each running run's step and s/step (its last line in train.log: its
+    recent steps), and the ETA of the whole lab from the measured steps (the timed steps until a run has measured its
+    own): the runs left and the gradient at init on the lanes, then the report (``workflow_seconds``)."""
+    finished, running, measured, jobs = 0, [], [], []
+    waiting = []
     for warmup, seed in spec.runs():
         name = spec.run_name(warmup, seed)
         run = Path(out) / "runs" / name
@@ -127,13 +217,14 @@ def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, plann
             step, total, rate = int(found[-1][0]), int(found[-1][1]), float(found[-1][2])
             running.append(f"{name} at step {step}/{total} ({rate:.3g} s/step)")
             measured.append(rate)
-            left += total - step
+            jobs.append((total - step) * rate)
         else:
-            left += planned.get(name, spec.setup.steps)
+            waiting.append(planned.get(name, spec.setup.steps))
     runs = len(spec.runs())
     rate = sum(measured) / len(measured) if measured else per_step
-    unfinished = runs - finished
-    eta = (left * rate + start_s * unfinished) / _lanes(cores, unfinished) + start_s if unfinished else start_s
+    gradnorm = not (Path(out) / "gradnorm.csv").is_file()
+    every = jobs + [start_s + n * rate for n in waiting] + ([start_s] if gradnorm else [])
+    eta = makespan(every, _lanes(cores, len(every))) + start_s if every else start_s
     return (f"blocklab lab: {finished} of {runs} runs finished" + (f"; {', '.join(running)}" if running else "")
             + f"; ETA of the whole lab ≈ {clock(eta)} (from {'the runs' if measured else 'the timed'} steps)")
 

@@ -247,18 +247,52 @@ def sweep_main(args, lab_main) -> int:
     if args.lr is not None:
         raise ConfigError(f"--lr {args.lr:g} with --lr-sweep: the sweep sets the learning rate itself "
                           f"({', '.join(f'{lr:g}' for lr in LRS)}); give one or the other")
+    import time
+
     out = Path(args.out)
+    # shared by every rate's lab: the job start-up measured once, each rate's seconds, for the whole sweep's estimate
+    state = {"job_s": None, "began": time.monotonic(), "rates": [], "n": len(LRS)}
     for i, lr in enumerate(LRS, start=1):
         print(f"blocklab lab --lr-sweep: learning rate {lr:g} ({i} of {len(LRS)}) into {out / f'lr{lr:g}'}",
               file=sys.stderr, flush=True)
         one = copy.copy(args)
         one.lr_sweep, one.lr, one.out = False, lr, out / f"lr{lr:g}"
+        state.update(i=i, rate_began=time.monotonic())
+        one.sweep_state = state
         status = lab_main(one)
+        state["rates"].append(time.monotonic() - state["rate_began"])
         if status:
             return status
     if args.dry_run:
         return 0
     return write_sweep(out, args)
+
+
+def sweep_left_s(rate: int, rates: int, planned_s: float, this_rate_s: float, done_s: list[float],
+                 end_s: float) -> tuple[float, float]:
+    """(seconds the sweep has left, seconds a later rate takes) when rate ``rate`` of ``rates`` has been planned in
+    ``planned_s`` and its workflow is estimated at ``this_rate_s``: a later rate takes what the rates done took (their
+    mean, ``done_s``), or before any is done this one's planning and workflow; then the sweep's tables and figure
+    (``end_s``)."""
+    each = sum(done_s) / len(done_s) if done_s else planned_s + this_rate_s
+    return this_rate_s + (rates - rate) * each + end_s, each
+
+
+def sweep_estimate(state: dict, this_rate_s: float, job_s: float) -> str:
+    """The whole sweep's estimate, said with each rate's cost line (``sweep_main``'s ``state``)."""
+    import time
+
+    from .launch import clock
+
+    now = time.monotonic()
+    left, each = sweep_left_s(state["i"], state["n"], now - state["rate_began"], this_rate_s, state["rates"], job_s)
+    more = state["n"] - state["i"]
+    basis = (f"the mean of the {len(state['rates'])} rate(s) done" if state["rates"] else
+             "this rate's checks and its workflow's estimate")
+    return (f"blocklab lab --lr-sweep: the whole sweep ≈ {clock(now - state['began'] + left)}, "
+            f"≈ {clock(left)} left: this rate ≈ {clock(this_rate_s)}"
+            + (f", then {more} more at ≈ {clock(each)} each ({basis})" if more else "")
+            + f", then the sweep's tables and figure (≈ {job_s:.0f} s)")
 
 
 def _lab_runs(out: Path) -> pd.DataFrame:

@@ -241,20 +241,35 @@ def _say_interrupted(line: str, log: Path | None) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def recent_seconds_per_step(marks, window_s: float) -> float:
+    """Seconds a step over the recent past: ``marks`` are (time, step) pairs, oldest first, the last one now; the rate
+    runs from the oldest mark within ``window_s`` seconds of now (at least from the mark before now), so that an ETA
+    follows a change of load within a window instead of averaging since the run began."""
+    now, step = marks[-1]
+    since = next((m for m in marks[:-1] if now - m[0] <= window_s), marks[-2])
+    return (now - since[0]) / max(step - since[1], 1)
+
+
 class _Progress:
-    """A progress line at least every ``EVERY_S`` seconds (and every 50 steps): step, loss, seconds a step, ETA."""
+    """A progress line at least every ``EVERY_S`` seconds (and every 50 steps): step, loss, seconds a step over the
+    last ``WINDOW_S`` seconds, and the ETA at that pace."""
     EVERY_S = 10.0
+    WINDOW_S = 60.0
 
     def __init__(self, desc: str, start: int, steps: int):
+        import collections
+
         self.desc, self.start, self.steps = desc, start, steps
         self.began = self.last = time.perf_counter()
+        self.marks = collections.deque([(self.began, start)], maxlen=64)
 
     def due(self) -> bool:
         return time.perf_counter() - self.last >= self.EVERY_S
 
     def line(self, step: int, loss: float, rate: float) -> str:
         self.last = time.perf_counter()
-        per_step = (self.last - self.began) / max(step - self.start, 1)
+        self.marks.append((self.last, step))
+        per_step = recent_seconds_per_step(list(self.marks), self.WINDOW_S)
         eta = round(per_step * (self.steps - step))
         return (f"{self.desc}: step {step}/{self.steps} loss {loss:.4f} lr {rate:.2e} {per_step:.3f} s/step "
                 f"ETA {eta // 3600}:{eta % 3600 // 60:02d}:{eta % 60:02d}")
