@@ -988,3 +988,113 @@ class CanonBlock(nn.Module):
     def forward(self, x):
         h = x + self.attn(self.canon(self.canon_a, self.rms1(x)))
         return h + self.mlp(self.canon(self.canon_c, self.rms2(h)))
+
+
+# --- features the review measures and does not judge ---------------------------------------------------------------
+
+
+def _rotate(t, theta: float = 10000.0):
+    """RoPE on (B, heads, T, hd), pairs (i, i + hd/2), angle position * theta^(-2i/hd)."""
+    T, hd = t.shape[-2], t.shape[-1]
+    inv = theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd)
+    ang = torch.arange(T, dtype=t.dtype)[:, None] * inv[None]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    a, b = t[..., :hd // 2], t[..., hd // 2:]
+    return t * cos + torch.cat([-b, a], -1) * sin
+
+
+class RetentionBlock(PreNormBlock):
+    """RetNet's multi-scale retention (Sun et al. 2023, eq. 5-8, parallel form): q and k rotated by position
+    (RoPE pairs, theta 10000), k scaled by head_dim^-0.5; Retention = (q k^T * D) v with D[n, m] = gamma_h^(n - m)
+    for n >= m, else 0, gamma_h = 1 - 2^(-5 - h); a GroupNorm per head; W_o(swish(W_g x) * GroupNorm(retention)).
+    4 heads of 16; LayerNorm pre-norms, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = Retention(d_model, n_heads)
+
+
+class Retention(Attention):
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__(d_model, n_heads)
+        self.g = nn.Linear(d_model, d_model)
+        self.gn = nn.GroupNorm(n_heads, d_model, affine=False)
+        self.register_buffer("gamma", 1 - 2.0 ** (-5 - torch.arange(n_heads, dtype=torch.float32)))
+
+    def forward(self, x):
+        B, T, d = x.shape
+        q, k, v = _rotate(self.split(self.q(x))), _rotate(self.split(self.k(x))) * self.hd ** -0.5, self.split(self.v(x))
+        n = torch.arange(T, dtype=x.dtype)
+        gap = n[:, None] - n[None, :]
+        decay = torch.where(gap >= 0, self.gamma.to(x.dtype)[:, None, None] ** gap.clamp_min(0), 0.0)
+        r = self.merge((q @ k.transpose(-2, -1) * decay) @ v)
+        return self.o(F.silu(self.g(x)) * self.gn(r.reshape(B * T, d)).reshape(B, T, d))
+
+
+class QKNormThenRope(PreNormBlock):
+    """Qwen3's and OLMo 2's order: q = rope(rms_q(W_q x)), k = rope(rms_k(W_k x)), an RMSNorm per head (16 wide)
+    before the rotation; causal softmax over q.k / 4; LayerNorm pre-norms, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = _QKNormRopeAttention(d_model, n_heads)
+
+
+class _QKNormRopeAttention(Attention):
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__(d_model, n_heads)
+        self.q_norm, self.k_norm = nn.RMSNorm(self.hd), nn.RMSNorm(self.hd)
+
+    def scores(self, x):
+        q = _rotate(self.q_norm(self.split(self.q(x))))
+        k = _rotate(self.k_norm(self.split(self.k(x))))
+        return q @ k.transpose(-2, -1) / math.sqrt(self.hd) + causal_mask(x.shape[1], x.dtype)
+
+
+class SoftcapBlock(PreNormBlock):
+    """Gemma 2's attention logit soft-capping: scores = 50 * tanh((q.k / 4) / 50), then the causal mask and the
+    softmax; LayerNorm pre-norms, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = _SoftcapAttention(d_model, n_heads)
+
+
+class _SoftcapAttention(Attention):
+    cap = 50.0
+
+    def scores(self, x):
+        q, k = self.split(self.q(x)), self.split(self.k(x))
+        s = self.cap * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(self.hd) / self.cap)
+        return s + causal_mask(x.shape[1], x.dtype)
+
+
+class HyperConnectionBlock(nn.Module):
+    """Static hyper-connections (Zhu et al. 2025, eq. 1-5) with expansion rate n = 2: the block's input holds n
+    residual streams of width d = d_model / n side by side, H = x.view(B, T, n, d); each sub-layer T reads
+    h = alpha_m . H (a learned weight per stream) and writes H' = beta * T(h) + A_r^T H (A_r an n x n learned
+    matrix mixing the streams). Pre-norm LayerNorm inside each T; causal softmax MHA 4 heads; gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4, n: int = 2):
+        super().__init__()
+        self.n, d = n, d_model // n
+        self.attn, self.mlp = Attention(d, n_heads), MLP(d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        # initialised as the paper's: alpha_m picks stream 0, A_r the identity, beta ones (here moved off it, as
+        # after training, so that the streams mix)
+        self.alpha1, self.alpha2 = nn.Parameter(torch.tensor([0.7, 0.3])), nn.Parameter(torch.tensor([0.4, 0.6]))
+        self.a1 = nn.Parameter(torch.tensor([[0.9, 0.2], [0.1, 0.8]]))
+        self.a2 = nn.Parameter(torch.tensor([[0.8, 0.3], [0.2, 0.7]]))
+        self.beta1, self.beta2 = nn.Parameter(torch.tensor([1.0, 0.5])), nn.Parameter(torch.tensor([0.5, 1.0]))
+
+    def hc(self, H, alpha, a, beta, sub, norm):
+        h = torch.einsum("btnd,n->btd", H, alpha.to(H.dtype))
+        return beta.to(H.dtype)[:, None] * sub(norm(h))[..., None, :] + torch.einsum("btnd,nm->btmd", H,
+                                                                                       a.to(H.dtype))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        H = x.view(B, T, self.n, -1)
+        H = self.hc(H, self.alpha1, self.a1, self.beta1, self.attn, self.ln1)
+        H = self.hc(H, self.alpha2, self.a2, self.beta2, self.mlp, self.ln2)
+        return H.reshape(B, T, -1)

@@ -761,3 +761,43 @@ def test_bamba_says_it_has_no_attention():
     review = hf_review("bamba")
     assert review.exit_status == EXIT_CANNOT
     assert "layers 0-31: ssm" in review.findings[0].message
+
+
+def test_nystromformer_is_softmax_attention_beside_a_convolution_of_its_values():
+    # nystromformer cfg: num_landmarks 64 == segment_means_seq_len 64, so mod 171-179 takes the exact path:
+    # softmax(q k^T) v with q and k each divided by head_dim^(1/4) (q.k / sqrt(head_dim)); then mod 211-212 adds
+    # conv(value_layer), a depthwise Conv2d over positions (kernel conv_kernel_size 65, one group per head); 12 heads,
+    # BERT's post-norm, learned absolute positions; a masked LM: bidirectional
+    review = hf_review("nystromformer")
+    s = review.facts["structure"]
+    assert (s["mixer"], s["attention"], s["query_heads"], s["kv_heads"]) == ("attention", "MHA", 12, 12)
+    assert s["evidence"]["mixer"]["weights"] == "softmax" and s["evidence"]["logit_scale"]["rule"] == "1/sqrt(head_dim)"
+    assert s["evidence"]["beside_values"] == [{"module": "attention.self.conv", "type": "Conv2d",
+                                               "reads": ["attention.self.value"]}]
+    assert (s["norm_placement"], s["position"], s["causal"]) == ("post", "learned", False)
+    (said,) = [f.message for f in review.findings if "attention.self.conv" in f.message]
+    assert said.startswith("measured and not judged")
+    assert review.exit_status in (EXIT_PASS, EXIT_FLAG)
+
+
+def test_gemma3n_layers_that_reuse_earlier_keys_and_values_are_refused_with_the_reason():
+    # gemma3n_text cfg: num_kv_shared_layers 15: mod 1174 gives layers 20-34 no k_proj / v_proj, and mod 1210-1211
+    # reads the keys and values layers 18 and 19 stored; its q_proj reads the layer's input
+    review = hf_review("gemma3n_text")
+    shared = patterns(review)[tuple(range(20, 35))]
+    assert shared["reviewable"] is False
+    reason = shared["reason"]
+    assert "'self_attn.o_proj' reads what the model computed from its tokens outside this layer's input" in reason
+    assert "'self_attn.q_proj'" in reason and "num_kv_shared_layers 15" in reason
+    assert "if the layer has an attention" not in reason
+    assert review.exit_status == EXIT_CANNOT
+
+
+def test_gemma2_soft_cap_on_the_scores_is_measured_and_not_judged():
+    # gemma2 cfg 86 + 90: query_pre_attn_scalar 256 (scores q.k / 16), attn_logit_softcapping 50.0; mod 195-198:
+    # w = tanh(w / softcap) * softcap before the mask and the softmax
+    review = hf_review("gemma2")
+    cap = review.facts["structure"]["evidence"]["logit_cap"]
+    assert (cap["form"], cap["cap"], cap["divisor"]) == ("tanh", pytest.approx(50.0, rel=1e-4), pytest.approx(16.0))
+    assert any(f.message.startswith("measured and not judged: a tanh cap on the scores at 50") for f in review.findings)
+    assert review.exit_status == EXIT_PASS

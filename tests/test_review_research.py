@@ -609,3 +609,60 @@ def test_canon_layers_keep_the_pre_norm():
     (said,) = [f.message for f in r.findings if f.check == "norm position"]
     assert "'canon_a'" in said and "measured and not judged" in said
     assert r.exit_status == EXIT_PASS
+
+
+# --- features measured and not judged: read right, or said as seen and left unjudged -------------------------------
+
+
+def test_retnet_retention_rotates_its_queries_and_keys():
+    # RetentionBlock: (q k^T * D) v with q, k rotated by position (RoPE pairs over all 16 features of a head),
+    # D[n, m] = gamma_h^(n - m): no softmax (linear attention with a decay), a per-token swish gate after its GroupNorm
+    r = review("RetentionBlock")
+    s = r.facts["structure"]
+    assert (s["mixer"], s["position"], s["evidence"]["rotary_fraction"]) == ("linear-attention", "rope", 1.0)
+    (said,) = [f for f in r.findings if f.check == "position"]
+    assert said.severity == "info" and said.message.startswith("measured and not judged")
+    assert r.exit_status == EXIT_CANNOT  # no softmax attention: the block is not passed
+
+
+def test_a_qk_norm_before_rope_is_both():
+    # QKNormThenRope: q = rope(rms_q(W_q x)), k = rope(rms_k(W_k x)): a QK-norm, and every feature rotated
+    s = review("QKNormThenRope").facts["structure"]
+    assert (s["qk_norm"], s["evidence"]["qk_norms"]) == (True, ["attn.q_norm", "attn.k_norm"])
+    assert (s["position"], s["evidence"]["rotary_fraction"]) == ("rope", 1.0)
+    assert s["evidence"]["logit_scale"]["divisor"] == pytest.approx(4.0)
+
+
+def test_a_soft_cap_on_the_scores_is_measured_and_not_judged():
+    # SoftcapBlock: 50 * tanh((q.k / 4) / 50): the cap 50 and the divisor 4 (sqrt(head_dim 16))
+    r = review("SoftcapBlock")
+    s = r.facts["structure"]
+    cap = s["evidence"]["logit_cap"]
+    assert (cap["form"], cap["cap"], cap["divisor"]) == ("tanh", pytest.approx(50.0, rel=1e-4), pytest.approx(4.0))
+    assert all(seen < v for seen, v in zip(cap["logits_seen"], cap["logits_set"]))  # each logit bent below its value
+    assert s["evidence"]["logit_scale"]["rule"] == "1/sqrt(head_dim)"
+    assert any(f.message.startswith("measured and not judged: a tanh cap on the scores at 50") for f in r.findings)
+    assert r.exit_status == EXIT_PASS
+
+
+def test_a_block_without_a_cap_says_none():
+    assert review("PreNormBlock").facts["structure"]["evidence"]["logit_cap"] is None
+
+
+def test_hyper_connections_stream_mixing_is_measured_and_not_judged():
+    # HyperConnectionBlock: 2 streams of 32 in the 64 inputs; with the sub-layers silenced, H' = H A_1 then H A_2
+    # (einsum 'btnd,nm->btmd'): the output's streams are the input's mixed by A_1 A_2
+    import torch
+
+    from research_blocks import HyperConnectionBlock
+
+    block = HyperConnectionBlock()
+    mixing = (block.a1 @ block.a2).tolist()
+    r = review("HyperConnectionBlock")
+    s = r.facts["structure"]
+    assert (s["streams"]["streams"], s["streams"]["width"]) == (2, 32)
+    assert torch.tensor(s["streams"]["mixing"]) == pytest.approx(torch.tensor(mixing), abs=1e-6)
+    (said,) = [f.message for f in r.findings if f.check == "structure"]
+    assert "2 residual streams of 32 features" in said and "measured and not judged" in said
+    assert "KV cache" not in said
+    assert r.exit_status == EXIT_CANNOT

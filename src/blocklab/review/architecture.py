@@ -33,8 +33,9 @@ def read_mixer(a: LayerAnalysis, g) -> dict:
     no heads: a short convolution when a change at position 0 reaches only the next few positions, else a
     recurrence (a state-space scan or an RNN: the data flow does not tell them apart). Heads without a query whose
     weights are distributions over the queries: a softmax over the query axis."""
-    heads = a.heads(g)
-    bias = a.position_bias(g, heads) if heads.get("measured") else {"measured": False}
+    with a.silenced(a.beside_values(g)):
+        heads = a.heads(g)
+        bias = a.position_bias(g, heads) if heads.get("measured") else {"measured": False}
     reach = a.reach()
     if heads.get("measured") and heads.get("roles") and any("q" in r for r in heads["roles"].values()):
         weights = bias.get("weights", "softmax" if bias.get("softmax", True) else None)
@@ -85,10 +86,29 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         hint = (f"; weights of 3 or more dimensions applied without a layer to hook, {weights[:6]}: applied by a "
                 "function the reviewer does not follow (torch.einsum, matmul and F.linear of a parameter on the "
                 "tokens are followed; bmm, tensordot or a weight indexed or reshaped first are not)") if bulk else ""
-        if not selfs and not bulk:
+        streams = a.streams() if not selfs and not a.sublayers else None
+        outside = [g for g in a.reads_outside() if not g.mixes] if not selfs else []
+        if outside:
+            config = getattr(a.driver, "config", None)
+            keys = {k: v for k, v in (vars(config).items() if config is not None else ())
+                    if "kv_shared" in k and isinstance(v, int) and not isinstance(v, bool)}
+            hint += ("; " + ", ".join(f"'{g.out.name}'" for g in outside) + " reads what the model computed from its "
+                     "tokens outside this layer's input: with the input held and the tokens changed, its in-projections ("
+                     + ", ".join(f"'{c.name}'" for g in outside for c in g.ins) + ") hold still and its input moves; "
+                     "its keys and values come from an earlier layer (a shared KV cache"
+                     + (", config " + ", ".join(f"{k} {v}" for k, v in keys.items()) if keys else "")
+                     + "), so the attention mixes none of this layer's own input and cannot be read from it")
+        elif streams:
+            hint += (f"; the layer's input holds {streams['streams']} residual streams of {streams['width']} features "
+                     "mixed by learned weights (with every projection's output zeroed, the output is x times A kron I, "
+                     f"A = {streams['mixing']}: hyper-connections); measured and not judged: its sub-layers read and "
+                     f"write one stream's width, and sub-layers are found by their projections back to the layer's "
+                     f"width ({a.width})")
+        elif not selfs and not bulk:
             hint += ("; if the layer has an attention, its keys and values come from outside it (a KV cache shared "
                      "with an earlier layer), which mixes none of the layer's own input")
         out = {"reviewable": False, "attention_found": bool(selfs), "ffn_found": bool(a.ffns),
+               **({"streams": streams} if streams else {}),
                **({"hand_written_experts": hand_moe} if routed_note else {}),
                "reason": f"no {missing} recognised in the data flow (sub-layers found: {found}{hint}{routed_note})"}
         return {**out, **_read_part(a, selfs)} if a.sublayers else out
@@ -118,10 +138,20 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
         mixer["heads"] if mixer["kind"] == "query-axis-softmax" else {}, {"measured": False})
     causal = a.causal()
     aware = a.position_aware(causal["causal"])
+    beside = a.beside_values(attn) if is_attention else []
+    silence = a.silenced(beside)
+    silence.__enter__()  # the attention probes below read the weights with the path beside them zeroed
     # position from the data flow only: rotated queries and keys (RoPE) or a bias on the logits; a layer that is
     # position-aware for another reason (a mask off by one, a sliding window) has neither
     rotary = a.rotary_fraction(attn, heads) if is_attention and bias.get("kind") == "none" else None
+    if mixer["kind"] == "linear-attention" and mixer["heads"].get("measured"):
+        # linear attention with heads (RetNet's retention): its queries and keys may be rotated by position too; the
+        # same probe (a query at one offset, keys at the others, one-hot values) reads it, with nothing to judge
+        rotary = a.rotary_fraction(attn, mixer["heads"])
     scale = a.logit_scale(attn, heads) if is_attention else None
+    cap = a.logit_cap(attn, heads, scale) if scale else None
+    if cap and cap.get("divisor"):
+        scale = cap["divisor"]  # read at a logit of about 1, the cap bent it: fitted with the cap
     if is_attention and heads.get("values_rotated"):
         heads = {**heads, "values_rotated": {**heads["values_rotated"], "keys_rotated": a.keys_rotated(attn, heads)}}
     if heads.get("logit_bias_from"):
@@ -135,6 +165,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     placements = {"attention": a.norm_placement(attn), "ffn": a.norm_placement(ffn)}
     qk_norms = (a.qk_norm(attn) or (["scale-invariant (no module)"] if a.qk_scale_invariant(attn, heads) else [])) \
         if is_attention else []
+    silence.__exit__(None, None, None)
     norms = {c.name: c for c in a.norm_calls if any(c.name in p["norms"] for p in placements.values())}
     kinds = sorted({norm_kind(c.module, c.inp.shape[-1], a.generator) for c in norms.values()}
                    | {FUNCTIONAL_KINDS[n] for p in placements.values() for n in p["norms"] if n in FUNCTIONAL_KINDS})
@@ -196,7 +227,9 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
             "max_future_leak": causal["max_leak"], "position_aware_in_layer": aware, "attention_bias": bias,
             "rotary_fraction": rotary, "absolute_position": absolute, "ffn": ffn_facts, "unhooked_weights": bulk,
             "leak": _leak(a, causal, mixer["heads"] if mixer["heads"].get("roles") else None),
-            "output_sum": output_sum, "logit_scale": _scale_facts(scale, heads.get("head_dim"), a.width,
+            "beside_values": [{"module": c.name, "type": type(c.module).__name__,
+                               "reads": [p.name for p in attn.ins if a.depends.get((p.key, c.key))]} for c in beside],
+            "output_sum": output_sum, "logit_cap": cap, "logit_scale": _scale_facts(scale, heads.get("head_dim"), a.width,
                                                                   lambda: a.scale_is_learned(attn, heads, scale)),
         },
     }

@@ -26,6 +26,7 @@ with one edit, so one forward pass answers many questions at once. In call order
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -55,6 +56,9 @@ CURVATURE_TOL = 1e-2  # spread of log-weight sums along a row: softmax ~1e-12, u
 # RMS queries and keys: logits ~1) ~1e-4, elu + 1 linear attention ~1e-1
 SCALE_NUDGE = 0.3  # added to every parameter but the projections' weights: a temperature moves the scale
 SCALE_PROBE = 2.0  # logit of the scale probe: 4 / scale (1 at head_dim 16 under 1/sqrt(d)), far below a softcap
+CAP_LOGITS = (5.0, 20.0, 60.0)  # logits the soft-cap probe sets: Gemma 2's cap of 50 shows at 5 as 4.98
+CAP_LINEAR_TOL = 1e-6  # without a cap the logit shows as set to round-off (a float32 softmax: ~1e-7 on the weights)
+CAP_TOL = 1e-3  # one tanh cap fits the three logits to round-off (~1e-9); a saturation of another form does not
 FUNCTIONAL_TOL = 1e-4  # a norm recomputed with another eps (1e-5, 1e-6, float eps) inside agrees to ~1e-5
 FUNCTIONAL_NORMS = {"rms_norm()": lambda t: torch.nn.functional.rms_norm(t, (t.shape[-1],)),
                     "layer_norm()": lambda t: torch.nn.functional.layer_norm(t, (t.shape[-1],)),
@@ -708,6 +712,19 @@ def hand_written_experts(a: LayerAnalysis) -> dict | None:
             "per_token": rows // tokens if rows % tokens == 0 else None}
 
 
+class _OtherTokens:
+    """A model driver that runs the model on other token ids (the layer's input still replaced by x)."""
+
+    def __init__(self, driver, ids):
+        self._driver, self._ids = driver, ids
+
+    def __getattr__(self, name):
+        return getattr(self._driver, name)
+
+    def __call__(self, x):
+        return self._driver(x, ids=self._ids)
+
+
 class LayerAnalysis:
     """Everything the data flow says about one layer (see the module docstring)."""
 
@@ -914,13 +931,83 @@ class LayerAnalysis:
                              and _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL] if g.mixes else []
             # a call that carries the mixed values on to the writer: as many features as the writer reads, and
             # dependent on every in-projection (not the attention weights a dropout reads)
+            # (a per-token gate that joins after it, RetNet's swish(W_g x) after its GroupNorm, need not feed it)
             between = [c for c in self.calls if g.ins[-1].index < c.index < g.out.index and c.key in traced
                        and traced[c.key].inp.dim() >= 2 and traced[c.key].inp.shape[:2] == inp.shape[:2]
                        and _features(traced[c.key].inp) == inp.shape[-1]
-                       and all(self.depends.get((p.key, c.key)) for p in g.ins)]
+                       and any(self.depends.get((p.key, c.key)) for p in g.ins)
+                       and self._own_position_only(g, [p for p in g.ins if not self.depends.get((p.key, c.key))])]
             g.read = g.after[0] if g.after else next(
                 (c for c in between if _rel(traced[c.key].inp[i + 1, 1:], traced[c.key].inp[0, 1:]) > TOL),
                 g.out) if g.mixes else g.out
+
+    def _own_position_only(self, g: SubLayer, ins: list) -> bool:
+        """Each of these in-projections, edited at position 0 alone, moves the writer's input at position 0 only:
+        a per-token gate on the mixed values, no part of the mixing (True for none)."""
+        if not ins:
+            return True
+        rows = {c.key: b for b, c in enumerate(ins, start=1)}
+
+        def edit(key, out):
+            if key not in rows:
+                return None
+            out[rows[key], 0] += self.randn(out.shape[-1]) * out.abs().max().clamp_min(1)
+            return out
+
+        traced, _ = self.tracer.inputs_of(self.batch(len(ins) + 1), edit)
+        inp = traced[g.out.key].inp
+        return all(_rel(inp[b, 1:], inp[0, 1:]) <= TOL for b in rows.values())
+
+    def streams(self) -> dict | None:
+        """Several residual streams side by side in the layer's input (hyper-connections: x holds n streams of width
+        / n, each sub-layer reads a learned mix of them and each stream gets a learned mix back): with every
+        projection's output zeroed the output is x M, M = A kron I (one weight per pair of streams). The smallest
+        n >= 2 whose stream width some projection reads, with A not a multiple of the identity; else None."""
+        keys = {c.key for c in self.projections}
+        w = self.width
+        x = torch.randn(max(FIT_BATCH, 2 * w // self.seq + 1), self.seq, w, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(self.seed + 3))
+        _, y = self.tracer.run(x, lambda key, out: torch.zeros_like(out) if key in keys else None)
+        X, Y = x.reshape(-1, w), y.reshape(-1, w)
+        M = torch.linalg.lstsq(X, Y).solution
+        if _rel(X @ M, Y) > FIT_TOL:
+            return None
+        reads = {in_width(c.module) for c in self.projections}
+        for n in range(2, w + 1):
+            size = w // n
+            if w % n or size not in reads:
+                continue
+            blocks = M.reshape(n, size, n, size).permute(0, 2, 1, 3)  # (i, j, size, size)
+            A = blocks.diagonal(dim1=-2, dim2=-1).mean(-1)
+            eye = torch.eye(size, dtype=M.dtype)
+            if _rel(blocks, A[..., None, None] * eye, ) > FIT_TOL * 10 or _rel(A, A[0, 0] * torch.eye(n, dtype=M.dtype)) \
+                    <= FIT_TOL:
+                continue
+            return {"streams": n, "width": size,
+                    "mixing": [[round(v, COEF_DIGITS) for v in row] for row in A.tolist()]}
+        return None
+
+    def reads_outside(self) -> list[SubLayer]:
+        """The sub-layers whose writer reads, besides what their in-projections make of the layer's input, something
+        the model computed from its tokens elsewhere: with the layer's input held and the model's tokens changed, the
+        in-projections' outputs hold still and the writer's input moves (keys and values an earlier layer stored:
+        Gemma 3n's shared KV). Only for a driver that runs a whole model on its token ids."""
+        ids = getattr(self.driver, "ids", None)
+        if not torch.is_tensor(ids) or "ids" not in inspect.signature(self.driver.__call__).parameters:
+            return []
+        driver = self.tracer.driver
+        try:
+            self.tracer.driver = _OtherTokens(driver, torch.flip(ids, dims=[-1]))
+            changed, _ = self.tracer.inputs_of(self.x)
+        finally:
+            self.tracer.driver = driver
+        plain, _ = self.tracer.inputs_of(self.x)
+
+        def held(c):
+            return c.key in changed and c.key in plain and _same(changed[c.key].out, plain[c.key].out)
+
+        return [g for g in self.sublayers if all(held(c) for c in g.ins) and g.out.key in changed
+                and not _same(changed[g.out.key].inp, plain[g.out.key].inp)]
 
     def _merge_feeders(self) -> bool:
         """A per-token sub-layer just before a token-mixing one is the mixing one's input side when its writer's
@@ -977,6 +1064,28 @@ class LayerAnalysis:
         return [g for g in self.sublayers if not g.mixes]
 
     # --- attention heads -------------------------------------------------------------------------
+
+    def beside_values(self, g: SubLayer) -> list[Call]:
+        """Convolutions inside the attention, between its in-projections and where its mixed values are read, that
+        read an in-projection's output: a path beside the attention weights (Nystromformer's depthwise convolution
+        over the values, added to the heads' output). The heads are read with their output zeroed (silenced)."""
+        if not g.mixes:
+            return []
+        end = (g.read or g.out).index
+        return [c for c in self.calls if g.ins[0].index < c.index < end
+                and isinstance(c.module, nn.modules.conv._ConvNd) and c not in self.projections
+                and any(self.depends.get((p.key, c.key)) for p in g.ins)]
+
+    @contextlib.contextmanager
+    def silenced(self, calls: list[Call]):
+        """Within the block every run zeroes these calls' outputs (a standing edit, see Tracer)."""
+        kept = dict(self.tracer.standing)
+        for c in calls:
+            self.tracer.standing[c.key] = torch.zeros_like
+        try:
+            yield
+        finally:
+            self.tracer.standing = kept
 
     def mixing_inputs(self, g: SubLayer) -> tuple[list[Call], dict]:
         """Where the per-token work of an attention ends: the in-projections, and the QK-norms that read them (a norm
@@ -1346,6 +1455,63 @@ class LayerAnalysis:
             return None
         shift = (row[1, last] / row[1, 0]).log() - (row[0, last] / row[0, 0]).log()
         return SCALE_PROBE ** 2 / shift.item() if shift.item() > 0 else None
+
+    def _logit_shift(self, g: SubLayer, heads: dict, amplitude: float) -> float | None:
+        """The logit_scale probe at another amplitude: the last row's log-weight of the last key over the first's,
+        against the same with keys zero, with one query feature and every key feature at ``amplitude``."""
+        queries = [(key, f) for key, rs in heads["roles"].items() for f, r in enumerate(rs) if r == "q"]
+        if not queries or heads.get("maps_per_head", 1) != 1:
+            return None
+        first = queries[0]
+
+        def query(flat, key, f):
+            flat[..., f] = amplitude if (key, f) == first else 0.0
+
+        def key_(flat, key, f):
+            flat[..., f] = 0.0
+            flat[1, -1, f] = amplitude
+
+        traced, _ = self.tracer.inputs_of(self.batch(2), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
+        row = self.read_input(traced, g)[:, -1, :heads["head_dim"]]
+        last = min(row.shape[-1], max(c.inp.shape[-2] for c in g.ins)) - 1
+        if (row[:, [0, last]] <= 0).any():
+            return None
+        return ((row[1, last] / row[1, 0]).log() - (row[0, last] / row[0, 0]).log()).item()
+
+    def logit_cap(self, g: SubLayer, heads: dict, scale: float) -> dict | None:
+        """A soft cap on the scores (Gemma 2's c * tanh(s / c)): the logit the scale probe makes, s = q.k / scale, set
+        to each of CAP_LOGITS; without a cap the weights show s itself, under a tanh cap c * tanh(s / c). The scale
+        itself was read at a logit of about 1, where a cap bends it a little: the divisor and c are fitted together
+        (a few rounds, each c from the divisor before it). None when every logit shows as set (no cap); the cap and
+        the divisor when one c fits all three to CAP_TOL; else what was seen."""
+        amplitudes = [math.sqrt(s * scale) for s in CAP_LOGITS]
+        seen = [self._logit_shift(g, heads, a) for a in amplitudes]
+        if any(v is None for v in seen):
+            return None
+        if all(abs(v / s - 1) < CAP_LINEAR_TOL for s, v in zip(CAP_LOGITS, seen)):
+            return None
+        raw = {"logits_set": list(CAP_LOGITS), "logits_seen": [round(v, 6) for v in seen]}
+        if any(b <= a * (1 + CAP_TOL) for a, b in zip(seen, seen[1:])):
+            return None  # the logit does not follow the queries' and keys' size (a QK-norm without a module): no cap
+        shift0, divisor, caps = SCALE_PROBE ** 2 / scale, scale, []
+        for _ in range(20):
+            caps = []
+            for a, shift in zip(amplitudes, seen):
+                s = a * a / divisor
+                if not 0 < shift < s:
+                    return {"cap": None, **raw}
+                lo, hi = shift, 1e9  # c * tanh(s / c) grows with c towards s
+                for _ in range(200):
+                    mid = math.sqrt(lo * hi)
+                    lo, hi = (mid, hi) if mid * math.tanh(s / mid) < shift else (lo, mid)
+                caps.append(math.sqrt(lo * hi))
+            c = sum(caps) / len(caps)
+            if not shift0 < c:
+                return {"cap": None, **raw}
+            divisor = SCALE_PROBE ** 2 / (c * math.atanh(shift0 / c))
+        if max(caps) - min(caps) > CAP_TOL * max(caps):
+            return {"cap": None, **raw}
+        return {"cap": round(c, 3), "form": "tanh", "divisor": round(divisor, COEF_DIGITS), **raw}
 
     def scale_is_learned(self, g: SubLayer, heads: dict, scale: float) -> bool:
         """Whether a parameter of the layer sets the logit scale (a learned temperature, Swin v2's logit_scale): the

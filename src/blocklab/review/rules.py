@@ -399,6 +399,9 @@ def _defaults(add, s) -> None:
     if mixer == "attention":
         add("position", "pass" if position == "rope" else "info",
             text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
+    elif position == "rope":
+        add("position", "info", f"measured and not judged: queries and keys rotated by position inside the {mixer} "
+            f"({text}, as RetNet's retention rotates them); the 2026 defaults judge a softmax attention's", position)
     if s.get("sliding_window"):
         add("sliding window", "info", f"attention over the last {s['sliding_window']} positions only (a sliding "
             "window: the data flow's reach of position 0 ends before the sequence does)", s["sliding_window"])
@@ -478,6 +481,18 @@ def _attention(add, s) -> None:
         add("attention", "info", f"scores q.k / {scale['divisor']:.3g}: divided by head_dim ({scale['head_dim']}), "
             f"not its square root (muP's scaling: logits {scale['head_dim'] ** 0.5:.3g}x smaller at this head width "
             "than 1/sqrt(head_dim) gives)", scale["rule"])
+    for c in s["evidence"].get("beside_values") or []:
+        add("attention", "info", f"measured and not judged: '{c['module']}' ({c['type']}) reads "
+            + ", ".join(f"'{n}'" for n in c["reads"]) + " and adds its convolution over positions to the heads' "
+            "output, beside the attention weights (Nystromformer's on the values); the heads were read with it "
+            "silenced", "beside values")
+    cap = s["evidence"].get("logit_cap")
+    if cap:
+        add("attention", "info", "measured and not judged: "
+            + (f"a tanh cap on the scores at {cap['cap']:g} (c * tanh(s / c), Gemma 2's soft-capping)" if cap["cap"]
+               else "the scores saturate, not as a tanh cap (logits set to "
+               + ", ".join(f"{v:g}" for v in cap["logits_set"]) + " show as "
+               + ", ".join(f"{v:.4g}" for v in cap["logits_seen"]) + ")"), "logit cap")
     maps = (s["evidence"].get("heads") or {}).get("maps_per_head", 1)
     if maps > 1:
         add("attention", "info", f"differential attention: each head's output is read from {maps} separate softmax "
