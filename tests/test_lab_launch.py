@@ -93,13 +93,14 @@ def test_a_runs_eta_follows_its_recent_steps_not_its_average_since_it_began():
 
 
 def test_the_lr_sweeps_estimate_is_the_rates_left_at_what_the_rates_done_took():
-    """Synthetic timings of ``lrsweep.sweep_left_s``: before any rate is done, each later rate is this one's checks
-    and workflow; after, the mean of the rates done."""
+    """Synthetic timings of ``lrsweep.sweep_left_s``: before any rate is done, each later rate is this one's workflow
+    (the first rate's checks, which hold the imports and the start-up's timing, done once, are not counted); after,
+    the mean of the workflows done plus this rate's checks."""
     from blocklab.lab.lrsweep import sweep_left_s
 
-    assert sweep_left_s(1, 5, planned_s=10, this_rate_s=50, done_s=[], end_s=5) == (50 + 4 * 60 + 5, 60)
-    assert sweep_left_s(3, 5, planned_s=10, this_rate_s=50, done_s=[70, 90], end_s=5) == (50 + 2 * 80 + 5, 80)
-    assert sweep_left_s(5, 5, planned_s=10, this_rate_s=50, done_s=[1, 2, 3, 4], end_s=5) == (55, 2.5)
+    assert sweep_left_s(1, 5, planned_s=20, this_rate_s=50, done_s=[], end_s=5) == (50 + 4 * 50 + 5, 50)
+    assert sweep_left_s(3, 5, planned_s=1, this_rate_s=50, done_s=[70, 90], end_s=5) == (50 + 2 * 81 + 5, 81)
+    assert sweep_left_s(5, 5, planned_s=1, this_rate_s=50, done_s=[1, 2, 3, 4], end_s=5) == (55, 3.5)
 
 
 def test_a_lock_no_process_holds_is_removed_and_one_a_process_works_beside_is_kept(tmp_path):
@@ -173,6 +174,11 @@ def test_ctrl_c_keeps_the_current_step_ends_every_child_leaves_no_lock_and_the_c
     first = _saved_step(out)
     assert 5 <= first < 12
     assert f"w0-s0 at step {first} of 12" in said and "cost ≈" in said and "ETA of the whole lab" in said, said
+    # the first line after the Ctrl-C says the lab stops as asked and how it resumes; after it, only the lab's own
+    # last line: no Snakemake line (its "At least one job did not complete successfully" is in its log alone)
+    stopped = said[said.index("blocklab lab: stopping as asked"):].splitlines()
+    assert "resume with: " in stopped[0] and "did not complete successfully" not in said, said
+    assert [line for line in stopped[1:] if line.strip()] == [next(l for l in stopped if "interrupted; kept" in l)], said
     assert f"interrupted; its checkpoint at step {first} of 12 is kept" in log.read_text()
     resume = re.search(r"resume with: (.+)", said)[1]
     assert "snakemake --cores" not in log.read_text() and resume in log.read_text()

@@ -1,14 +1,17 @@
 """How `blocklab lab` runs its Snakemake workflow (``workflow/rules/lab.smk``) and lives with its user.
 
 - **Cost first**: before anything trains, the lab says what it will cost on this machine, from a few steps of the
-  built stack timed here (``run.time_steps``, one thread as each job trains) and this command's own start-up.
-- **Progress**: each run writes a line at least every 10 s (step, loss, s/step, its ETA) to the terminal and to
-  ``runs/<run>/train.log``; this process adds one line for the whole lab (runs finished, the running ones, the ETA of
-  the whole lab from their measured steps) every minute and whenever a run finishes.
+  built stack timed here (``run.time_steps``, one thread as each job trains) and a job's start-up timed here
+  (``JobStart``), laid out on the lanes as Snakemake runs the jobs (``workflow_seconds``).
+- **Progress**: each run writes a line at least every 10 s (step, loss, s/step over its last minute, its ETA) to the
+  terminal and to ``runs/<run>/train.log``; this process adds one line for the whole lab (runs finished, the running
+  ones, the ETA of the whole lab from their measured steps) every minute and whenever a run finishes.
 - **Ctrl-C** (to the terminal's process group or to this process alone, SIGINT or SIGTERM): Snakemake runs in a
-  process group of its own, so the signal reaches its jobs exactly once, from here; every running job finishes its
-  step, saves it in its checkpoint and ends; Snakemake ends; a lock it left is removed; one line says what was kept
-  and the one command that resumes (the same command: finished runs are kept, checkpointed ones resume).
+  process group of its own, so the signal reaches its jobs exactly once, from here. The first line said is that the
+  lab stops as asked, with the one command that resumes (the same command: finished runs are kept, checkpointed ones
+  resume); from then on Snakemake's lines (its failure line among them) go to its log only, not to the terminal.
+  Every running job finishes its step, saves it in its checkpoint and ends; Snakemake ends; a lock it left is removed;
+  a last line says what was kept.
 - **A killed lab** (SIGKILL, or SIGHUP when its terminal closes): its jobs do not train on out of sight. Between this
   process and Snakemake runs a small process (``LEASH``) that the kernel tells when this one dies (Linux's
   PR_SET_PDEATHSIG); it then stops the workflow as a Ctrl-C does (each job saves its step) and removes the locks and
@@ -320,6 +323,19 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stopping_line() -> str:
+    """The first line after a Ctrl-C: the lab stops as asked, each job at a checkpoint, and the command that resumes."""
+    return (f"blocklab lab: stopping as asked: each running job finishes its step, saves it in its checkpoint and "
+            f"ends (a second Ctrl-C stops them at once, at their last checkpoint); resume with: {resume_command()}")
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -341,9 +357,14 @@ PID_FILE = ".blocklab-lab.pid"  # in the lab's folder while its workflow runs: t
 LEASH = r"""
 import ctypes, os, signal, subprocess, sys, time
 parent, pid_file, interrupt_env, command = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
-stop = []
-signal.signal(signal.SIGINT, lambda signum, frame: None)  # a Ctrl-C reaches Snakemake's group from the lab itself;
-# a handler (not SIG_IGN): Snakemake, exec'd below, starts with SIGINT at its default, as a terminal gives it
+stop, quiet = [], []
+group = os.getpgrp()
+def interrupted(signum, frame):  # the lab's Ctrl-C, sent here first: Snakemake's lines stop reaching the terminal
+    if not quiet:  # (its log keeps them), then the group is told (this handler too: already quiet, it returns)
+        quiet.append(signum)
+        os.killpg(group, signal.SIGINT)
+signal.signal(signal.SIGINT, interrupted)  # a handler (not SIG_IGN): Snakemake, started below, starts with SIGINT at
+# its default, as a terminal gives it
 for sig in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(sig, lambda signum, frame: stop.append(signum))
 try:  # PR_SET_PDEATHSIG: SIGTERM here when the lab dies, however it dies
@@ -352,7 +373,6 @@ except (OSError, AttributeError):
     pass
 if os.getppid() != parent:  # the lab died before the line above
     stop.append(signal.SIGTERM)
-group = os.getpgrp()
 os.environ[interrupt_env] = str(group)
 locks = os.path.join(".snakemake", "locks")
 def our_locks():
@@ -376,7 +396,20 @@ def others():
             if int(fields[2]) == group and fields[0] != "Z":
                 found.append(int(name))
     return found
-child = None if stop else subprocess.Popen(command)
+def forward(pipe):  # Snakemake's and its jobs' stderr to this one's (the terminal) until the lab stops: then nowhere
+    for line in iter(pipe.readline, b""):
+        if not quiet and not stop:
+            try:
+                sys.stderr.buffer.write(line)
+                sys.stderr.buffer.flush()
+            except OSError:  # the terminal is gone: the jobs' lines are in their logs
+                pass
+child = None if stop else subprocess.Popen(command, stderr=subprocess.PIPE)
+reader = None
+if child is not None:
+    import threading
+    reader = threading.Thread(target=forward, args=(child.stderr,), daemon=True)
+    reader.start()
 stopping = None
 while True:
     if stop and stopping is None:
@@ -400,9 +433,13 @@ while True:
         break
     except subprocess.TimeoutExpired:
         pass
-if stopping is not None:
-    while others() and time.monotonic() - stopping < 130:  # a job still saving its step: its checkpoint first
+if stopping is not None or quiet:
+    began = stopping or time.monotonic()
+    while others() and time.monotonic() - began < 130:  # a job still saving its step: its checkpoint first
         time.sleep(0.2)
+if reader is not None:
+    reader.join(timeout=5)
+if stopping is not None:
     for name in our_locks() - before:
         try:
             os.unlink(os.path.join(locks, name))
@@ -520,10 +557,15 @@ def run_workflow(command: list[str], out: Path, env: dict, tick, every_s: float 
                     code = proc.wait(timeout=every_s)
                     break
                 except subprocess.TimeoutExpired:
-                    tick()
+                    if not signals:  # stopping: no progress line after the line that says so
+                        tick()
             except KeyboardInterrupt:
                 signals += 1
-                _signal_group(proc.pid, signal.SIGINT if signals < 3 else signal.SIGKILL)
+                if signals == 1:  # said first: Snakemake's lines stop reaching the terminal (the leash's SIGINT)
+                    print(stopping_line(), file=sys.stderr, flush=True)
+                    _signal(proc.pid, signal.SIGINT)  # to the leash, which silences Snakemake, then tells the group
+                else:
+                    _signal_group(proc.pid, signal.SIGINT if signals < 3 else signal.SIGKILL)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

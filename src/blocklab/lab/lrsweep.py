@@ -257,10 +257,11 @@ def sweep_main(args, lab_main) -> int:
               file=sys.stderr, flush=True)
         one = copy.copy(args)
         one.lr_sweep, one.lr, one.out = False, lr, out / f"lr{lr:g}"
-        state.update(i=i, rate_began=time.monotonic())
+        state.update(i=i, rate_began=time.monotonic(), said_at=None)
         one.sweep_state = state
         status = lab_main(one)
-        state["rates"].append(time.monotonic() - state["rate_began"])
+        if state["said_at"] is not None:  # this rate's workflow: from its cost line to its end
+            state["rates"].append(time.monotonic() - state["said_at"])
         if status:
             return status
     if args.dry_run:
@@ -270,11 +271,12 @@ def sweep_main(args, lab_main) -> int:
 
 def sweep_left_s(rate: int, rates: int, planned_s: float, this_rate_s: float, done_s: list[float],
                  end_s: float) -> tuple[float, float]:
-    """(seconds the sweep has left, seconds a later rate takes) when rate ``rate`` of ``rates`` has been planned in
-    ``planned_s`` and its workflow is estimated at ``this_rate_s``: a later rate takes what the rates done took (their
-    mean, ``done_s``), or before any is done this one's planning and workflow; then the sweep's tables and figure
-    (``end_s``)."""
-    each = sum(done_s) / len(done_s) if done_s else planned_s + this_rate_s
+    """(seconds the sweep has left, seconds a later rate takes) when rate ``rate`` of ``rates`` is estimated at
+    ``this_rate_s`` from its cost line on: a later rate takes what the workflows of the rates done took from their cost
+    lines (their mean, ``done_s``; this rate's estimate before any is done) plus its checks before its cost line, as
+    this rate's took (``planned_s``; the first rate's are not counted: they hold the imports and the start-up's timing,
+    done once); then the sweep's tables and figure (``end_s``)."""
+    each = (sum(done_s) / len(done_s) if done_s else this_rate_s) + (planned_s if rate > 1 else 0.0)
     return this_rate_s + (rates - rate) * each + end_s, each
 
 
@@ -285,10 +287,10 @@ def sweep_estimate(state: dict, this_rate_s: float, job_s: float) -> str:
     from .launch import clock
 
     now = time.monotonic()
+    state["said_at"] = now
     left, each = sweep_left_s(state["i"], state["n"], now - state["rate_began"], this_rate_s, state["rates"], job_s)
     more = state["n"] - state["i"]
-    basis = (f"the mean of the {len(state['rates'])} rate(s) done" if state["rates"] else
-             "this rate's checks and its workflow's estimate")
+    basis = (f"the mean of the {len(state['rates'])} rate(s) done" if state["rates"] else "this rate's estimate")
     return (f"blocklab lab --lr-sweep: the whole sweep ≈ {clock(now - state['began'] + left)}, "
             f"≈ {clock(left)} left: this rate ≈ {clock(this_rate_s)}"
             + (f", then {more} more at ≈ {clock(each)} each ({basis})" if more else "")
