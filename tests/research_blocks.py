@@ -1098,3 +1098,36 @@ class HyperConnectionBlock(nn.Module):
         H = self.hc(H, self.alpha1, self.a1, self.beta1, self.attn, self.ln1)
         H = self.hc(H, self.alpha2, self.a2, self.beta2, self.mlp, self.ln2)
         return H.reshape(B, T, -1)
+
+
+class DeltaRuleBlock(PreNormBlock):
+    """A delta-rule linear attention (DeltaNet, Yang et al. 2024, as Qwen3-Next's gated DeltaNet without its decay
+    gate): q, k, v through a short causal depthwise convolution (kernel 4, no bias) and SiLU, q and k L2-normalised per
+    head, beta_t = sigmoid(w_b . x_t) per head, S_t = S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,
+    o_t = S_t q_t; no rotation by position. 4 heads of 16; LayerNorm pre-norms, gelu MLP 4x."""
+
+    def __init__(self, d_model: int = 64, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.attn = _DeltaRule(d_model, n_heads)
+
+
+class _DeltaRule(Attention):
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__(d_model, n_heads)
+        self.b = nn.Linear(d_model, n_heads)
+        self.conv = nn.Conv1d(3 * d_model, 3 * d_model, 4, groups=3 * d_model, padding=3, bias=False)
+
+    def forward(self, x):
+        T = x.shape[1]
+        qkv = torch.cat([self.q(x), self.k(x), self.v(x)], -1).transpose(1, 2)
+        qkv = F.silu(self.conv(qkv)[..., :T]).transpose(1, 2)
+        q, k, v = (self.split(t) for t in qkv.chunk(3, -1))  # (B, H, T, hd)
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        beta = torch.sigmoid(self.b(x)).transpose(1, 2)  # (B, H, T)
+        S = torch.zeros(*q.shape[:2], self.hd, self.hd, dtype=x.dtype)
+        out = []
+        for t in range(x.shape[1]):
+            kt, vt, bt = k[:, :, t], v[:, :, t], beta[:, :, t, None, None]
+            S = S - bt * (S @ kt[..., :, None]) @ kt[..., None, :] + bt * vt[..., :, None] @ kt[..., None, :]
+            out.append((S @ q[:, :, t, :, None])[..., 0])
+        return self.o(self.merge(torch.stack(out, 2)))

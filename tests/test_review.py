@@ -761,6 +761,10 @@ def test_bamba_says_it_has_no_attention():
     review = hf_review("bamba")
     assert review.exit_status == EXIT_CANNOT
     assert "layers 0-31: ssm" in review.findings[0].message
+    # a Mamba-2 scan rotates nothing by position (mod: no rotary embedding in BambaMixer): its heads' state features
+    # are no query-key pairs, so the rotation probe is not read on them
+    (layer,) = review.facts["structure"]["layers"]
+    assert layer["position"] == "none"
 
 
 def test_nystromformer_is_softmax_attention_beside_a_convolution_of_its_values():

@@ -666,3 +666,12 @@ def test_hyper_connections_stream_mixing_is_measured_and_not_judged():
     assert "2 residual streams of 32 features" in said and "measured and not judged" in said
     assert "KV cache" not in said
     assert r.exit_status == EXIT_CANNOT
+
+
+@pytest.mark.parametrize("name", ["DeltaRuleBlock", "LinearAttentionBlock"])
+def test_a_linear_attention_without_rotation_reads_no_rope(name):
+    # DeltaRuleBlock: L2-normalised q and k in a delta-rule state; LinearAttentionBlock: elu + 1 feature maps; neither
+    # rotates anything by position (the rotation probe's query-key pairing is read only where the output is bilinear
+    # in the queries and keys, as RetNet's is)
+    s = review(name).facts["structure"]
+    assert s["mixer"] in ("linear-attention", "recurrent") and s["position"] == "none"

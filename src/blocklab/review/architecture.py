@@ -147,7 +147,7 @@ def read_layer(a: LayerAnalysis, absolute: dict | None = None) -> dict:
     if mixer["kind"] == "linear-attention" and mixer["heads"].get("measured"):
         # linear attention with heads (RetNet's retention): its queries and keys may be rotated by position too; the
         # same probe (a query at one offset, keys at the others, one-hot values) reads it, with nothing to judge
-        rotary = a.rotary_fraction(attn, mixer["heads"])
+        rotary = a.rotary_fraction(attn, mixer["heads"]) if a.offsets_apart(attn, mixer["heads"]) else None
     scale = a.logit_scale(attn, heads) if is_attention else None
     cap = a.logit_cap(attn, heads, scale) if scale else None
     if cap and cap.get("divisor"):

@@ -1577,6 +1577,54 @@ class LayerAnalysis:
                 spread = max(spread, (row[seen].max() - row[seen].min()).item())
         return spread
 
+    def offsets_apart(self, g: SubLayer, heads: dict) -> bool:
+        """The rotary probe's premise, for a mixer without a softmax: query features pair with key features offset
+        by offset. A query at one offset moves nothing (against every query zero) while every key is zero, and moves
+        the output once every key is set: at each offset. Not so in a Mamba-2 scan read through its heads (its
+        state's features are no query-key pairs): the probe cannot be read there."""
+        hd = heads["head_dim"]
+
+        def moved(keys: float) -> list[bool]:
+            def query(flat, key, f):
+                flat[..., f] = 0.0
+                flat[1 + f % hd, :, f] = ROTARY_PROBE
+
+            def key_(flat, key, f):
+                flat[..., f] = keys
+
+            traced, _ = self.tracer.inputs_of(self.batch(hd + 1), _role_edit(heads["roles"], heads["v_offsets"],
+                                                                              query, key_))
+            o_in = self.read_input(traced, g)
+            return [(o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL for a in range(hd)]
+
+        return not any(moved(0.0)) and all(moved(ROTARY_PROBE)) and self._bilinear(g, heads)
+
+    def _bilinear(self, g: SubLayer, heads: dict) -> bool:
+        """The output moves with q.k, linearly in the queries and in the keys (RetNet's (q k^T * D) v): with queries
+        Q and keys K drawn at random, doubling either doubles the change from queries zero. A feature map or a norm
+        on them (a gated DeltaNet's L2-normalised q and k, a scan's SiLU after its convolution) breaks it, and with it
+        the rotary probe's reading of a query at one offset meeting keys at the others."""
+        draws = {}
+
+        def drawn(key, f, role, n):
+            if (key, f) not in draws:
+                draws[(key, f)] = self.randn(n)
+            return draws[(key, f)]
+
+        def query(flat, key, f):
+            q = drawn(key, f, "q", flat.shape[1])
+            flat[..., f] = torch.stack([0 * q, q, q, 2 * q])[:, :]
+
+        def key_(flat, key, f):
+            k = drawn(key, f, "k", flat.shape[1])
+            flat[..., f] = torch.stack([k, k, 2 * k, k])
+
+        traced, _ = self.tracer.inputs_of(self.batch(4), _role_edit(heads["roles"], heads["v_offsets"], query, key_))
+        o = self.read_input(traced, g)
+        base = o[1] - o[0]
+        scale = base.abs().max().clamp_min(1e-30)
+        return bool(scale > 1e-12) and all(((o[b] - o[0]) - 2 * base).abs().max() <= 1e-6 * scale for b in (2, 3))
+
     def rotary_fraction(self, g: SubLayer, heads: dict) -> float | None:
         """Which offsets of a head are rotated by position. Per offset a: queries ROTARY_PROBE at a and 0 elsewhere,
         keys ROTARY_PROBE everywhere but a. Unrotated, the query meets only zeros (uniform attention); rotated,
