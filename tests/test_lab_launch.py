@@ -1,5 +1,6 @@
 """`blocklab lab` as a user lives with it: from any folder, the cost said first, progress, Ctrl-C and resume."""
 import json
+import math
 import os
 import re
 import shutil
@@ -448,6 +449,59 @@ def test_the_labs_figure_marks_diverged_runs_labels_chance_and_keeps_identical_s
     mine = {line.get_label(): line for line in first.get_lines() if "this lab" in line.get_label()}
     assert mine["Mine seed 0 (this lab)"].get_linestyle() != mine["Mine seed 1 (this lab)"].get_linestyle()
     assert all(float(t).is_integer() for t in grad.get_xticks())
+
+
+def test_the_quick_profiles_figure_draws_the_recorded_pre_and_post_runs_and_a_block_identical_to_one_shows(
+        tmp_path, monkeypatch):
+    """The quick profile's setup (batch 16, 400 steps) is recorded in records/sensitivity/choices (1,200 steps, seed
+    0): their first 400 steps are drawn as labelled references; a user's block whose losses are the recorded pre-norm
+    run's is drawn too, as a thin line inside pre-norm's wide pale band, above it."""
+    from blocklab.lab import report
+    from blocklab.lab.spec import make_spec
+
+    spec = make_spec(ROOT / "params.yaml", "quick", "pre")
+    reference, note = report.recorded_reference(spec)
+    assert "records/sensitivity/choices" in note and "their first 400 steps" in note, note
+    assert set(reference.groupby(["norm", "seed"])["step"].max().items()) == {(("pre", 0), 400), (("post", 0), 400)}
+    recorded = pd.read_csv(ROOT / "records" / "sensitivity" / "choices" / "losses.csv")
+    recorded = recorded[(recorded["setting"] == "learned-b16-L24-lr0.001-fp32") & (recorded["run"] == "pre-w0-s0")]
+    pre = reference[reference["norm"] == "pre"]
+    assert pre["loss"].tolist() == recorded["loss"].head(400).tolist()
+
+    mine = Spec(Block("module", "x:Mine"), "quick", spec.setup, "0" * 64)
+    curves = pre[["step", "loss"]].assign(warmup=0, seed=0)
+    curves = pd.concat([curves, curves.assign(seed=1)], ignore_index=True)
+    grads = pd.DataFrame([{"block_kind": "Mine", "seed": 0, "block": b, "grad_norm": 1.0} for b in (1, 2)])
+    figures = []
+    monkeypatch.setattr(report.plt, "close", figures.append)
+    report.loss_figure(mine, curves, grads, reference, tmp_path / "lab.png")
+    lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    assert {"pre-norm (recorded, seed 0)", "post-norm (recorded, seed 0)", "Mine seed 0 (this lab)"} <= set(lines)
+    band, own = lines["pre-norm (recorded, seed 0)"], lines["Mine seed 0 (this lab)"]
+    assert list(own.get_ydata()) == list(band.get_ydata())  # the same curve, drawn twice
+    assert band.get_linewidth() >= 3 * own.get_linewidth() and band.get_alpha() < 1 and own.get_zorder() > band.get_zorder()
+    # a profile whose setup nothing recorded has none, and says why
+    assert report.recorded_reference(make_spec(ROOT / "params.yaml", "tiny", "pre"))[0] is None
+
+
+@pytest.mark.parametrize("losses", [[4.1, 4.2, 4.35, 4.4, 4.3], [0.0004, 0.002, 0.03, 1.2, 4.2]])
+def test_the_lr_figures_y_axis_has_tick_labels_at_chance_alone_and_across_decades(losses):
+    """A block at chance at every rate (4.1 to 4.4: on a log axis no power of ten, nor 2, 3 or 5 times one, is in
+    view) and one across four decades: the drawn y axis has at least two labelled ticks, the x axis its rates."""
+    from blocklab.figures.lab import lr_sensitivity_figure
+    from blocklab.lab.lrsweep import LRS, table
+
+    runs = pd.DataFrame([{"block": "Mine", "lr": lr, "seed": seed, "final_loss": loss * (1 + 0.01 * seed),
+                          "diverged": False} for lr, loss in zip(LRS, losses) for seed in (0, 1)])
+    fig = lr_sensitivity_figure(runs, table(runs, math.log(64)), ["Mine"], "en", 64, lrs=LRS)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    shown = [t.get_text() for t in [*ax.get_yticklabels(), *ax.get_yticklabels(minor=True)] if t.get_text()
+             and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]]
+    assert len(shown) >= 2, (ax.get_yscale(), ax.get_ylim(), shown)
+    assert {"0.0001", "0.001", "0.01"} <= {t.get_text() for t in ax.get_xticklabels()}
+    assert ax.get_ylabel() == ("final loss" if max(losses) / min(losses) < 10 else "final loss (log scale)")
+    __import__("matplotlib.pyplot").pyplot.close(fig)
 
 
 def test_a_dry_run_from_another_folder_plans_and_prices_without_creating_the_output_folder(tmp_path):

@@ -69,6 +69,10 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
     fig, axes = plt.subplots(1, len(blocks), figsize=(2.6 * len(blocks), 3.1), sharex=True, sharey=True, squeeze=False)
     chance = math.log(vocab_size)
     by = table.set_index("block") if len(table) else pd.DataFrame()
+    # a log y axis where the losses span a factor 10 or more (a power of ten is then in view and labelled); a linear
+    # one over a narrower range (a block at chance at every rate: 4.1 to 4.4), where a log axis has no tick to label
+    values = [v for v in [*runs.loc[runs["block"].isin(blocks), "final_loss"], chance] if math.isfinite(v) and v > 0]
+    log_axis = bool(values) and max(values) / min(values) >= 10
     for ax, block in zip(axes[0], blocks):
         mine = runs[runs["block"] == block]
         colour = NORM_POSITION_SPECS[block].colour if block in NORM_POSITION_SPECS else USER_COLOUR
@@ -95,7 +99,10 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
             ax.set_xlim(min(lrs) / 1.6, max(lrs) * 1.6)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # no mathtext minus (NanumGothic)
         ax.xaxis.set_minor_formatter(NullFormatter())
-        style.log_y(ax)
+        if log_axis:
+            style.log_y(ax)
+        else:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         title = norm_label(block, lang) if block in NORM_POSITION_SPECS else str(block)  # a user's block: its name
         if block in by.index and by.loc[block, "seeds"] >= 2:
             r = by.loc[block]
@@ -105,7 +112,8 @@ def lr_sensitivity_figure(runs: pd.DataFrame, table: pd.DataFrame, blocks, lang:
                      f"({text(lang, '시드 1개', 'one seed')})"
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(text(lang, "학습률", "learning rate"))
-    axes[0][0].set_ylabel(text(lang, "마지막 손실 (로그 축)", "final loss (log scale)"))
+    axes[0][0].set_ylabel(text(lang, "마지막 손실 (로그 축)", "final loss (log scale)") if log_axis
+                          else text(lang, "마지막 손실", "final loss"))
     fig.suptitle(text(lang, "학습률 민감도 (Wortsman 외 2023): 학습률마다의 마지막 손실, 블록별",
                       "Learning-rate sensitivity (Wortsman et al. 2023): the final loss at each learning rate, per block"),
                  fontsize=11)

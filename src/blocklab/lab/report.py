@@ -4,6 +4,7 @@ gradient per block at init) and README.md (what was measured and what it cannot 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -15,7 +16,7 @@ from scipy.stats import binomtest  # noqa: E402
 
 from ..model_config import NORM_POSITION_SPECS  # noqa: E402
 from ..io import read_table  # noqa: E402
-from ..records import GALLERY  # noqa: E402
+from ..records import GALLERY, LAB_LR_RUNS, SENSITIVITY  # noqa: E402
 from .outcomes import CHANCE, COLUMNS, ENDS_COLLAPSED, LEARNED, OUTCOMES  # noqa: E402
 from .spec import PROFILE_TRADES, Spec  # noqa: E402
 
@@ -42,23 +43,127 @@ def rates(lab: pd.DataFrame) -> pd.DataFrame:
 
 
 def recorded_reference(spec: Spec, root: Path = RECORDED) -> tuple[pd.DataFrame | None, str]:
-    """The recorded pre- and post-norm runs of the same setup (the gallery's default sweep), or None and why not."""
+    """The recorded pre- and post-norm runs of the lab's setup (columns norm, warmup, seed, step, loss), or None and
+    why not. Where they are looked for, in this order (a run found in two places is taken from the first): the gallery's
+    default sweep (``root``: the document profile's setup), the learning-rate study's runs (``records/lab/lr-sweep``:
+    batch 16, 300 steps, each rate of the grid) and the sensitivity study's open choices (``records/sensitivity/
+    choices``: each cell at 1,200 steps, seed 0). A run recorded longer than the lab's steps is the same run up to
+    them (the learning rate does not depend on the steps planned: warm-up, then constant), so its first steps are
+    drawn. The setup must match in everything else; warm-ups not in the lab are left out."""
+    frames, notes = [], []
+    gallery, why = _gallery_reference(spec, root)
+    if gallery is not None:
+        frames.append(gallery)
+        notes.append("records/gallery/sweep/losses.csv (the default run's sweep)")
+    for found, where in ((_lab_lr_reference(spec, root.parents[1]), LAB_LR_RUNS),
+                         (_choices_reference(spec, root), f"{SENSITIVITY}/choices/losses.csv")):
+        if len(found):
+            frames.append(found)
+            notes.append(f"{where} (seed{'s' if found['seed'].nunique() > 1 else ''} "
+                         f"{', '.join(str(s) for s in sorted(found['seed'].unique()))}"
+                         + (f"; their first {spec.setup.steps} steps" if found.attrs.get("longer") else "") + ")")
+    if not frames:
+        return None, f"none recorded at this setup ({why}; none in {LAB_LR_RUNS} or {SENSITIVITY}/choices either)"
+    frame = pd.concat(frames, ignore_index=True).drop_duplicates(["norm", "warmup", "seed", "step"], keep="first")
+    frame = frame[frame["warmup"].isin(spec.setup.warmups)]
+    if not len(frame):
+        return None, f"none recorded at this setup with warm-ups {list(spec.setup.warmups)}"
+    return frame[["norm", "warmup", "seed", "step", "loss"]].reset_index(drop=True), "; ".join(notes)
+
+
+def _same_setup(spec: Spec, other, longer_ok: bool = True) -> bool:
+    """``other`` (a Setup) is the lab's setup but for warm-ups, seeds, checkpoints and (``longer_ok``) more steps."""
+    mine, theirs = spec.setup.__dict__.copy(), other.__dict__.copy()
+    for key in ("warmups", "seeds", "checkpoint_every", "steps"):
+        mine.pop(key), theirs.pop(key)
+    if any(not (mine[k] == theirs[k] or (isinstance(mine[k], float) and math.isclose(mine[k], theirs[k])))
+           for k in mine):
+        return False
+    return other.steps == spec.setup.steps or (longer_ok and other.steps > spec.setup.steps)
+
+
+def _gallery_reference(spec: Spec, root: Path) -> tuple[pd.DataFrame | None, str]:
     import yaml
 
     losses, params_file = root / "sweep" / "losses.csv", root / "params.yaml"
     if not losses.is_file() or not params_file.is_file():
-        return None, f"no recorded runs found ({losses} missing)"
+        return None, f"no recorded default run ({losses} missing)"
     from .spec import profile_setup
 
     recorded = profile_setup(yaml.safe_load(params_file.read_text(encoding="utf-8")), "document")
-    mine, theirs = spec.setup.__dict__.copy(), recorded.__dict__.copy()
-    for key in ("warmups", "seeds", "checkpoint_every"):
-        mine.pop(key), theirs.pop(key)
-    if mine != theirs:
-        differ = sorted(k for k in mine if mine[k] != theirs[k])
-        return None, f"the recorded runs are of another setup (they differ in {', '.join(differ)})"
+    if not _same_setup(spec, recorded, longer_ok=False):
+        mine, theirs = spec.setup.__dict__, recorded.__dict__
+        differ = sorted(k for k in mine if k not in ("warmups", "seeds", "checkpoint_every") and mine[k] != theirs[k])
+        return None, f"the recorded default run is of another setup (it differs in {', '.join(differ)})"
     frame = read_table(losses)
-    return frame[frame["norm"].isin(["pre", "post"])], "records/gallery/sweep/losses.csv (the default run's sweep)"
+    return frame[frame["norm"].isin(["pre", "post"])], ""
+
+
+def _lab_lr_reference(spec: Spec, repo: Path) -> pd.DataFrame:
+    """Pre- and post-norm runs of the learning-rate study at the lab's setup (its first steps where they ran longer)."""
+    from dataclasses import replace
+
+    from ..training.lab_records import setup_of
+    from .lrsweep import NAME
+    from .records import read_run
+
+    frames, longer = [], False
+    folder = repo / LAB_LR_RUNS
+    for run_dir in sorted(folder.iterdir()) if folder.is_dir() else []:
+        named = NAME.match(run_dir.name)
+        if not named or named["block"] not in ("pre", "post") or not (run_dir / "meta.json").is_file():
+            continue
+        meta, loss = read_run(run_dir)
+        setup = setup_of(meta)
+        theirs = replace(spec.setup, n_layers=setup["copy_model.n_layers"], d_model=setup["copy_model.d_model"],
+                         n_heads=setup["copy_model.n_heads"], vocab_size=setup["copy_task.vocab_size"],
+                         seq_len=setup["copy_task.seq_len"], batch_size=setup["copy_task.batch_size"],
+                         lr=float(setup["sweep.lr"]), steps=int(setup["sweep.steps"]),
+                         position=setup["copy_model.position"] or "learned")
+        if meta.get("diverged_step") is None and _same_setup(spec, theirs):
+            longer |= theirs.steps > spec.setup.steps
+            frames.append(loss[loss["step"] <= spec.setup.steps][["step", "loss"]].assign(
+                norm=named["block"], warmup=int(named["warmup"]), seed=int(named["seed"])))
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["norm", "warmup", "seed", "step",
+                                                                                      "loss"])
+    frame.attrs["longer"] = longer
+    return frame
+
+
+def _choices_reference(spec: Spec, gallery: Path) -> pd.DataFrame:
+    """Pre- and post-norm runs of the sensitivity study's open choices at the lab's setup: each cell is the recorded
+    default run's params.yaml with the cell's position, batch, depth and learning rate (``studies.cells``)."""
+    import yaml
+
+    from ..studies.cells import Cell, cell_params
+    from .spec import profile_setup
+
+    losses, params_file = gallery.parents[0] / "sensitivity" / "choices" / "losses.csv", gallery / "params.yaml"
+    empty = pd.DataFrame(columns=["norm", "warmup", "seed", "step", "loss"])
+    if not losses.is_file() or not params_file.is_file():
+        return empty
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    table = pd.read_csv(losses)
+    frames, longer = [], False
+    for setting, part in table.groupby("setting"):
+        try:
+            cell = Cell.parse(setting)
+        except Exception:  # noqa: BLE001 (a name this reader does not know is not a reference)
+            continue
+        if cell.precision != "fp32":
+            continue
+        theirs = profile_setup(cell_params(params, cell), "document")
+        if not _same_setup(spec, theirs):
+            continue
+        for run, one in part.groupby("run"):
+            named = re.fullmatch(r"(pre|post)-w(\d+)-s(\d+)", run)
+            if named and int(one["step"].max()) >= spec.setup.steps:
+                longer |= int(one["step"].max()) > spec.setup.steps
+                frames.append(one[one["step"] <= spec.setup.steps][["step", "loss"]].assign(
+                    norm=named[1], warmup=int(named[2]), seed=int(named[3])))
+    frame = pd.concat(frames, ignore_index=True) if frames else empty
+    frame.attrs["longer"] = longer
+    return frame
 
 
 SEED_STYLES = ("-", (0, (5, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)), (0, (2, 4)))  # identical curves stay distinguishable
@@ -84,20 +189,22 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
     colour = NORM_POSITION_SPECS[label].colour if label in NORM_POSITION_SPECS else "#111111"
     for ax, warmup in zip(axes[0], warmups):
         shown = [chance]
-        if reference is not None:
-            for norm in ("post", "pre"):
-                if norm == label:
-                    continue
+        if reference is not None:  # wide pale bands under the lab's thin lines: a block that trains as a built-in
+            for norm in ("post", "pre"):  # does shows as its line inside that built-in's band, both seen
                 part = reference[(reference["norm"] == norm) & (reference["warmup"] == warmup)]
+                seeds = sorted(int(s) for s in part["seed"].unique())
                 for k, (_, run) in enumerate(part.groupby("seed")):
-                    ax.plot(run["step"], run["loss"], color=NORM_POSITION_SPECS[norm].colour, lw=0.8, alpha=0.45,
-                            label=f"{NORM_POSITION_SPECS[norm].label_en} (recorded)" if k == 0 else None)
+                    ax.plot(run["step"], run["loss"], color=NORM_POSITION_SPECS[norm].colour, lw=4.5, alpha=0.3,
+                            solid_capstyle="round", zorder=1,
+                            label=(f"{NORM_POSITION_SPECS[norm].label_en} (recorded, seed{'s' if len(seeds) > 1 else ''}"
+                                   f" {', '.join(map(str, seeds))})") if k == 0 else None)
                     shown += run["loss"].tolist()
         part = curves[curves["warmup"] == warmup]
         for k, seed in enumerate(sorted(spec.setup.seeds)):
             run = part[part["seed"] == seed]
             style = SEED_STYLES[k % len(SEED_STYLES)]
-            ax.plot(run["step"], run["loss"], color=colour, lw=1.6, ls=style, label=f"{label} seed {seed} (this lab)")
+            ax.plot(run["step"], run["loss"], color=colour, lw=1.3, ls=style, zorder=3,
+                    label=f"{label} seed {seed} (this lab)")
             shown += run["loss"].tolist()
             if (warmup, seed) in diverged:
                 last = (int(run["step"].iloc[-1]), float(run["loss"].iloc[-1])) if len(run) else (0, chance)
