@@ -34,13 +34,25 @@ def test_the_whole_labs_eta_comes_from_the_runs_measured_steps(tmp_path):
     (tmp_path / "runs" / "w0-s1" / "train.log").write_text(
         "12:00:00 pre w0-s1: step 10/100 loss 2.0 lr 1.00e-03 0.900 s/step ETA 0:01:21\n"
         "12:00:10 pre w0-s1: step 40/100 loss 1.0 lr 1.00e-03 0.500 s/step ETA 0:00:30\n")
-    line = launch.lab_line(spec, tmp_path, per_step=9.0, start_s=0.0, cores=2, planned={})
+    line = launch.lab_line(spec, tmp_path, per_step=9.0, start_s=0.0, cores=2, planned={}, ages={})
     # 60 steps left at the run's own 0.5 s/step (not the timed 9 s): 30 s
     assert "1 of 2 runs finished; w0-s1 at step 40/100 (0.5 s/step)" in line and "≈ 0:00:30" in line, line
     # before any run has measured its steps: the timed ones; four runs of 3 + 100 x 0.5 = 53 s on two lanes (106 s
     # each), the gradient at init's 3 s start-up on one of them (109 s), then the report's 3 s: 112 s
-    line = launch.lab_line(_spec(seeds=(0, 1, 2, 3)), tmp_path / "none", per_step=0.5, start_s=3.0, cores=2, planned={})
+    line = launch.lab_line(_spec(seeds=(0, 1, 2, 3)), tmp_path / "none", per_step=0.5, start_s=3.0, cores=2, planned={},
+                           ages={})
     assert "0 of 4 runs finished" in line and "≈ 0:01:52" in line, line
+    # two of them started 2 s ago and the gradient at init 5 s ago (no step logged yet): 1 s of their start-ups left
+    # and none of the gradient's: lanes [51 + 53, 51 + 53 + 0], then the report's 3 s
+    line = launch.lab_line(_spec(seeds=(0, 1, 2, 3)), tmp_path / "none", per_step=0.5, start_s=3.0, cores=2, planned={},
+                           ages={"w0-s0": 2.0, "w0-s1": 2.0, "gradnorm": 5.0})
+    assert "≈ 0:01:47" in line, line
+    # every run finished, the report running for 1 s: 2 s left
+    for name in ("w0-s0", "w0-s1"):
+        (tmp_path / "runs" / name).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runs" / name / "meta.json").write_text("{}")
+    (tmp_path / "gradnorm.csv").write_text("")
+    assert "≈ 0:00:02" in launch.lab_line(spec, tmp_path, 0.5, 3.0, 2, {}, ages={"report": 1.0})
 
 
 def test_the_cost_said_first_counts_only_the_steps_left(tmp_path):

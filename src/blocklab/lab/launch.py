@@ -202,10 +202,40 @@ def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: 
             " at init, the report and Snakemake, at the machine's present load"), total
 
 
-def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int]) -> str:
+def job_ages() -> dict[str, float]:
+    """Seconds each lab job under this process has been running, by what it makes: a run's name (``w0-s1``),
+    ``gradnorm`` or ``report`` (from the jobs' command lines, ``blocklab lab-job ...``)."""
+    import psutil
+
+    ages, now = {}, time.time()
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return ages
+    for child in children:
+        try:
+            words = child.cmdline()
+            if "lab-job" not in words or words.index("lab-job") + 1 >= len(words):
+                continue
+            verb = words[words.index("lab-job") + 1]
+            if verb == "run" and "--warmup" in words and "--seed" in words:
+                name = f"w{words[words.index('--warmup') + 1]}-s{words[words.index('--seed') + 1]}"
+            else:
+                name = verb
+            ages[name] = max(ages.get(name, 0.0), now - child.create_time())
+        except (psutil.Error, ValueError, IndexError):
+            continue
+    return ages
+
+
+def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int],
+             ages: dict[str, float] | None = None) -> str:
     """The whole lab's progress: runs finished, each running run's step and s/step (its last line in train.log: its
     recent steps), and the ETA of the whole lab from the measured steps (the timed steps until a run has measured its
-    own): the runs left and the gradient at init on the lanes, then the report (``workflow_seconds``)."""
+    own): the runs left and the gradient at init on the lanes, then the report, each job's start-up less the time it
+    has run already (``ages``: ``job_ages()``, seconds by job)."""
+    ages = job_ages() if ages is None else ages
+    left_of = lambda job: max(0.0, start_s - ages.get(job, 0.0))  # noqa: E731 (a start-up partly done)
     finished, running, measured, jobs = 0, [], [], []
     waiting = []
     for warmup, seed in spec.runs():
@@ -222,12 +252,12 @@ def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, plann
             measured.append(rate)
             jobs.append((total - step) * rate)
         else:
-            waiting.append(planned.get(name, spec.setup.steps))
+            waiting.append((name, planned.get(name, spec.setup.steps)))
     runs = len(spec.runs())
     rate = sum(measured) / len(measured) if measured else per_step
     gradnorm = not (Path(out) / "gradnorm.csv").is_file()
-    every = jobs + [start_s + n * rate for n in waiting] + ([start_s] if gradnorm else [])
-    eta = makespan(every, _lanes(cores, len(every))) + start_s if every else start_s
+    every = jobs + [left_of(name) + n * rate for name, n in waiting] + ([left_of("gradnorm")] if gradnorm else [])
+    eta = makespan(every, _lanes(cores, len(every))) + start_s if every else left_of("report")
     return (f"blocklab lab: {finished} of {runs} runs finished" + (f"; {', '.join(running)}" if running else "")
             + f"; ETA of the whole lab ≈ {clock(eta)} (from {'the runs' if measured else 'the timed'} steps)")
 
