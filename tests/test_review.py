@@ -805,3 +805,18 @@ def test_gemma2_soft_cap_on_the_scores_is_measured_and_not_judged():
     assert (cap["form"], cap["cap"], cap["divisor"]) == ("tanh", pytest.approx(50.0, rel=1e-4), pytest.approx(16.0))
     assert any(f.message.startswith("measured and not judged: a tanh cap on the scores at 50") for f in review.findings)
     assert review.exit_status == EXIT_PASS
+
+
+def test_deepseek_v3_rope_key_in_its_latent_is_no_logit_bias():
+    # deepseek_v3 mod: k_pe is split off kv_a_proj_with_mqa's output (the latent's down-projection) and rotated with
+    # q_pe (apply_rotary_pos_emb on both): RoPE; its query features pair with that key, so they are no bias on the
+    # logits computed from the tokens (the Forgetting Transformer's forget gate is)
+    s = hf_review("deepseek_v3").facts["structure"]
+    assert s["position"] == "rope" and "logit_bias_from" not in s["evidence"]["heads"]
+
+
+def test_apertus_xielu_is_an_unknown_activation_not_none():
+    # apertus mod: down_proj(act_fn(up_proj(x))), act_fn xIELU (learned alpha_p, alpha_n; x^2 terms for x > 0): a
+    # nonlinearity between the projections, none of those the reviewer knows; not a linear FFN
+    s = hf_review("apertus").facts["structure"]
+    assert (s["ffn"], s["evidence"]["ffn"]["activation"]) == ("unknown", "unknown")

@@ -1250,15 +1250,22 @@ class LayerAnalysis:
         if not any("k" in rs for rs in roles.values()) or any("kv" in rs for rs in roles.values()):
             return []  # keys that are values too cannot be zeroed alone
         qkeys = [k for k, rs in roles.items() if "q" in rs]
+        # a latent's keys are keys too (DeepSeek's RoPE key k_pe leaves the latent's down-projection unprobed): the
+        # latent is zeroed with them, and the values are set as one-hot codes of their positions
+        latent = {c.key for c in self.latents(g, absorbed=False)}
 
         def probe(groups):  # groups: list of [(key, f)], one batch element each after the base
             def edit(key, out):
+                if key in latent:
+                    return torch.zeros_like(out)
                 if key not in roles:
                     return None
                 flat, scale = out.view(out.shape[0], out.shape[1], -1), out.abs().max().clamp_min(1)
                 for f, role in enumerate(roles[key]):
                     if role == "k":
                         flat[..., f] = 0.0
+                    elif role == "v" and latent:
+                        _value_or_gate(flat, f, role, heads["v_offsets"].get((key, f)))
                 for b, group in enumerate(groups, start=1):
                     for k, f in group:
                         if k == key:
@@ -2133,7 +2140,10 @@ class LayerAnalysis:
                       [(GATED, lambda act: [act(a) * b for a, b in (outs, outs[::-1])])] if len(outs) == 2 else [])
         for kinds, made in candidates:
             for name, act in ACTIVATIONS.items():
-                at = next((t for t in targets for m in made(act) if _rel(m, t.inp) < ACT_TOL), None)
+                # no activation at all only where the writer itself reads the in-projections' outputs: a module
+                # between them that reads them as they are is the activation (Apertus's xIELU), of a kind not known
+                at = next((t for t in (targets if name != "identity" else [g.out]) for m in made(act)
+                           if _rel(m, t.inp) < ACT_TOL), None)
                 if at is not None:
                     kind, activation = kinds[name], name
                     break
