@@ -608,6 +608,9 @@ def test_canon_layers_keep_the_pre_norm():
     assert placements["ffn"]["read_through"] == ["canon_c"] and placements["attention"]["post_norm"] == []
     (said,) = [f.message for f in r.findings if f.check == "norm position"]
     assert "'canon_a'" in said and "measured and not judged" in said
+    # no RoPE or bias on the logits, but the convolution orders neighbours: the position line says both
+    (position,) = [f.message for f in r.findings if f.check == "position"]
+    assert s["position"] == "none" and "'canon_a'" in position and "logits" in position
     assert r.exit_status == EXIT_PASS
 
 

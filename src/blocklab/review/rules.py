@@ -396,6 +396,13 @@ def _defaults(add, s) -> None:
             "none": "no position signal found (neither in the embedding nor in the layer)"
             if s["evidence"].get("absolute_position") is not None else
             "no position signal inside the block: positions must come from the embedding"}[position]
+    through = [n for p in s["evidence"].get("norm_placement", {}).values() for n in p.get("read_through", [])]
+    if position == "none" and through and s["evidence"].get("position_aware_in_layer"):
+        # Canon layers: the attention's logits carry no position, but its input is a short causal convolution's
+        text = ("no position signal in the attention's logits (measured and not judged: the block's output depends "
+                "on the order of earlier tokens, and its projections read the norms' outputs through "
+                + ", ".join(f"'{n}'" for n in through) + ", as Canon layers' short causal convolution orders "
+                "neighbours)")
     if mixer == "attention":
         add("position", "pass" if position == "rope" else "info",
             text + ("" if position == "rope" else f"; 2026 default: RoPE ({WHY['position']})"), position)
