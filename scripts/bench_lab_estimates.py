@@ -9,9 +9,12 @@ Three parts, each against the real time measured from the moment the estimate wa
    line, against the time from that line to the lab's last line.
 2. ``blocklab lab pre --profile tiny --lr-sweep``: each rate's cost line (against the end of that rate's lab), its
    "ETA of the whole lab" lines, and the whole sweep's estimate said with each rate (against the sweep's end).
-3. A run's own ETA (``training.train``'s progress line, its seconds a step over the last minute) on a small model
+3. A run's own ETA (``training.train``'s progress line, its seconds a step over its recent past) on a small model
    whose steps become three times slower half-way (a sleep in the loss: a load change made on purpose), beside the
-   ETA the average since the run began would have said, both against the run's real end.
+   ETA the average since the run began would have said, both against the run's real end. Its line interval and window
+   are five times shorter than a lab job's (2 s and 12 s), so that a run of under a minute spans several windows. No
+   estimate can see the change coming: the ratios before it say how far each is off then, those after it how soon
+   each catches up.
 
 Each estimate's ratio (estimate / real) is printed and appended to ``performance/measured/lab_estimates.csv`` with the
 date, the commit, the processor (``lscpu``), the cores, the nice level and the 1-minute load average before and after.
@@ -48,8 +51,9 @@ def machine() -> str:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    name = re.search(r"Model name:\s*(.+)", out)
-    return name[1].strip() if name else "unknown"
+    name, family, model = (re.search(rf"^{key}:\s*(.+)$", out, re.M) for key in ("Model name", "CPU family", "Model"))
+    return (name[1].strip() if name else "unknown") + (f" (family {family[1].strip()}, model {model[1].strip()})"
+                                                      if family and model else "")
 
 
 def timed_lines(command: list[str], cwd: Path) -> tuple[list[tuple[float, str]], float, int]:
@@ -148,6 +152,8 @@ def run_eta_ratios(steps: int = 1000, slow_from: int = 500, fast_s: float = 0.02
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-sweep", action="store_true", help="leave out the tiny --lr-sweep")
+    parser.add_argument("--skip-run-eta", action="store_true", help="leave out the run's ETA (part 3: needs the "
+                        "code's windowed ETA; off to time an older commit's lab estimates)")
     parser.add_argument("--csv", type=Path, default=CSV, help=f"where the rows are appended (default {CSV})")
     args = parser.parse_args()
     blocklab = Path(sys.executable).with_name("blocklab")
@@ -167,7 +173,8 @@ def main() -> int:
                 print("\n".join(line for _, line in lines[-30:]), file=sys.stderr)
                 return code
             rows += lab_ratios(lines, ended, "tiny lr-sweep")
-    rows += run_eta_ratios()
+    if not args.skip_run_eta:
+        rows += run_eta_ratios()
     load_after = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -189,6 +196,13 @@ def main() -> int:
     for r in out:
         print(f"{r['part']:14} {r['estimate']:30} at {r['at_s']:7.1f} s: estimated {r['estimated_s']:7.1f} s, "
               f"real {r['real_s']:7.1f} s, ratio {r['ratio']}")
+    print("summary (median ratio, range, estimates within 25 % of the real time):")
+    for part, estimate in dict.fromkeys((r["part"], r["estimate"]) for r in out):
+        ratios = sorted(r["ratio"] for r in out if (r["part"], r["estimate"]) == (part, estimate) and r["ratio"] != "")
+        if ratios:
+            within = sum(abs(x - 1) <= 0.25 for x in ratios)
+            print(f"  {part:14} {estimate:30} median {ratios[len(ratios) // 2]:.2f}, {ratios[0]:.2f} to "
+                  f"{ratios[-1]:.2f}, {within} of {len(ratios)} within 25 %")
     print(f"appended {len(out)} rows to {args.csv}")
     return 0
 

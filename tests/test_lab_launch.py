@@ -91,6 +91,15 @@ def test_the_workflows_time_is_its_jobs_on_the_lanes_then_the_report():
     assert launch.workflow_seconds([10], 1.0, 2.0, cores=2, started=True, gradnorm=False) == 12 + 2
 
 
+def test_a_finished_workflow_gives_back_the_start_up_its_jobs_took():
+    """``job_s_from`` inverts ``workflow_seconds`` (the start-up of each rate after the first under --lr-sweep)."""
+    for steps, per_step, job_s, cores, load in (([12, 12], 0.02, 9.0, 2, 3.0), ([400, 400], 1.5, 12.0, 2, 0.0),
+                                                ([100], 0.5, 3.0, 1, 1.0)):
+        real = launch.workflow_seconds(steps, per_step, job_s, cores, load)
+        assert launch.job_s_from(real, steps, per_step, cores, load) == pytest.approx(job_s, rel=1e-6)
+    assert launch.job_s_from(1.0, [100], 0.5, 1) == 0.0  # the steps alone took longer: no start-up to read
+
+
 def test_a_runs_eta_follows_its_recent_steps_not_its_average_since_it_began():
     """Synthetic marks: 0.1 s a step for 100 s, then the machine three times as loaded for 60 s; the average since the
     run began would say 0.13 s (an ETA 2.25 times too short), the window says 0.3 s."""

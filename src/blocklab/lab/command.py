@@ -180,12 +180,17 @@ def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch) -
             sweep["job_s"] = start_s
     timed = 3
     per_step = time_steps(spec, timed)
-    said, seconds = launch.estimate(spec, out, per_step, start_s, args.cores, timed, launch.load_now())
+    load = launch.load_now()
+    said, seconds = launch.estimate(spec, out, per_step, start_s, args.cores, timed, load,
+                                    **({"job_basis": sweep["job_basis"]} if sweep and sweep.get("job_basis") else {}))
     print(said, file=sys.stderr, flush=True)
-    if getattr(args, "sweep_state", None) is not None:
+    if sweep is not None:
         from .lrsweep import sweep_estimate
 
-        print(sweep_estimate(args.sweep_state, seconds, start_s), file=sys.stderr, flush=True)
+        # what the next rate reads its start-up from: this one's workflow, once it has ended (lrsweep.sweep_main)
+        sweep["workflow"] = {"run_steps": [n for n in launch.steps_left(spec, out).values() if n],
+                             "per_step": per_step, "cores": args.cores, "load": load}
+        print(sweep_estimate(sweep, seconds, start_s), file=sys.stderr, flush=True)
     snakemake = Path(sys.executable).with_name("snakemake")
     command = [str(snakemake) if snakemake.exists() else "snakemake", "--snakefile", str(SNAKEFILE), "--directory",
                str(workdir), "--cores", str(args.cores), "--config", "spec=spec.json", "--rerun-incomplete"]

@@ -181,8 +181,22 @@ def _lanes(cores: int, runs: int) -> int:
     return max(1, min(cores, runs))
 
 
+def job_s_from(real_s: float, run_steps: list[int], per_step: float, cores: int, load: float = 0.0) -> float:
+    """The job start-up with which ``workflow_seconds`` gives ``real_s``, the time a workflow took (its runs'
+    steps, per step and lanes as estimated): how long a job took to start there, read back from a finished workflow
+    (0 where its steps alone took longer)."""
+    low, high = 0.0, max(real_s, 1e-9)
+    if workflow_seconds(run_steps, per_step, 0.0, cores, load) >= real_s:
+        return 0.0
+    for _ in range(60):  # workflow_seconds grows with the start-up: bisection
+        mid = (low + high) / 2
+        low, high = (mid, high) if workflow_seconds(run_steps, per_step, mid, cores, load) < real_s else (low, mid)
+    return (low + high) / 2
+
+
 def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: int,
-             load: float = 0.0) -> tuple[str, float]:
+             load: float = 0.0, job_basis: str = "fresh Pythons doing what a job does before its first step, started "
+             "together as the jobs are, timed here now") -> tuple[str, float]:
     """The line said before anything trains: what the lab will cost here, and what that is made of; and its seconds."""
     left = steps_left(spec, out)
     todo = [run for run, n in left.items() if n]
@@ -197,9 +211,8 @@ def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: 
             f"{' (resuming ' + ', '.join(resumed) + ')' if resumed else ''}, {steps:,} steps at {per_step:.3g} s/step "
             f"(timed here on {timed} steps of the built stack, one thread as each job trains"
             f"{f'; x {slow:.2g} for {lanes} side by side at load {load:.1f}' if slow > 1.005 else ''}), {lanes} "
-            f"job(s) at a time (--cores {cores}), plus ≈ {job_s:.0f} s start-up a job (fresh Pythons doing what a job "
-            "does before its first step, started together as the jobs are, timed here now) for each run, the gradient"
-            " at init, the report and Snakemake, at the machine's present load"), total
+            f"job(s) at a time (--cores {cores}), plus ≈ {job_s:.0f} s start-up a job ({job_basis}) for each run, the "
+            "gradient at init, the report and Snakemake, at the machine's present load"), total
 
 
 def job_ages() -> dict[str, float]:

@@ -251,7 +251,7 @@ def sweep_main(args, lab_main) -> int:
 
     out = Path(args.out)
     # shared by every rate's lab: the job start-up measured once, each rate's seconds, for the whole sweep's estimate
-    state = {"job_s": None, "began": time.monotonic(), "rates": [], "n": len(LRS)}
+    state = {"job_s": None, "job_basis": None, "began": time.monotonic(), "rates": [], "n": len(LRS)}
     for i, lr in enumerate(LRS, start=1):
         print(f"blocklab lab --lr-sweep: learning rate {lr:g} ({i} of {len(LRS)}) into {out / f'lr{lr:g}'}",
               file=sys.stderr, flush=True)
@@ -260,8 +260,14 @@ def sweep_main(args, lab_main) -> int:
         state.update(i=i, rate_began=time.monotonic(), said_at=None)
         one.sweep_state = state
         status = lab_main(one)
-        if state["said_at"] is not None:  # this rate's workflow: from its cost line to its end
+        if state["said_at"] is not None and not args.dry_run:  # this rate's workflow: from its cost line to its end
             state["rates"].append(time.monotonic() - state["said_at"])
+            if state.get("workflow", {}).get("run_steps"):  # the next rates' start-up: as this rate's jobs took it
+                # (a rate with every run finished says nothing of it)
+                from .launch import job_s_from
+
+                state["job_s"] = job_s_from(state["rates"][-1], **state["workflow"])
+                state["job_basis"] = f"as the jobs of the rate before took it: {state['rates'][-1]:.0f} s in all"
         if status:
             return status
     if args.dry_run:
