@@ -1492,10 +1492,11 @@ class LayerAnalysis:
         (a few rounds, each c from the divisor before it). None when every logit shows as set (no cap); the cap and
         the divisor when one c fits all three to CAP_TOL; else what was seen."""
         amplitudes = [math.sqrt(s * scale) for s in CAP_LOGITS]
-        seen = [self._logit_shift(g, heads, a) for a in amplitudes]
-        if any(v is None for v in seen):
+        largest = self._logit_shift(g, heads, amplitudes[-1])  # a tanh cap bends the largest logit most: first
+        if largest is None or abs(largest / CAP_LOGITS[-1] - 1) < CAP_LINEAR_TOL:
             return None
-        if all(abs(v / s - 1) < CAP_LINEAR_TOL for s, v in zip(CAP_LOGITS, seen)):
+        seen = [self._logit_shift(g, heads, a) for a in amplitudes[:-1]] + [largest]
+        if any(v is None for v in seen):
             return None
         raw = {"logits_set": list(CAP_LOGITS), "logits_seen": [round(v, 6) for v in seen]}
         if any(b <= a * (1 + CAP_TOL) for a, b in zip(seen, seen[1:])):
