@@ -155,7 +155,23 @@ def main() -> int:
     parser.add_argument("--skip-run-eta", action="store_true", help="leave out the run's ETA (part 3: needs the "
                         "code's windowed ETA; off to time an older commit's lab estimates)")
     parser.add_argument("--csv", type=Path, default=CSV, help=f"where the rows are appended (default {CSV})")
+    parser.add_argument("--commit", help="the commit of the code timed, where it is not this checkout's HEAD (a copy "
+                        "of another commit put first on PYTHONPATH, e.g. `git archive COMMIT | tar -x -C DIR`)")
     args = parser.parse_args()
+    import blocklab as package
+
+    if args.commit:
+        commit = args.commit
+    elif Path(package.__file__).resolve().is_relative_to(ROOT):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        commit += "+dirty" if dirty else ""
+    else:
+        print(f"the code timed ({package.__file__}) is not this checkout's: give its commit with --commit",
+              file=sys.stderr)
+        return 2
     blocklab = Path(sys.executable).with_name("blocklab")
     load_before = os.getloadavg()[0]
     rows = []
@@ -176,8 +192,6 @@ def main() -> int:
     if not args.skip_run_eta:
         rows += run_eta_ratios()
     load_after = os.getloadavg()[0]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     common = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit,
               "machine": machine(), "cores": os.cpu_count(), "nice": os.nice(0), "load_before": round(load_before, 2),
               "load_after": round(load_after, 2)}
