@@ -492,7 +492,8 @@ def test_the_quick_profiles_figure_draws_the_recorded_pre_and_post_runs_and_a_bl
     mine = Spec(Block("module", "x:Mine"), "quick", spec.setup, "0" * 64)
     curves = pre[["step", "loss"]].assign(warmup=0, seed=0)
     curves = pd.concat([curves, curves.assign(seed=1)], ignore_index=True)
-    grads = pd.DataFrame([{"block_kind": "Mine", "seed": 0, "block": b, "grad_norm": 1.0} for b in (1, 2)])
+    grads = pd.DataFrame([{"block_kind": k, "seed": 0, "block": b, "grad_norm": 1.0} for k in ("Mine", "pre")
+                          for b in (1, 2)])
     figures = []
     monkeypatch.setattr(report.plt, "close", figures.append)
     report.loss_figure(mine, curves, grads, reference, tmp_path / "lab.png")
@@ -501,6 +502,10 @@ def test_the_quick_profiles_figure_draws_the_recorded_pre_and_post_runs_and_a_bl
     band, own = lines["pre-norm (recorded, seed 0)"], lines["Mine seed 0 (this lab)"]
     assert list(own.get_ydata()) == list(band.get_ydata())  # the same curve, drawn twice
     assert band.get_linewidth() >= 3 * own.get_linewidth() and band.get_alpha() < 1 and own.get_zorder() > band.get_zorder()
+    # the gradient at init alike: the built-in's wide and pale under the block's own, equal values both seen
+    grad = {line.get_label(): line for line in figures[0].axes[-1].get_lines()}
+    assert grad["pre (mean of 1)"].get_linewidth() >= 3 * grad["Mine (mean of 1)"].get_linewidth()
+    assert grad["Mine (mean of 1)"].get_zorder() > grad["pre (mean of 1)"].get_zorder()
     # a profile whose setup nothing recorded has none, and says why
     assert report.recorded_reference(make_spec(ROOT / "params.yaml", "tiny", "pre"))[0] is None
 

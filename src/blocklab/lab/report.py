@@ -226,7 +226,9 @@ def loss_figure(spec: Spec, curves: pd.DataFrame, gradnorms: pd.DataFrame, refer
     for kind, part in gradnorms.groupby("block_kind", sort=False):
         mean = part.groupby("block")["grad_norm"].mean()
         c = colour if kind == label else NORM_POSITION_SPECS[kind].colour if kind in NORM_POSITION_SPECS else "grey"
-        ax.plot(mean.index, mean.values, marker="o", ms=3, color=c, label=f"{kind} (mean of {part['seed'].nunique()})")
+        own = kind == label  # the built-ins as wide pale bands under the block's thin line: equal values show both
+        ax.plot(mean.index, mean.values, marker="o", ms=3 if own else 7, color=c, lw=1.3 if own else 4.5,
+                alpha=1.0 if own else 0.35, zorder=3 if own else 1, label=f"{kind} (mean of {part['seed'].nunique()})")
     _scale(ax, gradnorms["grad_norm"].tolist())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("gradient per block at init")
