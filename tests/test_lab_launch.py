@@ -541,7 +541,7 @@ def test_a_dry_run_from_another_folder_plans_and_prices_without_creating_the_out
 
 
 def test_a_recorded_study_jobs_ctrl_c_names_the_command_that_resumes_it_and_that_command_resumes(tmp_path):
-    """`lab-job lr-run` (a run of the recorded LR study, started by docs/lab/lr-sweep.sh, not by Snakemake): a SIGINT at
+    """`lab-job lr-run` (a run of the recorded LR study, started by scripts/train_lab_lr_sweep.sh, not by Snakemake): a SIGINT at
     step 3 keeps step 3 and says to resume with the same command or the study's script (never `snakemake` or `dvc
     repro`, which do not run it); the same command then resumes from step 3 and finishes."""
     out = tmp_path / "pre-lr0.001-w0-s0"
@@ -565,7 +565,7 @@ def test_a_recorded_study_jobs_ctrl_c_names_the_command_that_resumes_it_and_that
     assert first.returncode == 130, first.stderr[-3000:]
     line = next(x for x in first.stderr.splitlines() if "interrupted;" in x)
     assert "its checkpoint at step 3 of 12 is kept" in line, line
-    assert line.endswith("resume with the same command (or `bash docs/lab/lr-sweep.sh`, which skips finished runs)")
+    assert line.endswith("resume with the same command (or `bash scripts/train_lab_lr_sweep.sh`, which skips finished runs)")
     assert "snakemake" not in line and "dvc repro" not in line
     assert not (out / "meta.json").exists()  # not taken as finished
 
