@@ -589,7 +589,7 @@ def test_cli_hf_config_json_keys(tmp_path):
 
 
 def test_cli_hf_layer_class_is_reviewed_inside_its_model(capsys):
-    # the issue's first attempt: LlamaDecoderLayer needs layer_idx and the model's RoPE and mask
+    # a first attempt a user makes: LlamaDecoderLayer needs layer_idx and the model's RoPE and mask
     argv = ["review", "--module", "transformers.models.llama.modeling_llama:LlamaDecoderLayer", "--role", "decoder"]
     assert cli.main(argv) == EXIT_PASS
     argv = ["review", "--module", "transformers.models.t5.modeling_t5:T5Block", "--role", "encoder"]
@@ -628,7 +628,7 @@ def test_relu_squared_is_labelled_relu2():
 
 @pytest.mark.parametrize("model_type", ["llama4_text", "esm", "mobilebert"])
 def test_architectures_transformers_cannot_drive_tiny_exit_cleanly(model_type, capsys):
-    # the issue's tracebacks: each now ends in a verdict (4: cannot review, with transformers' reason) or a review
+    # the tracebacks these once gave: each now ends in a verdict (4: cannot review, with transformers' reason) or a review
     status = cli.main(["review", "--hf-config", model_type])
     out = capsys.readouterr()
     assert status in (EXIT_PASS, EXIT_FLAG, EXIT_CANNOT) and "Traceback" not in out.out + out.err
