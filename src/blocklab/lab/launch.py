@@ -464,7 +464,8 @@ while True:
             sys.stderr.flush()
         except OSError:
             pass
-        os.killpg(group, signal.SIGINT)
+        quiet.append(signal.SIGTERM)  # before the group's SIGINT, which reaches this process too: its handler then
+        os.killpg(group, signal.SIGINT)  # sends none again (a second SIGINT stops the jobs at once, unsaved)
     if stopping is not None and time.monotonic() - stopping > 120:
         for pid in others():  # a job that would not end
             try:
