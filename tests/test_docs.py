@@ -619,8 +619,7 @@ HISTORY_WORD = re.compile(
     # a comment's next line ("# 4") is seen. And the work's own calendar (a result dated by the work's schedule, not by
     # its commit and date): a reader knows commits and dates, not how the work was scheduled
     r"|\b(?:this|last|previous|next|landed)\s+(?:stop|session)s?\b|\bproject\s+lead\b", re.I)
-# In a page (Markdown) also the words of how the work was organised, numbered or not: who asked, who decides, which
-# session had a machine. A page says what the project measured, where (the machine) and when (the date), and for what
+# In a page (Markdown) also the organisational words the pattern below lists, numbered or not. A page says what the project measured, where (the machine) and when (the date), and for what
 # was not measured, the command that measures it. A login session (`nice` and autogroups) and pytest's are not the work's.
 PROCESS_WORD = re.compile(r"\b(?:issues?|tickets?|sprints?|work\s+items?|helpers?)\b"
                           r"|\b(?P<ordinary>(?:login|pytest|test)\s+)?sessions?\b"  # "ordinary": passes
