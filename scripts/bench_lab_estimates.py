@@ -176,19 +176,14 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-lab-") as folder:
-        lines, ended, code = timed_lines([str(blocklab), "lab", "pre", "--profile", "tiny", "--out",
-                                          str(Path(folder) / "lab")], Path(folder))
-        if code:
-            print("\n".join(line for _, line in lines[-30:]), file=sys.stderr)
-            return code
-        rows += lab_ratios(lines, ended, "tiny lab")
-        if not args.skip_sweep:
-            lines, ended, code = timed_lines([str(blocklab), "lab", "pre", "--profile", "tiny", "--lr-sweep", "--out",
-                                              str(Path(folder) / "sweep")], Path(folder))
+        labs = [("tiny lab", "lab", [])] + ([] if args.skip_sweep else [("tiny lr-sweep", "sweep", ["--lr-sweep"])])
+        for part, name, extra in labs:
+            lines, ended, code = timed_lines([str(blocklab), "lab", "pre", "--profile", "tiny", *extra, "--out",
+                                              str(Path(folder) / name)], Path(folder))
             if code:
                 print("\n".join(line for _, line in lines[-30:]), file=sys.stderr)
                 return code
-            rows += lab_ratios(lines, ended, "tiny lr-sweep")
+            rows += lab_ratios(lines, ended, part)
     if not args.skip_run_eta:
         rows += run_eta_ratios()
     load_after = os.getloadavg()[0]
