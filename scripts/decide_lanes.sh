@@ -7,7 +7,8 @@
 # cannot change a run half-way; every run's meta.json names that commit), and records it in git as soon as it
 # finishes (`blocklab lab-job record`, then a commit of that run's folder alone). Resumable: a finished run is
 # skipped, a started one resumes from its checkpoint (the training's own resume).
-# Queue lines: "lab NORM WARMUP SEED" (a built-in fix at document 000's setup, `blocklab lab-job run-builtin`).
+# Queue lines: "lab NORM WARMUP SEED" (a built-in norm position at document 000's setup, `blocklab lab-job run-builtin`:
+# the fixes, and pre and post, whose run is the sweep's run of that seed).
 set -uo pipefail
 LANE=${1:?lane name}
 REPO=$(cd "$(dirname "$0")/.." && pwd)

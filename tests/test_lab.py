@@ -324,6 +324,93 @@ def test_the_literatures_claims_are_judged_from_the_recorded_runs(tmp_path, monk
     assert "copy_task.batch_size=64 (params 32)" in other.loc["lit-deepnorm-nowarm", "measured"]
 
 
+def _cell_run(folder, norm, warmup, seed, curve_of, batch_size=64):
+    """A recorded lab run of the sweep's cell as `blocklab lab-job record` leaves one: a real recorded run's meta.json
+    (its setup) renamed to ``norm``, ``warmup`` and ``seed``, with the gallery sweep's loss curve of run ``curve_of``
+    as its loss.csv, both checksummed, so that it is read back by the same checks as a trained one (the counting is
+    the point, not the curve)."""
+    from blocklab.integrity import file_record, seal_meta
+    from blocklab.records import LAB_RUNS
+
+    meta = json.loads((ROOT / LAB_RUNS / "deepnorm-w0-s0" / "meta.json").read_text(encoding="utf-8"))
+    run = folder / f"{norm}-w{warmup}-s{seed}"
+    run.mkdir(parents=True)
+    losses = pd.read_csv(ROOT / GALLERY / "sweep" / "losses.csv")
+    losses[losses["run"] == curve_of][["step", "loss", "lr"]].to_csv(run / "loss.csv", index=False)
+    meta.update(run=run.name, norm=norm, warmup=warmup, seed=seed, diverged_step=None, loss_steps=1200,
+                artifacts={"loss.csv": file_record(run / "loss.csv")})
+    meta["model_config"]["norm_position"] = norm
+    meta["copy_task"]["batch_size"] = batch_size
+    (run / "meta.json").write_text(json.dumps(seal_meta(meta), indent=2), encoding="utf-8")
+    return folder
+
+
+def test_the_default_cells_claims_count_its_runs_recorded_after_the_sweep(tmp_path, monkeypatch):
+    """The default cell's claims read the sweep's runs and the same cell's runs the lab recorded in git (the lanes'
+    `lab-job run-builtin` of pre and post: the sweep's training function at the document's setup), each run once:
+    a recorded seed the sweep holds is the sweep's run, a run of another setup is another cell, and the held-out
+    losses stay on their held-out runs. Their rows are the ones `blocklab docs` re-judges (``reads_lab_records``)."""
+    from blocklab.params_file import load_params
+    from blocklab.reporting import claims
+    from blocklab.training import lab_records
+
+    folder = tmp_path / "runs"
+    monkeypatch.setattr(lab_records, "RUNS", str(folder))
+    for norm, warmup, seed, curve in (("post", 0, 3, "post-w0-s0"), ("post", 0, 4, "post-w0-s1"),
+                                      ("pre", 0, 3, "pre-w0-s0"), ("post", 400, 3, "post-w400-s0"),
+                                      ("post", 0, 0, "post-w0-s2")):  # seed 0: the sweep's own run, not counted again
+        _cell_run(folder, norm, warmup, seed, curve)
+    _cell_run(folder, "pre", 0, 4, "post-w0-s0", batch_size=32)  # another setup: another cell, not counted
+    ids = ["d000-post-nowarm-stuck", "d000-pre-trains-without-warmup", "d000-post-4of6-failed",
+           "d000-11c-scoped-answer", "d000-pre-nowarm-final", "d000-pre-nowarm-step200"]
+    data = ROOT / GALLERY
+    table = claims.evaluate_data(claims.Data(data, load_params(data / "params.yaml")),
+                                 only={c["check"] for c in claims.load_claims() if c["id"] in ids},
+                                 error_rates=False).set_index("id")
+    stuck = table.loc["d000-post-nowarm-stuck", "measured"]
+    assert "5 of 5 runs stayed near" in stuck and f"seeds 3, 4: the same cell's runs recorded in {folder}" in stuck
+    assert table.loc["d000-pre-trains-without-warmup", "measured"].startswith("4 of 4 learned")
+    assert table.loc["d000-post-4of6-failed", "measured"].startswith("7 of 9 did not learn")  # 4 of 6, and 3 of 3
+    assert "warm-up/seed 0/0, 0/1" in table.loc["d000-post-4of6-failed", "measured"]
+    scoped = table.loc["d000-11c-scoped-answer", "measured"]
+    assert "5 of 5 did not learn" in scoped and "2 of 4 did not end learned" in scoped and "4 of 4 learned" in scoped
+    assert "4 of the same cell recorded in" in scoped
+    assert len(table.loc["d000-pre-nowarm-final", "measured"].split(" [")[0].split(",")) == 4  # 3 + 1 final losses
+    held = table.loc["d000-pre-nowarm-step200", "measured"]
+    # the held-out claim: the recorded pre-w0-s3 is its held-out seed 3's run (at more steps), not counted again;
+    # seed 6, used by no fit and no held-out run, joins the held-out seeds
+    assert held.startswith("held-out seeds 3 4 5:") and held.endswith(
+        "the fit's seeds 0 1 2: 0.005599, 0.005766, 0.005575") and "recorded in" not in held
+    _cell_run(folder, "pre", 0, 6, "pre-w0-s1")
+    one = claims.evaluate_data(claims.Data(data, load_params(data / "params.yaml")), only={"loss_at_step"},
+                               error_rates=False).set_index("id").loc["d000-pre-nowarm-step200", "measured"]
+    assert one.startswith("held-out seeds 3 4 5 and 6 (the same cell's runs recorded in")
+    assert len(one.split(": ")[1].split(";")[0].split(",")) == 4
+    picked = {c["id"] for c in claims.load_claims() if claims.reads_lab_records(c)}
+    assert set(ids) <= picked
+
+
+def test_the_lanes_pre_and_post_runs_are_the_gallery_sweeps_cell():
+    """What makes a recorded `lab-job run-builtin --norm pre|post` run the gallery sweep's run of its seed: the same
+    function (``train_copy_run``) given the same model, task and optimisation settings. Checked here setting by
+    setting (the model config of each norm, the task, lr, steps, precision, the fast path); by hand, the first
+    four losses of post-norm seed 0 matched the gallery's recorded ones to 5e-7 (another processor's rounding)."""
+    from blocklab.lab.spec import params_for, profile_setup
+    from blocklab.params_file import load_params
+    from blocklab.training.copy_model import copy_model_config
+    from blocklab.run_settings import CopyTask, Sweep
+
+    gallery = load_params(ROOT / GALLERY / "params.yaml", studies=False)
+    lab = params_for(load_params(ROOT / "params.yaml", studies=False),
+                     profile_setup(load_params(ROOT / "params.yaml", studies=False), "document", seeds=[3], warmups=[0]))
+    for norm in ("pre", "post"):
+        assert copy_model_config(lab, norm) == copy_model_config(gallery, norm)
+    assert CopyTask.from_params(lab) == CopyTask.from_params(gallery)
+    mine, theirs = Sweep.from_params(lab), Sweep.from_params(gallery)
+    for key in ("lr", "steps", "precision", "fast_path", "compile"):
+        assert getattr(mine, key) == getattr(theirs, key), key
+
+
 def test_docs_rewrites_the_galleries_literature_rows_alone_when_a_run_is_recorded(tmp_path):
     """`blocklab docs` re-judges the literature's rows of the gallery's claims table from the recorded runs (a snapshot
     edit: the manifest is re-recorded), every other row byte for byte as it was; --check only says so."""

@@ -172,14 +172,85 @@ def fmt(values) -> str:
 # ---- the sweep -------------------------------------------------------------------------------------------------------
 
 
-def _runs(data: Data, norm: str, warmup: int | None = None) -> pd.DataFrame:
+# The checks that read the default cell's runs: the sweep's, and the same cell's runs recorded in git after it
+# (``_recorded_cell``). Their rows of a recorded snapshot's claims table change when a run is recorded, and are
+# re-judged then (``reads_lab_records``, ``reporting.literature``).
+RECORDED_CELL_CHECKS = ("final_losses_near_chance", "loss_at_step", "outcome_count", "failed_runs", "scoped_answer",
+                        "literature_fix")
+
+
+def reads_lab_records(claim: dict) -> bool:
+    """Whether a claim is judged (in part) from the lab's runs recorded in git (``records/lab/runs``), which are added
+    after the gallery's run: the literature's fixes and the default cell's claims."""
+    return claim["check"] in RECORDED_CELL_CHECKS
+
+
+def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs of the sweep's cell (``norm``; ``warmup``, or each of the sweep's warm-ups) recorded in git by the lab
+    (``records/lab/runs``, `blocklab lab-job run-builtin`: the sweep's own training function at the document's setup,
+    the same numbers as the sweep's run of that seed) at this data's setup and precision, at seeds the sweep does not
+    hold (a seed it holds is the same run): their summary rows, by the sweep's own outcome rule
+    (``training.sweep.summary_row``), and their per-step losses. Empty when none is recorded."""
+    from ..training import lab_records
+    from ..training.sweep import run_ident, summary_row
+
+    summary = data.table("sweep/summary.csv")
+    held = set(zip(summary["norm"], summary["warmup"].astype(int), summary["seed"].astype(int)))
+    warmups = [warmup] if warmup is not None else [int(w) for w in data.params["sweep"]["warmups"]]
+    precision = data.params["sweep"].get("precision") or "fp32"
+    rows, curves = [], []
+    for w in warmups:
+        for run in lab_records.recorded(norm=norm, warmup=w)["run"]:
+            meta, loss = lab_records.read_run(lab_records.runs_dir() / run)
+            if ((norm, int(meta["warmup"]), int(meta["seed"])) in held or lab_records.setup_differs(meta, data.params)
+                    or (meta.get("sweep", {}).get("precision") or "fp32") != precision):
+                continue
+            rows.append({**summary_row(meta, loss), "recorded": lab_records.RUNS})
+            curves.append(loss.assign(**run_ident(meta)))
+    if not rows:
+        return summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])
+    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+def _runs(data: Data, norm: str, warmup: int | None = None, recorded: bool = True) -> pd.DataFrame:
+    """The sweep's runs of ``norm`` (at ``warmup``), and, ``recorded``, the same cell's runs recorded in git after it
+    (``_recorded_cell``; column ``recorded`` names their folder, empty for the sweep's own)."""
     summary = data.table("sweep/summary.csv")
     runs = summary[summary["norm"] == norm]
     if warmup is not None:
         runs = runs[runs["warmup"] == warmup]
+    runs = runs.assign(recorded="")
+    if recorded:
+        more = _recorded_cell(data, norm, warmup)[0]
+        if len(more):
+            runs = pd.concat([runs, more[runs.columns]], ignore_index=True).sort_values(["warmup", "seed"],
+                                                                                         ignore_index=True)
     if runs.empty:
         raise NotCheckable(f"the sweep has no {norm}-norm runs with warm-up {warmup}")
     return runs
+
+
+def _losses(data: Data, norm: str, warmup: int | None = None) -> pd.DataFrame:
+    """The per-step losses of ``_runs``' runs: the sweep's and the recorded ones."""
+    losses = data.table("sweep/losses.csv")
+    more = _recorded_cell(data, norm, warmup)[1]
+    return pd.concat([losses, more[["run", "step", "loss"]]], ignore_index=True) if len(more) else losses
+
+
+def _whence(runs: pd.DataFrame) -> str:
+    """Where the runs beyond the sweep's come from ("" when all are the sweep's): the seeds of each source."""
+    extra = runs[runs["recorded"] != ""]
+    if extra.empty:
+        return ""
+    own = runs[runs["recorded"] == ""]
+
+    def seeds(frame):
+        return ", ".join(f"{int(w)}/{int(s)}" if runs["warmup"].nunique() > 1 else str(int(s))
+                         for w, s in zip(frame["warmup"], frame["seed"]))
+
+    what = "warm-up/seed" if runs["warmup"].nunique() > 1 else "seeds"
+    return (f" [{what} {seeds(own)}: the sweep's runs; {what} {seeds(extra)}: the same cell's runs recorded in "
+            f"{extra['recorded'].iloc[0]}]")
 
 
 DOCUMENT_SETUP = {"copy_model.n_layers": 24, "copy_model.d_model": 128, "copy_model.n_heads": 4,
@@ -206,7 +277,7 @@ def final_losses_near_chance(data: Data, norm: str, warmup: int):
     _require_document_setup(data, warmup)
     runs = _runs(data, norm, warmup)
     chance = math.log(data.params["copy_task"]["vocab_size"])
-    losses = data.table("sweep/losses.csv")
+    losses = _losses(data, norm, warmup)
     stuck, lowest = [], []
     for run in runs["run"]:
         curve = losses[losses["run"] == run]["loss"]
@@ -215,7 +286,7 @@ def final_losses_near_chance(data: Data, norm: str, warmup: int):
         lowest.append(float(after.min()))
     measured = (f"final {fmt(runs['final_loss'])}; {sum(stuck)} of {len(stuck)} runs stayed near ln V = {chance:.3f} "
                 f"(\"near\", the document gives no width: above {NEAR_CHANCE} × ln V = {NEAR_CHANCE * chance:.3f} at every "
-                f"step after the first tenth; lowest there {fmt(lowest)})")
+                f"step after the first tenth; lowest there {fmt(lowest)}){_whence(runs)}")
     return measured, [part("count", k=sum(stuck), n=len(stuck), key=f"{norm}-norm runs with warm-up {warmup}")]
 
 
@@ -224,10 +295,13 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
     """Each seed's loss at ``step`` ("last": the last step); a diverged run has no loss at later steps (NaN).
     ``held_out`` (the five numbers the inferred setup was fitted to): judged on the held-out runs
     (``inference/holdout.csv``, seeds no fitting run used) when the data has them; the sweep's seeds, whose first 300
-    steps are fitting runs, are shown beside them, and judge only where no held-out run exists (and say so)."""
+    steps are fitting runs, are shown beside them, and judge only where no held-out run exists (and say so). The same
+    cell's runs recorded by the lab (``_recorded_cell``) join the held-out runs at seeds neither a fit nor a held-out
+    run used (a held-out seed's recorded run is that held-out run, at more steps)."""
     _require_document_setup(data, warmup)
-    runs = _runs(data, norm, warmup)
-    losses = data.table("sweep/losses.csv")
+    # held out: the sweep's seeds are the fit's, shown beside the held-out runs
+    runs = _runs(data, norm, warmup, recorded=not held_out)
+    losses = _losses(data, norm, warmup) if not held_out else data.table("sweep/losses.csv")
     at = []
     for run in runs["run"]:
         curve = losses[losses["run"] == run]
@@ -236,7 +310,7 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
         row = curve[curve["step"] == target]
         at.append(float(row["loss"].iloc[0]) if len(row) else float("nan"))
     if not held_out:
-        return f"per seed {fmt(at)}", [part("samples", samples=at)]
+        return f"per seed {fmt(at)}{_whence(runs)}", [part("samples", samples=at)]
     held = data.table("inference/holdout.csv") if data.exists("inference/holdout.csv") else None
     held = None if held is None else held[(held["norm"] == norm) & (held["warmup"] == warmup)]
     if held is None or held.empty:
@@ -246,7 +320,15 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
     loss = held[held["step"] == step].set_index("seed")["loss"]
     values = [float(loss.get(seed, float("nan"))) for seed in planned]
     seeds = " ".join(str(int(s)) for s in planned)
-    return (f"held-out seeds {seeds}: {fmt(values)}; the fit's seeds {' '.join(map(str, runs['seed']))}: {fmt(at)}",
+    used = {int(s) for s in [*planned, *data.params["inference"].get("seeds", []), *data.params["sweep"]["seeds"]]}
+    more, more_losses = _recorded_cell(data, norm, warmup)
+    more = more[~more["seed"].astype(int).isin(used)].sort_values("seed")
+    for run in more["run"]:  # a run that diverged before ``step`` has no row there: a NaN, never left out
+        row = more_losses[(more_losses["run"] == run) & (more_losses["step"] == step)]
+        values.append(float(row["loss"].iloc[0]) if len(row) else float("nan"))
+    also = (f" and {' '.join(str(int(s)) for s in more['seed'])} (the same cell's runs recorded in "
+            f"{more['recorded'].iloc[0]}, their step {step})" if len(more) else "")
+    return (f"held-out seeds {seeds}{also}: {fmt(values)}; the fit's seeds {' '.join(map(str, runs['seed']))}: {fmt(at)}",
             [part("samples", samples=values)])
 
 
@@ -259,7 +341,7 @@ def outcome_count(data: Data, norm: str, warmup: int, outcome: str):
     _require_document_setup(data, warmup)
     runs = _runs(data, norm, warmup)
     count = int((runs["outcome"] == outcome).sum())
-    measured = f"{count} of {len(runs)} {outcome} (outcomes: {', '.join(runs['outcome'])})"
+    measured = f"{count} of {len(runs)} {outcome} (outcomes: {', '.join(runs['outcome'])}){_whence(runs)}"
     return measured, _outcome("count", count, runs, f"{norm}-norm runs with warm-up {warmup}")
 
 
@@ -268,7 +350,7 @@ def failed_runs(data: Data, norm: str):
     _require_document_setup(data)
     runs = _runs(data, norm)
     failed = int((runs["outcome"] != "learned").sum())
-    measured = f"{failed} of {len(runs)} did not learn ({', '.join(runs['run'] + ': ' + runs['outcome'])})"
+    measured = f"{failed} of {len(runs)} did not learn ({', '.join(runs['run'] + ': ' + runs['outcome'])}){_whence(runs)}"
     return measured, _outcome("count", failed, runs, f"{norm}-norm runs")
 
 
@@ -312,12 +394,16 @@ def scoped_answer(data: Data):
     runs = data.table("sweep/summary.csv")
     post0, post400 = _runs(data, "post", 0), _runs(data, "post", max(data.params["sweep"]["warmups"]))
     pre0 = _runs(data, "pre", 0)
+    from ..training import lab_records
+
+    n_recorded = sum(int((r["recorded"] != "").sum()) for r in (post0, post400, pre0))
     stuck = int((post0["outcome"] != "learned").sum())
     wobbled = post400[post400["outcome"] != "learned"]
     learned = int((pre0["outcome"] == "learned").sum())
     measured = (f"post-norm without warm-up: {stuck} of {len(post0)} did not learn; with warm-up: "
                 f"{len(wobbled)} of {len(post400)} did not end learned ({', '.join(wobbled['run'] + ': ' + wobbled['outcome']) or 'none'}); "
-                f"pre-norm without warm-up: {learned} of {len(pre0)} learned ({len(runs)} runs of the sweep)")
+                f"pre-norm without warm-up: {learned} of {len(pre0)} learned ({len(runs)} runs of the sweep"
+                + (f"; {n_recorded} of the same cell recorded in {lab_records.RUNS}" if n_recorded else "") + ")")
     return measured, [part("count", "post-norm cannot start without warm-up", k=stuck, n=len(post0), key="post-w0"),
                       part("fact", "post-norm can wobble with warm-up", existence=True, holds=len(wobbled) > 0,
                            what=f"{len(wobbled)} of {len(post400)} post-norm runs with warm-up did not end learned"),
@@ -385,7 +471,7 @@ def literature_fix(data: Data, norm: str, warmup: int = 0):
         if differ:
             raise NotCheckable(f"the recorded run {run} is of another setup than this data's: {', '.join(differ)}")
     post = _runs(data, "post", warmup)
-    losses = data.table("sweep/losses.csv")
+    losses = _losses(data, "post", warmup)
     vocab = data.params["copy_task"]["vocab_size"]
     reference = []
     for r in post.itertuples():

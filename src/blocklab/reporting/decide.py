@@ -29,8 +29,11 @@ def plan_rows(root: Path) -> list[dict]:
 
 
 def queue_lines(root: Path) -> list[str]:
-    """The lab rows as the lanes' queue lines ("lab NORM WARMUP SEED"), in the plan's order."""
-    return [f"lab {r['norm']} {r['warmup']} {s}" for r in plan_rows(root) if r["kind"] == "lab" for s in r["seeds"]]
+    """Every row's runs as the lanes' queue lines ("lab NORM WARMUP SEED": `blocklab lab-job run-builtin`, recorded in
+    records/lab/runs), in the plan's order. A sweep row's run is the same run as the sweep's of that seed (the sweep's
+    training function at the document's setup); the default cell's claims count it beside the sweep's
+    (``claims.reads_lab_records``)."""
+    return [f"lab {r['norm']} {r['warmup']} {s}" for r in plan_rows(root) for s in r["seeds"]]
 
 
 def _hours(values) -> str:
@@ -52,10 +55,11 @@ def plan_block(data: Path, root: Path) -> str:
             done = mine[mine["seed"].isin(seeds)]
             like = mine
             what = f"{norm}, warm-up {warmup}, seeds {seeds[0]}–{seeds[-1]} (lab, document 000's setup)"
-        else:
+        else:  # the gallery sweep's runs of the cell and the same cell's runs recorded by the lanes
+            recorded = lab[(lab["block"] == norm) & (lab["warmup"] == warmup)]
             mine = sweep[(sweep["norm"] == norm) & (sweep["warmup"] == warmup)]
-            done = mine[mine["seed"].isin(seeds)]
-            like = mine
+            done = pd.concat([mine[mine["seed"].isin(seeds)], recorded[recorded["seed"].isin(seeds)]])
+            like = pd.concat([mine, recorded])
             what = f"{norm}-norm, warm-up {warmup}, seeds {seeds[0]}–{seeds[-1]} (the default cell, 1,200 steps)"
         per_run = like["wall_time_s"].dropna().median() / 3600 if len(like) else float("nan")
         left = (len(seeds) - len(done)) * per_run

@@ -1,11 +1,12 @@
-"""The literature's claims (source ``literature`` in claims.yaml) in the gallery's claims table, kept in step with the
-stability lab's recorded runs (``lab.records.RUNS``).
+"""The claims table's rows judged from the stability lab's runs recorded in git (``lab.records.RUNS``): the
+literature's claims (source ``literature`` in claims.yaml) and the default cell's claims that read the same cell's
+recorded runs beside the sweep's (``claims.reads_lab_records``), kept in step with those runs.
 
-The gallery's ``data/claims/claims.csv`` is the claims table of the full default run; its rows of source literature
-are judged from runs recorded in git after that run (the lab trains them for hours, one at a time), so they change
-whenever a run is recorded. ``blocklab docs`` re-judges those rows alone (``refresh``) and rewrites them in place as a
-snapshot edit (the manifest is re-recorded), every other row byte for byte as it was; ``blocklab docs --check`` fails
-while they differ from what the recorded runs give.
+The gallery's ``data/claims/claims.csv`` is the claims table of the full default run; these rows are judged from runs
+recorded in git after that run (the lab trains them for hours, one at a time), so they change whenever a run is
+recorded. ``blocklab docs`` re-judges those rows alone (``refresh``) and rewrites them in place as a snapshot edit (the
+manifest is re-recorded), every other row byte for byte as it was; ``blocklab docs --check`` fails while they differ
+from what the recorded runs give.
 """
 from __future__ import annotations
 
@@ -30,17 +31,17 @@ def _text(rows: list[list[str]]) -> str:
 
 
 def judged(data: Path) -> list[list[str]]:
-    """The literature's rows as the claims engine writes them (its CSV, header first), judged on ``data``."""
-    from .claims import Data, evaluate_data, load_claims
+    """The rows the recorded lab runs judge, as the claims engine writes them (its CSV, header first), on ``data``."""
+    from .claims import Data, evaluate_data, load_claims, reads_lab_records
 
-    ids = [c["id"] for c in load_claims() if c["source"] == "literature"]
-    checks = {c["check"] for c in load_claims() if c["source"] == "literature"}
+    mine = [c for c in load_claims() if c["source"] == "literature" or reads_lab_records(c)]
+    ids, checks = [c["id"] for c in mine], {c["check"] for c in mine}
     table = evaluate_data(Data(data, load_params(data / "params.yaml")), only=checks)
     return _rows(table[table["id"].isin(ids)].to_csv(index=False))
 
 
 def refreshed(data: Path) -> tuple[str, str]:
-    """(claims.csv as it is, as it should be): its literature rows replaced by (or, when missing, appended as) those
+    """(claims.csv as it is, as it should be): its rows judged from the recorded runs replaced by (or, when missing, appended as) those
     the recorded runs give now, in claims.yaml's order; every other row kept as it is."""
     path = Path(data) / CLAIMS
     text = path.read_text(encoding="utf-8")
@@ -55,7 +56,7 @@ def refreshed(data: Path) -> tuple[str, str]:
 
 
 def refresh(data: Path, check: bool = False) -> bool:
-    """Whether the gallery's literature rows differed from the recorded runs; rewritten unless ``check``."""
+    """Whether the gallery's rows judged from the recorded runs differed from them; rewritten unless ``check``."""
     data = Path(data)
     if not (data / CLAIMS).is_file() or not (data / "params.yaml").is_file():
         return False  # not a run's snapshot (no claims table, or not the parameters to judge it with)

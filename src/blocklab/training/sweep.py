@@ -145,24 +145,33 @@ def classify(losses: pd.Series, vocab_size: int) -> str:
     return "partial"
 
 
+def run_ident(meta: dict) -> dict:
+    return {"run": meta["run"], "norm": meta["norm"], "warmup": meta["warmup"], "seed": meta["seed"]}
+
+
+def summary_row(meta: dict, loss: pd.DataFrame) -> dict:
+    """One run's row of the sweep's summary (its outcome by ``classify``) from its meta.json and per-step losses: the
+    sweep's runs and any run of the same function recorded elsewhere (the lab's, ``records/lab/runs``) alike."""
+    vocab = meta["copy_task"]["vocab_size"]
+    outcome = "diverged" if meta["diverged_step"] else classify(loss["loss"], vocab) if len(loss) else "diverged"
+    return {
+        **run_ident(meta),
+        "final_loss": loss["loss"].iloc[-1] if len(loss) else float("nan"),
+        "min_loss": loss["loss"].min(),
+        "min_loss_step": int(loss.loc[loss["loss"].idxmin(), "step"]) if len(loss) else None,
+        "outcome": outcome,
+        "diverged_step": meta["diverged_step"],
+        "wall_time_s": meta["wall_time_s"],
+    }
+
+
 def aggregate(run_dirs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-step losses of all runs, and one summary row per run."""
     curves, rows = [], []
     for run_dir in map(Path, run_dirs):
         meta, loss = read_run(run_dir)  # checked against its checksums and recorded steps
-        ident = {"run": meta["run"], "norm": meta["norm"], "warmup": meta["warmup"], "seed": meta["seed"]}
-        curves.append(loss.assign(**ident))
-        vocab = meta["copy_task"]["vocab_size"]
-        outcome = "diverged" if meta["diverged_step"] else classify(loss["loss"], vocab) if len(loss) else "diverged"
-        rows.append({
-            **ident,
-            "final_loss": loss["loss"].iloc[-1] if len(loss) else float("nan"),
-            "min_loss": loss["loss"].min(),
-            "min_loss_step": int(loss.loc[loss["loss"].idxmin(), "step"]) if len(loss) else None,
-            "outcome": outcome,
-            "diverged_step": meta["diverged_step"],
-            "wall_time_s": meta["wall_time_s"],
-        })
+        curves.append(loss.assign(**run_ident(meta)))
+        rows.append(summary_row(meta, loss))
     columns = ["run", "norm", "warmup", "seed", "step", "loss", "lr"]
     losses = pd.concat(curves, ignore_index=True)[columns] if curves else pd.DataFrame(columns=columns)
     summary = pd.DataFrame(rows).sort_values(["norm", "warmup", "seed"], ignore_index=True)
