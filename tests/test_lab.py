@@ -388,6 +388,16 @@ def test_the_default_cells_claims_count_its_runs_recorded_after_the_sweep(tmp_pa
     assert len(one.split(": ")[1].split(";")[0].split(",")) == 4
     picked = {c["id"] for c in claims.load_claims() if claims.reads_lab_records(c)}
     assert set(ids) <= picked
+    # the sensitivity study compares its cells on their own seeds: there the recorded runs are not counted
+    alone = claims.evaluate_data(claims.Data(data, load_params(data / "params.yaml"), recorded_runs=False),
+                                 only={"outcome_count"}, error_rates=False).set_index("id")
+    assert alone.loc["d000-pre-trains-without-warmup", "measured"] == "3 of 3 learned (outcomes: learned, learned, learned)"
+    # the lab's pages say where each group's runs come from
+    from blocklab.reporting.lab_docs import _from
+
+    mixed = pd.DataFrame({"source": ["gallery", "gallery", "lab"], "seed": [0, 1, 3]})
+    assert _from(mixed) == "the gallery sweep (seeds 0, 1); lab, recorded (seed 3)"
+    assert _from(mixed.iloc[:2]) == "the gallery sweep"
 
 
 def test_the_lanes_pre_and_post_runs_are_the_gallery_sweeps_cell():

@@ -80,8 +80,12 @@ def part(measure: str, label: str = "", *, runs: str | None = None, existence: b
 class Data:
     """Lazy access to the pipeline's tables under ``root``."""
 
-    def __init__(self, root: str | Path, params: dict, tables: dict[str, pd.DataFrame] | None = None):
+    def __init__(self, root: str | Path, params: dict, tables: dict[str, pd.DataFrame] | None = None,
+                 recorded_runs: bool = True):
         self.root, self.params = Path(root), params
+        # whether the default cell's checks count the same cell's runs the lab recorded in git beside the sweep's
+        # (``_recorded_cell``); off where cells are compared on their own seeds (the sensitivity study's)
+        self.recorded_runs = recorded_runs
         self.tables = tables or {}  # tables given in memory (e.g. one sensitivity cell's runs) instead of files
         self.declared: tuple[str, ...] | None = None  # while a check runs: the tables it declared (``check``)
 
@@ -195,6 +199,8 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
     from ..training.sweep import run_ident, summary_row
 
     summary = data.table("sweep/summary.csv")
+    if not data.recorded_runs:
+        return summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])
     held = set(zip(summary["norm"], summary["warmup"].astype(int), summary["seed"].astype(int)))
     warmups = [warmup] if warmup is not None else [int(w) for w in data.params["sweep"]["warmups"]]
     precision = data.params["sweep"].get("precision") or "fp32"
@@ -223,8 +229,9 @@ def _runs(data: Data, norm: str, warmup: int | None = None, recorded: bool = Tru
     if recorded:
         more = _recorded_cell(data, norm, warmup)[0]
         if len(more):
-            runs = pd.concat([runs, more[runs.columns]], ignore_index=True).sort_values(["warmup", "seed"],
-                                                                                         ignore_index=True)
+            # a table with more columns (a sensitivity cell's): the recorded runs leave those empty
+            runs = pd.concat([runs, more.reindex(columns=runs.columns)], ignore_index=True).sort_values(
+                ["warmup", "seed"], ignore_index=True)
     if runs.empty:
         raise NotCheckable(f"the sweep has no {norm}-norm runs with warm-up {warmup}")
     return runs

@@ -436,7 +436,11 @@ def lab_cost(data: Path, root: Path) -> str:
     per plan step, the runs recorded, their own wall time summed and its range, and the processors."""
     from ..lab.records import RUNS, recorded
 
-    runs = recorded(root)
+    from .lab_docs import FIXES
+
+    every = recorded(root)
+    runs = every[every["block"].isin(FIXES)] if len(every) else every  # the plan's runs: the fixes'
+    others = every[~every["block"].isin(FIXES)] if len(every) else every  # the default cell's (docs/decide/plan.md)
     fixes = sorted(set(runs["block"])) if len(runs) else []
     lines = ["| plan step | runs recorded | run-hours (each run's own wall time) | a run | processor |",
              "| --- | --- | ---: | --- | --- |"]
@@ -448,7 +452,11 @@ def lab_cost(data: Path, root: Path) -> str:
         lines.append(f"| {step}: {what} | {len(done)} | {hours.sum():.1f} | {span} | {cpus} |")
     total = runs["wall_time_s"].astype(float).sum() / 3600 if len(runs) else 0.0
     lines += ["", f"All recorded runs: {len(runs)}, {total:.1f} run-hours of their own wall time, over the fixes "
-              f"{', '.join(fixes) if fixes else '(none)'}."]
+              f"{', '.join(fixes) if fixes else '(none)'}"
+              + (f"; besides them, {len(others)} run{'s' if len(others) != 1 else ''} of "
+                 f"{', '.join(sorted(set(others['block'])))} (the default cell's seeds beyond the gallery sweep's, "
+                 f"[the plan](../decide/plan.md)), {others['wall_time_s'].astype(float).sum() / 3600:.1f} run-hours"
+                 if len(others) else "") + "."]
     return "\n".join(lines) + "\n\n" + _note(f"{RUNS}/")
 
 

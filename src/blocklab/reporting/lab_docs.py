@@ -80,6 +80,18 @@ def _steps(values) -> str:
     return ", ".join("—" if pd.isna(v) else f"{int(v)}" for v in values)
 
 
+def _from(runs: pd.DataFrame) -> str:
+    """Where a group's runs come from: the gallery sweep, the lab's records, or both with the seeds of each."""
+    said = []
+    for source, label in (("gallery", "the gallery sweep"), ("lab", "lab, recorded")):
+        mine = runs[runs["source"] == source]
+        if len(mine) == len(runs):
+            return label
+        if len(mine):
+            said.append(f"{label} (seed{'s' if len(mine) > 1 else ''} {', '.join(str(int(s)) for s in mine['seed'])})")
+    return "; ".join(said)
+
+
 def runs_block(data: Path, root: Path) -> str:
     """docs/lab.md: per variant and warm-up, the outcome, step learned and final loss of every recorded seed."""
     table = runs_table(data, root)
@@ -93,7 +105,7 @@ def runs_block(data: Path, root: Path) -> str:
         lines.append(f"| {block} | {warmup} | {n} ({seeds}) | {k} of {n} ({_interval(k, n)}) | "
                      f"{', '.join(g['outcome'])} | {_steps(g['step_learned'])} | "
                      f"{', '.join('—' if not math.isfinite(v) else f'{v:.3g}' for v in g['final_loss'])} | "
-                     f"{'lab, recorded' if g['source'].iloc[0] == 'lab' else 'the gallery sweep'} |")
+                     f"{_from(g)} |")
     missing = [f for f in FIXES if f not in set(table.loc[table["source"] == "lab", "block"])]
     lines += ["", "Outcomes by the lab's definition (above); the gallery's pre- and post-norm runs are the default run's "
               "sweep at the same setup, their outcomes computed by the same definition."
@@ -230,8 +242,12 @@ def gallery_curves(data: Path, root: Path) -> pd.DataFrame:
     runs at the warm-ups the lab recorded (source reference), those only when the lab's runs are of their setup."""
     lab = records.recorded(root)
     curves = records.losses(lab["run"], root).assign(source="lab")
+    # the lab's recorded pre- and post-norm runs (the default cell's extra seeds) are reference runs beside the gallery's
+    curves.loc[~curves["block"].isin(FIXES), "source"] = "reference"
+    warmups = set(lab.loc[lab["block"].isin(FIXES), "warmup"]) or {0}
+    curves = curves[(curves["source"] == "lab") | curves["warmup"].isin(warmups)]
     table = runs_table(data, root)
-    ref_runs = table.loc[(table["source"] == "gallery") & table["warmup"].isin(set(lab["warmup"]) or {0}), "run"]
+    ref_runs = table.loc[(table["source"] == "gallery") & table["warmup"].isin(warmups), "run"]
     sweep = read_table(data / "sweep" / "losses.csv")
     ref = sweep[sweep["run"].isin(set(ref_runs))].rename(columns={"norm": "block"})
     ref = ref[["step", "loss", "run", "block", "warmup", "seed"]].assign(source="reference")
