@@ -50,7 +50,8 @@ def test_the_readmes_run_times_are_generated_from_recorded_measurements_naming_t
     assert "run-times" in docs.blocks(readme)
     times = pd.read_csv(ROOT / docs.PIPELINE_TIMES, keep_default_na=False)
     measured = times[times["basis"] == "measured"]
-    assert set(times["what"]) == {"make run", "make smoke"} and set(times["cores"]) <= {"shared", "idle"}
+    assert set(times["what"]) == {"make run", "make smoke", "blocklab report recorded"}
+    assert set(times["cores"]) <= {"shared", "idle"}
     assert (measured["machine"].str.len() > 0).all() and (measured["date"].str.len() == 10).all()
     block = docs.run_times(DATA, ROOT)
     for row in measured.sort_values("date").groupby(["what", "cores"]).tail(1).itertuples():
@@ -62,6 +63,13 @@ def test_the_readmes_run_times_are_generated_from_recorded_measurements_naming_t
         date="2099-01-01", wall_s=61, machine="a machine of the future")])
     newer.to_csv(tmp_path / docs.PIPELINE_TIMES, index=False)
     assert "1 min 1 s on 2 shared cores (a machine of the future, 2099-01-01" in docs.run_times(DATA, tmp_path)
+    # `blocklab report recorded` says its cost before it starts from the same rows, every one named
+    from blocklab.reporting.report import recorded_cost
+
+    said = recorded_cost(ROOT)
+    for row in times[times["what"] == "blocklab report recorded"].itertuples():
+        assert f"({row.machine}, {row.load}, {row.date})" in said, row
+    assert recorded_cost(tmp_path / "nowhere") == "not measured yet"
 
 
 def test_a_changed_table_changes_its_blocks_and_check_fails(tmp_path):

@@ -569,7 +569,7 @@ def suite_timing(data: Path, root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _note(source)
 
 
-PIPELINE_TIMES = "performance/measured/pipeline_times.csv"
+from .report import PIPELINE_TIMES  # noqa: E402  (named once, where `blocklab report recorded` reads its cost)
 
 
 def _duration(seconds: float, about: bool) -> str:
@@ -584,7 +584,7 @@ def run_times(data: Path, root: Path) -> str:
     latest on shared cores and the latest on idle ones, each with its machine and date (a projection says so)."""
     runs = pd.read_csv(root / PIPELINE_TIMES, keep_default_na=False).sort_values("date", kind="stable")
     sentences = []
-    for what in ("make run", "make smoke"):
+    for what in ("make run", "make smoke", "blocklab report recorded"):
         said = []
         for cores in ("shared", "idle"):
             picked = runs[(runs["what"] == what) & (runs["cores"] == cores)]

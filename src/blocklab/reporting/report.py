@@ -568,7 +568,28 @@ def run_notebook(params_path: str, notebook: str, out_notebook: str, out_html: s
 
 PROJECT = Path(__file__).resolve().parents[3]
 RECORDED_OUT = "reports-recorded"  # ignored by git; outside reports/, which the pipeline writes and DVC tracks
-RECORDED_COST = "1 min 16 s to 1 min 33 s on 2 shared cores at load 5 to 7"  # measured 2026-12-07 (Intel Xeon), English
+PIPELINE_TIMES = "performance/measured/pipeline_times.csv"  # the project's recorded timings of its commands
+
+
+def recorded_cost(project: Path = PROJECT) -> str:
+    """What ``render_recorded`` has cost where it was measured (PIPELINE_TIMES, rows ``blocklab report recorded``):
+    the range of the recorded wall times, with their machines and loads; said before it starts."""
+    import pandas as pd
+
+    path = Path(project) / PIPELINE_TIMES
+    rows = pd.read_csv(path, keep_default_na=False) if path.is_file() else pd.DataFrame(columns=["what"])
+    rows = rows[rows["what"] == "blocklab report recorded"]
+    if rows.empty:
+        return "not measured yet"
+
+    def said(seconds: float) -> str:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+    walls = rows["wall_s"].astype(float)
+    where = "; ".join(f"{said(float(r.wall_s))} on {r.n_cores} {r.cores} cores ({r.machine}, {r.load}, {r.date})"
+                      for r in rows.itertuples(index=False))
+    return f"{said(walls.min())} to {said(walls.max())} measured: {where}" if len(rows) > 1 else f"measured: {where}"
 
 
 def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: Path = PROJECT) -> Path:
@@ -579,8 +600,8 @@ def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: P
 
     folder = Path(out) / lang
     print(f"blocklab report recorded: the full default run's report and figures, drawn from its recorded tables "
-          f"({GALLERY}/, no training) in {'English' if lang == 'en' else 'Korean'}, into {folder}/: about 1 to 2 "
-          f"minutes ({RECORDED_COST})", file=sys.stderr, flush=True)
+          f"({GALLERY}/, no training) in {'English' if lang == 'en' else 'Korean'}, into {folder}/: "
+          f"{recorded_cost(project)}", file=sys.stderr, flush=True)
     from contextlib import chdir
 
     folder = folder.resolve()
