@@ -62,3 +62,25 @@ def test_the_english_report_from_the_recorded_run_has_no_korean(tmp_path):
     assert korean_left(text) == []
     korean = Report(ROOT / GALLERY / "params.yaml", ROOT / GALLERY, tmp_path / "figs", "ko", draw=False)
     assert "문제 11 (다)" in korean.claims_table() and "국어" in korean.section("p9")  # the Korean page as it was
+
+
+def test_the_recorded_report_draws_the_studies_figures_their_own_rules_draw_in_the_pipeline(tmp_path):
+    """`blocklab report recorded` runs the notebook, which shows the studies' figures without drawing them (their own
+    rules draw them in the pipeline): it draws each one whose tables the gallery records, and names the table a figure
+    lacks (the gallery records no sensitivity/losses.csv). Before, the English report had 5 of its 15 figures
+    missing."""
+    import json
+
+    from blocklab.params_file import load_params
+    from blocklab.reporting.report import draw_study_figures
+    from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS
+    from blocklab.studies.sensitivity.plan import FIGURES as SENSITIVITY
+
+    params = load_params(ROOT / GALLERY / "params.yaml")
+    drawn, lacking = draw_study_figures(params, ROOT / GALLERY, tmp_path, "en")
+    assert set(drawn) | set(lacking) == set(DYNAMICS) | set(SENSITIVITY)
+    assert lacking == {"sensitivity_loss_curves": ["data/sensitivity/losses.csv"]}
+    for name in drawn:
+        sidecar = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000 and sidecar["sources"], name
+    assert not (tmp_path / "sensitivity_loss_curves.png").exists()

@@ -592,6 +592,33 @@ def recorded_cost(project: Path = PROJECT) -> str:
     return f"{said(walls.min())} to {said(walls.max())} measured: {where}" if len(rows) > 1 else f"measured: {where}"
 
 
+# The studies whose figures their own rules draw (the notebook shows them, ``Report.figure(draw=False)``)
+STUDIES_DRAWN_APART = ("sensitivity", "dynamics")
+
+
+def draw_study_figures(params: dict, data: Path, figs: Path, lang: str) -> tuple[list[str], dict[str, list[str]]]:
+    """What the studies' figure rules would draw in the pipeline, drawn here from the tables under ``data`` (each study
+    in the report by its ``in_report``; its functions, ``studies.<study>.figures.save_figures``): every figure whose
+    tables ``data`` holds. Returns (the figures drawn, {a figure not drawn: the tables it lacks})."""
+    import importlib
+
+    drawn, lacking = [], {}
+    for study in STUDIES_DRAWN_APART:
+        if not params.get(study, {}).get("in_report"):
+            continue
+        plan = importlib.import_module(f"blocklab.studies.{study}.plan")
+        names = []
+        for name, tables in plan.FIGURES.items():
+            absent = [t for t in tables if not (Path(data) / Path(t).relative_to("data")).exists()]
+            if absent:
+                lacking[name] = absent
+            else:
+                names.append(name)
+        importlib.import_module(f"blocklab.studies.{study}.figures").save_figures(params, data, figs, lang, names=names)
+        drawn += names
+    return drawn, lacking
+
+
 def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: Path = PROJECT) -> Path:
     """The analysis notebook run on the recorded full default run's tables (records/gallery, in git: a fresh clone has
     them) in ``lang``: the report and every figure into ``out/lang``, with no training and no pipeline; says its cost
@@ -606,6 +633,12 @@ def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: P
 
     folder = folder.resolve()
     with chdir(project):  # the recorded params name their snapshots relative to the project (records/...)
+        from ..params_file import load_params
+
+        _, lacking = draw_study_figures(load_params(f"{GALLERY}/params.yaml"), Path(GALLERY), folder / "figs", lang)
+        for name, tables in lacking.items():
+            print(f"blocklab report recorded: figure {name} is not drawn: its table {', '.join(tables)} is not among the "
+                  f"recorded tables ({GALLERY}/)", file=sys.stderr, flush=True)
         run_notebook(f"{GALLERY}/params.yaml", "notebooks/analysis.ipynb", str(folder / "analysis.ipynb"),
                      str(folder / "analysis.html"), str(folder / "figs"), GALLERY, lang)
     print(f"report:  {folder / 'analysis.html'}\nfigures: {folder / 'figs'}/")

@@ -193,23 +193,28 @@ def _outcome(outcome: str, lang: str) -> str:
 # ---- all figures of the study, with sidecars -------------------------------------------------------------------------
 
 
-def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
+def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None,
+                 names=None) -> list:
+    """The study's figures (``names``: those of ``plan.FIGURES`` named, default all) drawn from its tables under
+    ``data`` into ``figs``, each with its sidecar; a table is read only by the figures drawn from it."""
     lang = lang or params["figures"]["lang"]
     data = Path(data)
     where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731
-    diagnostics = pd.read_parquet(where(TABLES["diagnostics"]))
-    losses, summary = read_table(where(TABLES["losses"])), read_table(where(TABLES["summary"]))
+    diagnostics = lambda: pd.read_parquet(where(TABLES["diagnostics"]))  # noqa: E731
+    losses, summary = (lambda: read_table(where(TABLES["losses"]))), (lambda: read_table(where(TABLES["summary"])))
     dyn = params["dynamics"]
     made = {
-        "dynamics_gradnorm": lambda: gradnorm_through_training_figure(diagnostics, summary, lang=lang,
+        "dynamics_gradnorm": lambda: gradnorm_through_training_figure(diagnostics(), summary(), lang=lang,
                                                                       steps=Sweep.from_params(params).steps,
                                                                       seed=dyn["compare_seeds"][0]),
-        "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics, losses, summary,
-                                                             anatomy_setting(summary, dyn["collapse"]["settings"]),
+        "dynamics_collapse": lambda: collapse_anatomy_figure(diagnostics(), losses(), summary(),
+                                                             anatomy_setting(summary(), dyn["collapse"]["settings"]),
                                                              lang=lang, warmup=dyn["collapse"]["warmup"]),
     }
     out = []
     for name, build in made.items():
+        if names is not None and name not in names:
+            continue
         style.setup(lang)
         out.append(style.save(build(), Path(figs) / f"{name}.png", dpi=params["figures"]["dpi"],
                               sources=[str(where(s)) for s in FIGURES[name]],

@@ -158,7 +158,10 @@ def at_batch(gradnorm: pd.DataFrame, params: dict) -> pd.DataFrame:
     return gradnorm[gradnorm["batch_size"] == CopyTask.from_params(params).batch_size]
 
 
-def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None) -> list:
+def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "figs", lang: str | None = None,
+                 names=None) -> list:
+    """The study's figures (``names``: those of ``plan.FIGURES`` named, default all) drawn from its tables under
+    ``data`` into ``figs``, each with its sidecar; a table is read only by the figures drawn from it."""
     lang = lang or params["figures"]["lang"]
     data = Path(data)
     where = lambda rel: data / Path(rel).relative_to("data")  # noqa: E731  (the tables' paths under another data dir)
@@ -175,6 +178,8 @@ def save_figures(params: dict, data: str | Path = "data", figs: str | Path = "fi
     }
     out = []
     for name, build in made.items():
+        if names is not None and name not in names:
+            continue
         style.setup(lang)
         out.append(style.save(build(), Path(figs) / f"{name}.png", dpi=params["figures"]["dpi"],
                               sources=[str(where(s)) for s in FIGURES[name]],
