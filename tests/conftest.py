@@ -13,6 +13,21 @@ def _restore_torch_threads():
         torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_of_the_session(tmp_path_factory):
+    """What `blocklab lab` keeps between labs on a machine (its start-up calibration, ``lab.launch.CALIBRATION``) goes
+    to a folder of the session, not the user's cache: no test reads what an earlier run of the suite left."""
+    import os
+
+    before = os.environ.get("BLOCKLAB_CACHE")
+    os.environ["BLOCKLAB_CACHE"] = str(tmp_path_factory.mktemp("blocklab-cache"))
+    yield
+    if before is None:
+        os.environ.pop("BLOCKLAB_CACHE", None)
+    else:
+        os.environ["BLOCKLAB_CACHE"] = before
+
+
 # The tiny DAG, once per session, shared by test_pipeline.py and test_report.py (tests/tiny_dag.py).
 from tiny_dag import snake_project  # noqa: E402,F401
 

@@ -232,6 +232,11 @@ def test_an_edited_block_retrains_from_step_0_after_a_finished_lab(tmp_path):
     again = _lab(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "every run retrains from step 0" in again.stderr and "every run is finished" not in again.stderr
+    # the first lab, trained from its start, left this machine's start-up calibration; the second one's cost uses it
+    import os
+
+    assert (Path(os.environ["BLOCKLAB_CACHE"]) / "lab_job_start.json").is_file()
+    assert "this machine's last finished lab's start-up read back from its real time" in again.stderr, again.stderr
     meta = json.loads((run / "meta.json").read_text())
     assert meta["resumed_from_step"] == 0 and meta["lab"]["block"]["digest"] != digest
     after = pd.read_csv(run / "loss.csv")

@@ -575,3 +575,35 @@ def test_a_recorded_study_jobs_ctrl_c_names_the_command_that_resumes_it_and_that
     meta = json.loads((out / "meta.json").read_text())
     assert meta["resumed_from_step"] == 3 and meta["status"] == "finished"
     assert re.search(r"step 12/12 loss [0-9.]+ lr .* s/step ETA", again.stderr), again.stderr[-2000:]  # its progress
+
+
+def test_a_finished_labs_real_start_up_calibrates_the_next_labs_estimate(tmp_path, monkeypatch):
+    """The fresh Pythons miss part of a real job's start-up, and the report job draws (on 2 idle cores a tiny lab
+    took 9.7 s where they gave 7.0 s, its last 4.7 s after its runs where the ETA said 2.0 s): a finished lab keeps,
+    per machine, the ratios to their measurement of the start-up read back from its real time and of its report's
+    tail, and the next lab's cost line and ETA scale its own measurement by them and say so; none kept, a damaged
+    file or an impossible ratio: the measurement alone."""
+    monkeypatch.setenv("BLOCKLAB_CACHE", str(tmp_path))
+    assert launch.calibrated(2.0) == (2.0, None, None)
+    launch.record_calibration(2.0, 3.0, 5.0)
+    seconds, basis, report = launch.calibrated(1.5)
+    assert seconds == pytest.approx(2.25) and report == pytest.approx(3.75)
+    assert "x 1.50" in basis and "(1.5 s)" in basis
+    said, total = launch.estimate(_spec(), tmp_path / "lab", 0.25, seconds, 1, 3, job_basis=basis, report_s=report)
+    assert "x 1.50: this machine's last finished lab" in said and "≈ 4 s for the report" in said, said
+    # two runs of 100 steps and the gradient at init, one at a time, each with its start-up; Snakemake's; the report's
+    assert total == pytest.approx(200 * 0.25 + 3 * seconds + launch.SNAKEMAKE_START * seconds + report)
+    # after the runs, the ETA is the report's tail less what the report job has run
+    done = tmp_path / "lab" / "runs"
+    for seed in (0, 1):
+        (done / f"w0-s{seed}").mkdir(parents=True)
+        (done / f"w0-s{seed}" / "meta.json").write_text("{}")
+    (tmp_path / "lab" / "gradnorm.csv").write_text("")
+    assert "≈ 0:00:03" in launch.lab_line(_spec(), tmp_path / "lab", 0.25, seconds, 1, {}, ages={"report": 0.5},
+                                          report_s=report)
+    assert launch.job_s_from(launch.workflow_seconds([100], 0.25, 2.0, 1, report_s=6.0), [100], 0.25, 1,
+                             report_s=6.0) == pytest.approx(2.0, abs=1e-6)
+    (tmp_path / launch.CALIBRATION).write_text("{not json", encoding="utf-8")
+    assert launch.calibrated(1.5) == (1.5, None, None)
+    launch.record_calibration(2.0, 200.0)  # a ratio of 100: no workflow gives it
+    assert launch.calibrated(1.5) == (1.5, None, None)

@@ -173,23 +173,25 @@ def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch) -
     # what a job spends before its first step (Python, torch, blocklab): fresh Pythons started side by side as the jobs
     # are, alone on this command's side (not beside its own checks); under --lr-sweep once, for every rate
     sweep = getattr(args, "sweep_state", None)
-    start_s = (sweep or {}).get("job_s")
+    start_s, basis, measured_s = (sweep or {}).get("job_s"), (sweep or {}).get("job_basis"), None
+    report_s = (sweep or {}).get("report_s")
     if start_s is None:
-        start_s = launch.JobStart(launch._lanes(min(args.cores, os.cpu_count() or 1), len(spec.runs()) + 1)).seconds()
+        measured_s = launch.JobStart(launch._lanes(min(args.cores, os.cpu_count() or 1), len(spec.runs()) + 1)).seconds()
+        start_s, basis, report_s = launch.calibrated(measured_s)  # scaled by this machine's last finished lab, if any
         if sweep is not None:
-            sweep["job_s"] = start_s
+            sweep["job_s"], sweep["job_basis"], sweep["report_s"] = start_s, basis, report_s
     timed = 3
     per_step = time_steps(spec, timed)
     load = launch.load_now()
     said, seconds = launch.estimate(spec, out, per_step, start_s, args.cores, timed, load,
-                                    **({"job_basis": sweep["job_basis"]} if sweep and sweep.get("job_basis") else {}))
+                                    **({"job_basis": basis} if basis else {}), report_s=report_s)
     print(said, file=sys.stderr, flush=True)
     if sweep is not None:
         from .lrsweep import sweep_estimate
 
         # what the next rate reads its start-up from: this one's workflow, once it has ended (lrsweep.sweep_main)
         sweep["workflow"] = {"run_steps": [n for n in launch.steps_left(spec, out).values() if n],
-                             "per_step": per_step, "cores": args.cores, "load": load}
+                             "per_step": per_step, "cores": args.cores, "load": load, "report_s": report_s}
         print(sweep_estimate(sweep, seconds, start_s), file=sys.stderr, flush=True)
     snakemake = Path(sys.executable).with_name("snakemake")
     command = [str(snakemake) if snakemake.exists() else "snakemake", "--snakefile", str(SNAKEFILE), "--directory",
@@ -208,13 +210,26 @@ def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch) -
         finished = sum(launch.finished_run(spec, out / "runs" / spec.run_name(w, s)) for w, s in spec.runs())
         if finished != seen["finished"] or time.monotonic() - seen["at"] >= launch.LAB_LINE_EVERY_S:
             seen.update(at=time.monotonic(), finished=finished)
-            print(launch.lab_line(spec, out, per_step, start_s, args.cores, planned), file=sys.stderr, flush=True)
+            print(launch.lab_line(spec, out, per_step, start_s, args.cores, planned, report_s=report_s),
+                  file=sys.stderr, flush=True)
 
+    # a lab trained from its start (no run resumed, no gradient at init yet) reads its start-up back when it ends
+    fresh = all(n == spec.setup.steps for n in planned.values()) and not (out / "gradnorm.csv").is_file()
+    began = time.monotonic()
     try:
         code, signals = launch.run_workflow(command, workdir, env, tick if not args.dry_run else lambda: None)
     finally:
         if scratch:
             scratch.cleanup()
+    trained = [n for n in planned.values() if n]
+    if not code and not signals and not args.dry_run and trained and measured_s and fresh:
+        # what a job's start-up really was here, read back from this workflow's real time, and the report's tail
+        # (from the last run's meta.json, written last, to now): the next lab's estimate
+        ends = [(out / "runs" / spec.run_name(w, s) / "meta.json") for w, s in spec.runs()]
+        tail = (time.time() - max(p.stat().st_mtime for p in ends)) if all(p.is_file() for p in ends) else None
+        real_job_s = launch.job_s_from(time.monotonic() - began, trained, per_step, args.cores, load, report_s=tail)
+        if real_job_s > 0:
+            launch.record_calibration(measured_s, real_job_s, tail)
     if signals:
         print(launch.kept_line(spec, out), file=sys.stderr, flush=True)
         return 130

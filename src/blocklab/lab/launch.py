@@ -96,6 +96,79 @@ class JobStart:
         return self.found
 
 
+# The fresh Pythons of ``JobStart`` miss what a real job adds to its start-up (the shell and console script that start
+# it, reading its spec and building its block, writing its files, Snakemake's own dispatch of each job, the report's
+# drawing): on 2 idle cores a tiny lab took 9.7 s where they gave 7.0 s (2026-12-07, Intel Xeon). A finished lab reads
+# the start-up its workflow really had back from its real time (``job_s_from``) and keeps its ratio to the fresh
+# Pythons' measurement here, per machine; the next lab's estimate scales its own measurement by it.
+CALIBRATION = "lab_job_start.json"
+
+
+def _calibration_file() -> Path:
+    root = os.environ.get("BLOCKLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME")
+                                                           or os.path.expanduser("~/.cache"), "blocklab")
+    return Path(root) / CALIBRATION
+
+
+def machine_key() -> str:
+    import platform
+
+    from ..provenance import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} cores, {platform.node()}"
+
+
+def calibrated(measured_s: float) -> tuple[float, str | None, float | None]:
+    """The start-up a job will take here: ``measured_s`` (the fresh Pythons) times this machine's ratio from its last
+    finished lab, the words saying so, and the report's tail there (its last run's end to its end: the report job
+    draws, it takes longer than a start-up) in the same ratio to the measurement; (``measured_s``, None, None) where
+    no lab has finished here yet."""
+    import json
+
+    try:
+        entry = json.loads(_calibration_file().read_text(encoding="utf-8"))[machine_key()]
+        ratio = float(entry["ratio"])
+        tail = entry.get("report_ratio")
+        tail = None if tail is None else float(tail)
+    except (OSError, ValueError, KeyError, TypeError):
+        return measured_s, None, None
+    if not (0.5 <= ratio <= 20) or (tail is not None and not 0.5 <= tail <= 40):  # no workflow gives these
+        return measured_s, None, None
+    return measured_s * ratio, (f"fresh Pythons doing what a job does before its first step, timed here now "
+                                f"({measured_s:.1f} s), x {ratio:.2f}: this machine's last finished lab's start-up "
+                                f"read back from its real time ({entry.get('date', '?')})"), \
+        (None if tail is None else measured_s * tail)
+
+
+def record_calibration(measured_s: float, real_job_s: float, report_s: float | None = None) -> None:
+    """Keep this machine's ratio of a finished lab's real start-up (and of its report's tail, ``report_s``) to the
+    fresh Pythons' measurement; a file that cannot be written is left as it is (the next estimate then measures
+    alone)."""
+    import datetime
+    import json
+
+    if measured_s <= 0 or real_job_s <= 0:
+        return
+    path = _calibration_file()
+    try:
+        table = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        if not isinstance(table, dict):
+            table = {}
+    except (OSError, ValueError):
+        table = {}
+    table[machine_key()] = {"ratio": round(real_job_s / measured_s, 3), "measured_s": round(measured_s, 3),
+                            "real_job_s": round(real_job_s, 3), "date": datetime.date.today().isoformat(),
+                            **({"report_ratio": round(report_s / measured_s, 3), "report_s": round(report_s, 3)}
+                               if report_s else {})}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def makespan(jobs: list[float], lanes: int) -> float:
     """Seconds until the last of ``jobs`` (each one's seconds) ends on ``lanes`` lanes, each job going to the lane that
     frees first, longest first (as Snakemake starts whatever job is ready when a core frees)."""
@@ -120,15 +193,17 @@ SNAKEMAKE_START = 0.4
 
 
 def workflow_seconds(run_steps: list[int], per_step: float, job_s: float, cores: int, load: float = 0.0,
-                     gradnorm: bool = True, started: bool = False) -> float:
+                     gradnorm: bool = True, started: bool = False, report_s: float | None = None) -> float:
     """Seconds the lab's workflow takes from here: Snakemake's start (unless ``started``: ``SNAKEMAKE_START`` of a job's
     start-up), the runs (a job's start-up
     ``job_s`` and their steps at ``per_step``, slowed as ``side_by_side`` says when they share the machine) and the
-    gradient at init (a job's start-up) on the lanes, then the report (a job's start-up: it imports and draws)."""
+    gradient at init (a job's start-up) on the lanes, then the report (a job's start-up: it imports and draws; or
+    ``report_s``, the report's tail as a finished lab measured it here)."""
     lanes = _lanes(cores, len(run_steps) + gradnorm)
     slow = side_by_side(cores, lanes, load)
     jobs = [job_s + n * per_step * slow for n in run_steps] + ([job_s] if gradnorm else [])
-    return (0.0 if started else SNAKEMAKE_START * job_s) + makespan(jobs, lanes) + job_s
+    return (0.0 if started else SNAKEMAKE_START * job_s) + makespan(jobs, lanes) + (job_s if report_s is None
+                                                                                     else report_s)
 
 
 def load_now() -> float:
@@ -181,22 +256,24 @@ def _lanes(cores: int, runs: int) -> int:
     return max(1, min(cores, runs))
 
 
-def job_s_from(real_s: float, run_steps: list[int], per_step: float, cores: int, load: float = 0.0) -> float:
+def job_s_from(real_s: float, run_steps: list[int], per_step: float, cores: int, load: float = 0.0,
+               report_s: float | None = None) -> float:
     """The job start-up with which ``workflow_seconds`` gives ``real_s``, the time a workflow took (its runs'
     steps, per step and lanes as estimated): how long a job took to start there, read back from a finished workflow
     (0 where its steps alone took longer)."""
     low, high = 0.0, max(real_s, 1e-9)
-    if workflow_seconds(run_steps, per_step, 0.0, cores, load) >= real_s:
+    if workflow_seconds(run_steps, per_step, 0.0, cores, load, report_s=report_s) >= real_s:
         return 0.0
     for _ in range(60):  # workflow_seconds grows with the start-up: bisection
         mid = (low + high) / 2
-        low, high = (mid, high) if workflow_seconds(run_steps, per_step, mid, cores, load) < real_s else (low, mid)
+        low, high = ((mid, high) if workflow_seconds(run_steps, per_step, mid, cores, load, report_s=report_s) < real_s
+                     else (low, mid))
     return (low + high) / 2
 
 
 def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: int,
              load: float = 0.0, job_basis: str = "fresh Pythons doing what a job does before its first step, started "
-             "together as the jobs are, timed here now") -> tuple[str, float]:
+             "together as the jobs are, timed here now", report_s: float | None = None) -> tuple[str, float]:
     """The line said before anything trains: what the lab will cost here, and what that is made of; and its seconds."""
     left = steps_left(spec, out)
     todo = [run for run, n in left.items() if n]
@@ -205,14 +282,16 @@ def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: 
     resumed = [f"{run} from step {spec.setup.steps - left[run]}" for run in todo if left[run] < spec.setup.steps]
     steps = sum(left.values())
     lanes = _lanes(cores, len(todo) + 1)
-    total = workflow_seconds([left[run] for run in todo], per_step, job_s, cores, load)
+    total = workflow_seconds([left[run] for run in todo], per_step, job_s, cores, load, report_s=report_s)
     slow = side_by_side(cores, lanes, load)
     return (f"blocklab lab: cost ≈ {clock(total)} on this machine: {len(todo)} run(s) to train"
             f"{' (resuming ' + ', '.join(resumed) + ')' if resumed else ''}, {steps:,} steps at {per_step:.3g} s/step "
             f"(timed here on {timed} steps of the built stack, one thread as each job trains"
             f"{f'; x {slow:.2g} for {lanes} side by side at load {load:.1f}' if slow > 1.005 else ''}), {lanes} "
             f"job(s) at a time (--cores {cores}), plus ≈ {job_s:.0f} s start-up a job ({job_basis}) for each run, the "
-            "gradient at init, the report and Snakemake, at the machine's present load"), total
+            + ("gradient at init and Snakemake, and ≈ " + f"{report_s:.0f} s for the report (as a finished lab's took "
+               "here, in proportion)" if report_s is not None else "gradient at init, the report and Snakemake")
+            + ", at the machine's present load"), total
 
 
 def job_ages() -> dict[str, float]:
@@ -242,7 +321,7 @@ def job_ages() -> dict[str, float]:
 
 
 def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, planned: dict[str, int],
-             ages: dict[str, float] | None = None) -> str:
+             ages: dict[str, float] | None = None, report_s: float | None = None) -> str:
     """The whole lab's progress: runs finished, each running run's step and s/step (its last line in train.log: its
     recent steps), and the ETA of the whole lab from the measured steps (the timed steps until a run has measured its
     own): the runs left and the gradient at init on the lanes, then the report, each job's start-up less the time it
@@ -270,7 +349,9 @@ def lab_line(spec, out: Path, per_step: float, start_s: float, cores: int, plann
     rate = sum(measured) / len(measured) if measured else per_step
     gradnorm = not (Path(out) / "gradnorm.csv").is_file()
     every = jobs + [left_of(name) + n * rate for name, n in waiting] + ([left_of("gradnorm")] if gradnorm else [])
-    eta = makespan(every, _lanes(cores, len(every))) + start_s if every else left_of("report")
+    report = start_s if report_s is None else report_s  # the report job: a start-up, or its tail measured here
+    eta = (makespan(every, _lanes(cores, len(every))) + report if every
+           else max(0.0, report - ages.get("report", 0.0)))
     return (f"blocklab lab: {finished} of {runs} runs finished" + (f"; {', '.join(running)}" if running else "")
             + f"; ETA of the whole lab ≈ {clock(eta)} (from {'the runs' if measured else 'the timed'} steps)")
 
