@@ -820,3 +820,33 @@ def test_apertus_xielu_is_an_unknown_activation_not_none():
     # nonlinearity between the projections, none of those the reviewer knows; not a linear FFN
     s = hf_review("apertus").facts["structure"]
     assert (s["ffn"], s["evidence"]["ffn"]["activation"]) == ("unknown", "unknown")
+
+
+def test_a_chunked_scan_runs_in_the_probes_chunks_during_a_review_and_gives_the_same_numbers():
+    """Qwen3-Next's gated delta rule scans in chunks of 64 positions by default, padding the probes' few tokens to 64
+    on every call (its review took 18.6 s on 2 idle cores, most of it there). During a review the modeling module's
+    chunked functions get the reviewer's CHUNK: the same scan regrouped, and the module's own function again after.
+    The scan casts to float32 whatever it is given (transformers' own code), so regrouping reorders float32 sums over
+    20 positions: a few units of 1.2e-7 relative (measured 1.9e-6 on outputs up to 3.8); 1e-5 allows that and fails a
+    scan that is wrong (the values changed by 0.1 % move the outputs by 3.8e-3)."""
+    import torch
+    import transformers.models.qwen3_next.modeling_qwen3_next as m
+
+    from blocklab.review import hf
+
+    original = m.torch_chunk_gated_delta_rule
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 20, 2, 4, generator=g, dtype=torch.float64) for _ in range(3))  # 3 chunks of 8
+    gate = -torch.rand(1, 20, 2, generator=g, dtype=torch.float64)
+    beta = torch.rand(1, 20, 2, generator=g, dtype=torch.float64)
+    want, _ = original(q, k, v, g=gate, beta=beta, chunk_size=64)
+
+    class Model(torch.nn.Module):
+        pass
+
+    Model.__module__ = m.__name__
+    with hf.short_chunks(Model()) as swapped:
+        assert swapped == ["torch_chunk_gated_delta_rule"] and m.torch_chunk_gated_delta_rule is not original
+        got, _ = m.torch_chunk_gated_delta_rule(q, k, v, g=gate, beta=beta)
+    assert m.torch_chunk_gated_delta_rule is original
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), (got - want).abs().max()

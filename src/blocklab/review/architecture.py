@@ -601,10 +601,13 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
     """
     if max_memory_gb is not None and not max_memory_gb > 0:
         raise ConfigError(f"--max-memory-gb must be > 0, got {max_memory_gb}")
-    with one_thread(), memory_cap(int(max_memory_gb * 2**30) if max_memory_gb else None) as cap:
+    import contextlib
+
+    with one_thread(), memory_cap(int(max_memory_gb * 2**30) if max_memory_gb else None) as cap, \
+            contextlib.ExitStack() as scope:
         try:
             return _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class,
-                                        stack_role, subject, cap)
+                                        stack_role, subject, cap, scope)
         except ConfigError:
             raise
         except Exception as err:  # noqa: BLE001 - transformers on a valid config: exit 4 with the reason
@@ -614,7 +617,7 @@ def review_architecture(source, attention: str = "eager", depth: int | None = No
 
 
 def _review_architecture(source, attention, depth, warmup_steps, seed, only_layer_class, stack_role,
-                         subject, cap) -> Review:
+                         subject, cap, scope=None) -> Review:
     if attention not in hf.ATTENTION_BACKENDS:
         raise ConfigError(f"--attention {attention!r} is not allowed; choose one of {list(hf.ATTENTION_BACKENDS)}")
     full_config = hf.load_config(source)
@@ -634,6 +637,8 @@ def _review_architecture(source, attention, depth, warmup_steps, seed, only_laye
     except Exception as err:  # noqa: BLE001 - whatever transformers raises for this architecture is the reason
         cannot.add("structure", "cannot", f"cannot review: the tiny build failed: {err}", None)
         return cannot
+    if scope is not None:  # a chunked scan's chunks at the probes' size for the rest of the review (exact)
+        scope.enter_context(hf.short_chunks(model))
     stack = None
     if only_layer_class is not None:
         candidates = [n for n, layers in hf.stacks(model).items() if isinstance(layers[0], only_layer_class)]
