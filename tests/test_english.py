@@ -66,21 +66,28 @@ def test_the_english_report_from_the_recorded_run_has_no_korean(tmp_path):
 
 def test_the_recorded_report_draws_the_studies_figures_their_own_rules_draw_in_the_pipeline(tmp_path):
     """`blocklab report recorded` runs the notebook, which shows the studies' figures without drawing them (their own
-    rules draw them in the pipeline): it draws each one whose tables the gallery records, and names the table a figure
-    lacks (the gallery records no sensitivity/losses.csv). Before, the English report had 5 of its 15 figures
-    missing."""
+    rules draw them in the pipeline): it draws each from the recorded tables, the sensitivity study's per-step losses
+    (not in the gallery: 8 MB) aggregated from its recorded runs by its own aggregate, whose summary and claim x
+    setting equal the gallery's byte for byte. Before, the English report had 5 of its 15 figures missing."""
     import json
 
     from blocklab.params_file import load_params
-    from blocklab.reporting.report import draw_study_figures
+    from blocklab.reporting.report import draw_study_figures, recorded_tables
     from blocklab.studies.dynamics.plan import FIGURES as DYNAMICS
+    from blocklab.studies.sensitivity.aggregate import aggregate
     from blocklab.studies.sensitivity.plan import FIGURES as SENSITIVITY
 
     params = load_params(ROOT / GALLERY / "params.yaml")
-    drawn, lacking = draw_study_figures(params, ROOT / GALLERY, tmp_path, "en")
-    assert set(drawn) | set(lacking) == set(DYNAMICS) | set(SENSITIVITY)
-    assert lacking == {"sensitivity_loss_curves": ["data/sensitivity/losses.csv"]}
+    tables = aggregate(params, ROOT)
+    assert tables["summary"].to_csv(index=False) == (ROOT / GALLERY / "sensitivity" / "summary.csv").read_text()
+    data = recorded_tables(params, ROOT, tmp_path / "data")
+    assert not (ROOT / GALLERY / "sensitivity" / "losses.csv").exists()  # written in the copy, never in the records
+    drawn, lacking = draw_study_figures(params, data, tmp_path / "figs", "en")
+    assert sorted(drawn) == sorted([*DYNAMICS, *SENSITIVITY]) and lacking == {}
     for name in drawn:
-        sidecar = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
-        assert (tmp_path / f"{name}.png").stat().st_size > 10_000 and sidecar["sources"], name
-    assert not (tmp_path / "sensitivity_loss_curves.png").exists()
+        sidecar = json.loads((tmp_path / "figs" / f"{name}.json").read_text(encoding="utf-8"))
+        assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 10_000 and sidecar["sources"], name
+    # a table no record holds is named, not drawn around
+    (data / "dynamics" / "losses.csv").unlink()
+    _, lacking = draw_study_figures(params, data, tmp_path / "again", "en")
+    assert lacking == {"dynamics_collapse": ["data/dynamics/losses.csv"]}

@@ -619,6 +619,26 @@ def draw_study_figures(params: dict, data: Path, figs: Path, lang: str) -> tuple
     return drawn, lacking
 
 
+def recorded_tables(params: dict, project: Path, into: Path) -> Path:
+    """The gallery's tables copied into ``into``, with the sensitivity study's per-step losses, which the gallery does
+    not record (8 MB), aggregated from the study's recorded runs (``sensitivity.from_snapshots``, in git) by its own
+    aggregate, as the pipeline's rule does (its summary and claim x setting from the same call equal the gallery's
+    byte for byte: tests/test_english.py)."""
+    import shutil
+
+    from ..io import write_table
+    from ..records import GALLERY
+    from ..studies.sensitivity.aggregate import aggregate
+    from ..studies.sensitivity.plan import TABLES
+
+    data = Path(into)
+    shutil.copytree(Path(project) / GALLERY, data, dirs_exist_ok=True)
+    losses = data / Path(TABLES["losses"]).relative_to("data")
+    if params.get("sensitivity", {}).get("in_report") and not losses.exists():
+        write_table(aggregate(params, project)["losses"].round({"loss": 6}), losses)
+    return data
+
+
 def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: Path = PROJECT) -> Path:
     """The analysis notebook run on the recorded full default run's tables (records/gallery, in git: a fresh clone has
     them) in ``lang``: the report and every figure into ``out/lang``, with no training and no pipeline; says its cost
@@ -633,9 +653,14 @@ def render_recorded(lang: str = "en", out: str | Path = RECORDED_OUT, project: P
 
     folder = folder.resolve()
     with chdir(project):  # the recorded params name their snapshots relative to the project (records/...)
+        import tempfile
+
         from ..params_file import load_params
 
-        _, lacking = draw_study_figures(load_params(f"{GALLERY}/params.yaml"), Path(GALLERY), folder / "figs", lang)
+        params = load_params(f"{GALLERY}/params.yaml")
+        with tempfile.TemporaryDirectory() as tmp:
+            _, lacking = draw_study_figures(params, recorded_tables(params, project, Path(tmp) / "data"),
+                                            folder / "figs", lang)
         for name, tables in lacking.items():
             print(f"blocklab report recorded: figure {name} is not drawn: its table {', '.join(tables)} is not among the "
                   f"recorded tables ({GALLERY}/)", file=sys.stderr, flush=True)
