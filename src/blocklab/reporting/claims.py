@@ -86,6 +86,7 @@ class Data:
         # whether the default cell's checks count the same cell's runs the lab recorded in git beside the sweep's
         # (``_recorded_cell``); off where cells are compared on their own seeds (the sensitivity study's)
         self.recorded_runs = recorded_runs
+        self.recorded: dict = {}  # (norm, warm-up) -> ``_recorded_cell``'s tables, read once (checksums and all)
         self.tables = tables or {}  # tables given in memory (e.g. one sensitivity cell's runs) instead of files
         self.declared: tuple[str, ...] | None = None  # while a check runs: the tables it declared (``check``)
 
@@ -199,6 +200,8 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
     from ..training.sweep import run_ident, summary_row
 
     summary = data.table("sweep/summary.csv")
+    if (norm, warmup) in data.recorded:
+        return data.recorded[(norm, warmup)]
     if not data.recorded_runs:
         return summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])
     held = set(zip(summary["norm"], summary["warmup"].astype(int), summary["seed"].astype(int)))
@@ -213,9 +216,10 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
                 continue
             rows.append({**summary_row(meta, loss), "recorded": lab_records.RUNS})
             curves.append(loss.assign(**run_ident(meta)))
-    if not rows:
-        return summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])
-    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+    found = ((pd.DataFrame(rows), pd.concat(curves, ignore_index=True)) if rows else
+             (summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])))
+    data.recorded[(norm, warmup)] = found
+    return found
 
 
 def _runs(data: Data, norm: str, warmup: int | None = None, recorded: bool = True) -> pd.DataFrame:
