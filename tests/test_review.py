@@ -784,17 +784,50 @@ def test_nystromformer_is_softmax_attention_beside_a_convolution_of_its_values()
     assert review.exit_status in (EXIT_PASS, EXIT_FLAG)
 
 
-def test_gemma3n_layers_that_reuse_earlier_keys_and_values_are_refused_with_the_reason():
-    # gemma3n_text cfg: num_kv_shared_layers 15: mod 1174 gives layers 20-34 no k_proj / v_proj, and mod 1210-1211
-    # reads the keys and values layers 18 and 19 stored; its q_proj reads the layer's input
+def test_gemma3n_layers_that_reuse_earlier_keys_and_values_are_read_with_the_shared_projections():
+    # gemma3n_text cfg: num_kv_shared_layers 15 and layer_types full every 5th layer (4, 9, ..., 34), the rest sliding:
+    # kv_sharing_modes gives layers 20-34 'reuse' and the last earlier layer of each type 'store' (18 sliding, 19
+    # full); mod 1174 gives layers 20-34 no k_proj / v_proj, mod 1210-1211 reads the stored keys and values.
+    # cfg activation_sparsity_pattern: 0.95 for layers 0-9 (mod: a gaussian top-k of the gate keeps about 5 %), 0 after
     review = hf_review("gemma3n_text")
-    shared = patterns(review)[tuple(range(20, 35))]
-    assert shared["reviewable"] is False
-    reason = shared["reason"]
-    assert "'self_attn.o_proj' reads what the model computed from its tokens outside this layer's input" in reason
-    assert "'self_attn.q_proj'" in reason and "num_kv_shared_layers 15" in reason
-    assert "if the layer has an attention" not in reason
-    assert review.exit_status == EXIT_CANNOT
+    found = patterns(review)
+    sliding = [i for i in range(20, 35) if i % 5 != 4]
+    assert found[tuple(sliding)]["kv_from"] == 18 and found[(24, 29, 34)]["kv_from"] == 19
+    for indices in (tuple(sliding), (24, 29, 34)):
+        p = found[indices]
+        assert (p["mixer"], p["attention"], p["position"], p["ffn"]) == ("attention", "GQA", "rope", "geglu")
+        assert (p["sliding_window"] is not None) == (indices != (24, 29, 34))
+    assert all("kv_from" not in p for idx, p in found.items() if idx[0] < 20)
+    shared = next(o["structure"]["evidence"]["kv_shared"] for o in review.facts["structure"]["evidence"]
+                  ["layer_patterns"] if o["indices"] == sliding)
+    assert shared["lent"] == ["k_proj", "v_proj", "k_norm", "v_norm"] and shared["config"] == {
+        "num_kv_shared_layers": 15}
+    # the reading without the lent projections, kept as evidence: its keys and values come from outside the layer
+    assert "'self_attn.o_proj' reads what the model computed from its tokens outside this layer's input" in \
+        shared["unread_reason"]
+    sparse = {idx: p for idx, p in found.items() if idx[0] < 10}
+    assert {i for idx in sparse for i in idx} == set(range(10))
+    assert all(p["ffn"] == "unknown" for p in sparse.values())
+    assert {i for idx, p in found.items() if p["ffn"] == "geglu" for i in idx} == set(range(10, 35))
+    said = [f.message for f in review.findings if f.check == "ffn kind" and f.severity == "flag"]
+    assert said and all("95% of its hidden units are exactly zero" in m for m in said)
+    assert any(f.message.startswith("layers 24, 29, 34: keys and values of layer 19") for f in review.findings)
+    assert review.exit_status == EXIT_FLAG
+
+
+def test_kv_shared_layer_is_restored_after_its_reading():
+    from blocklab.review import hf
+
+    config = hf.shrink(hf.load_config("gemma3n_text"), "eager")
+    model = hf.build_tiny(config, 0)
+    layers = next(iter(hf.stacks(model).values()))
+    assert hf.kv_source(layers, 20, config) == 18 and hf.kv_source(layers, 24, config) == 19
+    assert hf.kv_source(layers, 18, config) is None
+    before = {n for n, _ in layers[20].named_parameters()}
+    with hf.kv_computed_here(layers[20], layers[18]) as lent:
+        assert layers[20].self_attn.k_proj is layers[18].self_attn.k_proj and not layers[20].self_attn.is_kv_shared_layer
+    assert lent == ["k_proj", "v_proj", "k_norm", "v_norm"]
+    assert {n for n, _ in layers[20].named_parameters()} == before and layers[20].self_attn.is_kv_shared_layer
 
 
 def test_gemma2_soft_cap_on_the_scores_is_measured_and_not_judged():

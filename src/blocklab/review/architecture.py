@@ -337,7 +337,8 @@ def layer_entry(structure: dict, indices: list[int]) -> dict:
     if not structure.get("reviewable"):
         return {"indices": indices, **{k: None for k in LAYER_KEYS}, "reviewable": False,
                 "reason": structure.get("reason")}
-    return {"indices": indices, **{k: structure.get(k) for k in LAYER_KEYS}}
+    return {"indices": indices, **{k: structure.get(k) for k in LAYER_KEYS},
+            **({"kv_from": structure["kv_from"]} if structure.get("kv_from") is not None else {})}
 
 
 def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: int,
@@ -346,7 +347,12 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     ev = structure["evidence"]
     attn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(True)]
     ffn = ev["sublayers"][[s["mixes_tokens"] for s in ev["sublayers"]].index(False)]
-    get = lambda name: full_model.get_submodule(f"{layer_path}.{name}")  # noqa: E731
+    shared = ev.get("kv_shared") or {}
+    source_path = f"{layer_path.rpartition('.')[0]}.{shared['from_layer']}" if shared else layer_path
+
+    def get(name):  # a module lent by the layer whose keys and values this one shares is that layer's
+        lent = shared and name.rpartition(".")[2] in shared.get("lent", ())
+        return full_model.get_submodule(f"{source_path if lent else layer_path}.{name}")
     ffn_ratio, moe = _full_ffn(structure, get, d)
     if structure.get("mixer") != "attention":  # no heads to scale: the FFN's width only
         return {**structure, "ffn_ratio": ffn_ratio, "moe": moe,
@@ -462,7 +468,11 @@ def _fingerprint_of(calls, y, seq: int) -> tuple:
     scale = y[0].abs().max().clamp_min(1e-30)
     reach = tuple(t for t in range(seq) if ((y[1, t] - y[0, t]).abs().max() / scale).item() > TOL)
     aware = ((y[2, -1] - y[0, -1]).abs().max() / scale).item() > TOL
-    return shapes, reach, aware
+    # a call whose input is mostly exact zeros (an activation kept sparse by a top-k: Gemma 3n's first layers):
+    # layers alike in shape and reach can differ in it
+    sparse = tuple(bool((c.inp == 0).double().mean() > 0.8) for c in calls if torch.is_tensor(c.inp)
+                   and c.inp.is_floating_point())
+    return shapes, reach, aware, sparse
 
 
 def _fingerprints(model, layers, tiny_config, decoder_side: bool, seed: int) -> list[tuple]:
@@ -538,6 +548,9 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
             raise
         except Exception as err:  # noqa: BLE001 - one pattern that cannot be driven: said, the rest reviewed
             s = {"reviewable": False, "reason": f"driving layer {rep} with hooks failed: {type(err).__name__}: {err}"}
+        source = hf.kv_source(layers, rep, tiny_config) if not s.get("reviewable") else None
+        if source is not None:
+            s = _read_kv_shared(model, layers, rep, source, tiny_config, decoder_side, seed, absolute, s)
         if s.get("reviewable") and scale is not None:
             s = scale(s, rep)
         if s.get("reviewable"):
@@ -556,12 +569,39 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
                             for idx, s in patterns)
         return {"reviewable": False, "reason": f"no layer with attention and a feed-forward network ({reasons})",
                 "layers": [layer_entry(s, idx) for idx, s in patterns]}
-    main_indices, main = max(attention, key=lambda p: (len(p[0]), p[0][-1]))
+    # the main pattern is one read from its own layer: a layer read with another's keys and values only if all are
+    main_indices, main = max(attention, key=lambda p: ("kv_from" not in p[1], len(p[0]), p[0][-1]))
     out = dict(main)
     out["layers"] = [layer_entry(s, idx) for idx, s in patterns]
     out["evidence"] = {**main["evidence"], "representative_layer": main_indices[-1],
                        "layer_patterns": [{"indices": idx, "structure": s} for idx, s in patterns if s is not main]}
     return out
+
+
+def _read_kv_shared(model, layers, rep: int, source: int, tiny_config, decoder_side, seed, absolute,
+                    unread: dict) -> dict:
+    """A layer whose keys and values are an earlier layer's (a shared KV cache) mixes none of its own input, so its
+    attention cannot be read from it (unread: that reading). Read instead with the source layer's K/V modules lent
+    to it and applied to its own input: the heads, position, window, QK-norm and FFN are this layer's; the keys and
+    values are made by the source layer's weights, from this layer's input rather than the source layer's."""
+    try:
+        with hf.kv_computed_here(layers[rep], layers[source]) as lent:
+            driver = hf.ModelDriver(model, layers[rep], tiny_config, seed=seed, decoder_side=decoder_side)
+            s = read_layer(LayerAnalysis(driver, seed), absolute)
+    except MemoryCapExceeded:
+        raise
+    except Exception as err:  # noqa: BLE001 - the shared reading failed too: the first reason, and this one
+        return {**unread, "reason": f"{unread.get('reason')}; read with layer {source}'s keys and values computed "
+                                    f"here, driving it failed: {type(err).__name__}: {err}"}
+    if not s.get("reviewable"):
+        return unread
+    keys = {k: v for k, v in vars(tiny_config).items() if "kv_shared" in k and isinstance(v, int)
+            and not isinstance(v, bool)}
+    return {**s, "kv_from": source,
+            "evidence": {**s["evidence"], "kv_shared": {
+                "from_layer": source, "lent": lent, "config": keys, "unread_reason": unread.get("reason"),
+                "read_as": f"keys and values of layer {source} (a shared KV cache): read with layer {source}'s "
+                           f"{', '.join(lent)} applied to this layer's own input"}}}
 
 
 def _heads_of(config, decoder_side: bool) -> int | None:

@@ -2157,7 +2157,11 @@ class LayerAnalysis:
                     at, scaled = found
                     kind, activation = (PLAIN if len(outs) == 1 else GATED)[name], name
                     break
+        # no activation fits and most hidden units are exactly zero: a thresholded activation (a top-k of the gate,
+        # Gemma 3n's activation sparsity), measured and said
+        zeros = float((g.out.inp == 0).double().mean()) if at is None else 0.0
         return {"kind": kind, "activation": activation, "hidden": hidden, "matrices": len(g.ins) + 1,
+                **({"zero_fraction": round(zeros, 3)} if zeros > 0.5 else {}),
                 "writer": g.out.name, "inputs": [c.name for c in g.ins],
                 "after_activation": [c.name for c in targets if at is not None and c.index >= at.index
                                      and c is not g.out],

@@ -247,6 +247,42 @@ def model_class(config, prefer_head: bool):
     raise ConfigError(f"transformers has no model class for {type(config).__name__}")
 
 
+KV_MODULES = ("k_proj", "v_proj", "k_norm", "v_norm")
+
+
+def kv_source(layers, index: int, config) -> int | None:
+    """The layer whose keys and values layer `index` reuses (a KV cache shared across layers: Gemma 3n's last
+    num_kv_shared_layers layers read those of the last earlier layer of their type, config.kv_sharing_modes 'store');
+    None for a layer that computes its own."""
+    attn = getattr(layers[index], "self_attn", None)
+    try:
+        modes, types = getattr(config, "kv_sharing_modes", None), getattr(config, "layer_types", None)
+    except Exception:  # noqa: BLE001 - a config whose property cannot be computed shares nothing we can follow
+        return None
+    if not getattr(attn, "is_kv_shared_layer", False) or not modes or not types:
+        return None
+    stored = [i for i in range(index) if modes[i] == "store" and types[i] == types[index]]
+    return stored[-1] if stored else None
+
+
+@contextlib.contextmanager
+def kv_computed_here(consumer: nn.Module, producer: nn.Module):
+    """For the duration, a KV-sharing layer computes its keys and values itself, from its own input, with the
+    modules of the layer it shares them with (lent, not copied: the same weights); restored after. Yields the
+    names lent. The only change to what the layer computes is which input those modules read."""
+    attn, source = consumer.self_attn, producer.self_attn
+    lent = [n for n in KV_MODULES if hasattr(source, n) and not hasattr(attn, n)]
+    for n in lent:
+        setattr(attn, n, getattr(source, n))
+    attn.is_kv_shared_layer = False
+    try:
+        yield lent
+    finally:
+        attn.is_kv_shared_layer = True
+        for n in lent:
+            delattr(attn, n)
+
+
 @contextlib.contextmanager
 def short_chunks(model: nn.Module):
     """While it lasts, the functions of ``model``'s modeling module that scan the sequence in chunks of a default

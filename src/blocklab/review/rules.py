@@ -97,6 +97,17 @@ def judge_layers(review, s: dict, prefix: str = "", depth: int | None = None, wa
     described = "; ".join(f"{layer_ranges(p['indices'])}: {pattern_text(p)}" for p in patterns)
     review.add("layers", "info", f"{prefix}mixed stack, {len(patterns)} layer patterns over {total} layers "
                f"({described})", len(patterns))
+    for shared in [s["evidence"], *(o["structure"]["evidence"] for o in s["evidence"].get("layer_patterns", [])
+                                    if o["structure"].get("reviewable"))]:
+        if shared.get("kv_shared"):
+            kv = shared["kv_shared"]
+            indices = next((o["indices"] for o in s["evidence"].get("layer_patterns", [])
+                            if o["structure"]["evidence"] is shared), None) or next(
+                p["indices"] for p in patterns if p.get("kv_from") == kv["from_layer"])
+            config = "".join(f", config {k} {v}" for k, v in kv["config"].items())
+            review.add("layers", "info", f"{prefix}layers {layer_ranges(indices)}: {kv['read_as']}; in the model "
+                       f"they are computed from layer {kv['from_layer']}'s input (a KV cache shared across layers"
+                       f"{config}), so these layers' attention mixes none of their own input", kv["from_layer"])
     main = _Findings()
     judge_structure(main, s, depth=depth, warmup_steps=warmup_steps)
     said = {(f.check, f.severity, f.message) for f in main.findings}
@@ -135,6 +146,8 @@ def pattern_text(p: dict) -> str:
         parts.append({"none": "no position (NoPE)"}.get(p["position"], p["position"]))
     if p["sliding_window"]:
         parts.append(f"window {p['sliding_window']}")
+    if p.get("kv_from") is not None:
+        parts.append(f"keys and values of layer {p['kv_from']}")
     parts.append(f"{p['ffn']} {p['ffn_ratio']:.2f}x" if not p["moe"] else
                  f"MoE {p['moe']['per_token']}/{p['moe']['experts']}" + (f" + {p['moe']['shared']} shared"
                                                                        if p["moe"].get("shared") else "")
@@ -417,8 +430,10 @@ def _defaults(add, s) -> None:
         add("ffn", "warn", f"weights of 3 or more dimensions in {s['evidence']['unhooked_weights']} work without a "
             "layer to hook (routed experts?): the FFN read here is only part of the layer's feed-forward work", None)
     if ffn == "unknown":
+        zeros = s["evidence"]["ffn"].get("zero_fraction")
         add("ffn kind", "flag", "the FFN's activation is none of ReLU, ReLU², GELU (erf, tanh, quick), SiLU, gated "
-            "or not", ffn)
+            "or not" + (f"; {zeros:.0%} of its hidden units are exactly zero at init (measured): a thresholded "
+                        "activation, such as a top-k of the gate, that keeps the rest" if zeros else ""), ffn)
     elif ffn == "linear":
         add("ffn kind", "flag", f"the FFN is linear: no activation between its projections (the writer reads the "
             f"in-projection's output as it is), so its {s['evidence']['ffn']['matrices']} matrices are one linear "
