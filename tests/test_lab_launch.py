@@ -584,10 +584,15 @@ def test_a_finished_labs_real_start_up_calibrates_the_next_labs_estimate(tmp_pat
     tail, and the next lab's cost line and ETA scale its own measurement by them and say so; none kept, a damaged
     file or an impossible ratio: the measurement alone."""
     monkeypatch.setenv("BLOCKLAB_CACHE", str(tmp_path))
-    assert launch.calibrated(2.0) == (2.0, None, None)
+    # none kept: the start-up as measured, the report's tail at the ratio measured on one machine, said so
+    prior = launch.calibrated(2.0)
+    assert prior == (2.0, None, pytest.approx(2.0 * launch.REPORT_RATIO), launch.REPORT_PRIOR)
+    said, _ = launch.estimate(_spec(), tmp_path / "lab", 0.25, 2.0, 1, 3, report_s=prior[2], report_basis=prior[3])
+    assert f"≈ {2.0 * launch.REPORT_RATIO:.0f} s for the report (x {launch.REPORT_RATIO:.2f} the start-up" in said
+    assert "no lab has finished here yet" in said
     launch.record_calibration(2.0, 3.0, 5.0)
-    seconds, basis, report = launch.calibrated(1.5)
-    assert seconds == pytest.approx(2.25) and report == pytest.approx(3.75)
+    seconds, basis, report, report_basis = launch.calibrated(1.5)
+    assert seconds == pytest.approx(2.25) and report == pytest.approx(3.75) and report_basis is None
     assert "x 1.50" in basis and "(1.5 s)" in basis
     said, total = launch.estimate(_spec(), tmp_path / "lab", 0.25, seconds, 1, 3, job_basis=basis, report_s=report)
     assert "x 1.50: this machine's last finished lab" in said and "≈ 4 s for the report" in said, said
@@ -604,6 +609,6 @@ def test_a_finished_labs_real_start_up_calibrates_the_next_labs_estimate(tmp_pat
     assert launch.job_s_from(launch.workflow_seconds([100], 0.25, 2.0, 1, report_s=6.0), [100], 0.25, 1,
                              report_s=6.0) == pytest.approx(2.0, abs=1e-6)
     (tmp_path / launch.CALIBRATION).write_text("{not json", encoding="utf-8")
-    assert launch.calibrated(1.5) == (1.5, None, None)
+    assert launch.calibrated(1.5)[:2] == (1.5, None) and launch.calibrated(1.5)[3] == launch.REPORT_PRIOR
     launch.record_calibration(2.0, 200.0)  # a ratio of 100: no workflow gives it
-    assert launch.calibrated(1.5) == (1.5, None, None)
+    assert launch.calibrated(1.5)[:2] == (1.5, None) and launch.calibrated(1.5)[3] == launch.REPORT_PRIOR

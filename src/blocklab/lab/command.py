@@ -174,17 +174,19 @@ def _plan_and_run(args, spec, size, out: Path, text: str, same: bool, scratch) -
     # are, alone on this command's side (not beside its own checks); under --lr-sweep once, for every rate
     sweep = getattr(args, "sweep_state", None)
     start_s, basis, measured_s = (sweep or {}).get("job_s"), (sweep or {}).get("job_basis"), None
-    report_s = (sweep or {}).get("report_s")
+    report_s, report_basis = (sweep or {}).get("report_s"), (sweep or {}).get("report_basis")
     if start_s is None:
         measured_s = launch.JobStart(launch._lanes(min(args.cores, os.cpu_count() or 1), len(spec.runs()) + 1)).seconds()
-        start_s, basis, report_s = launch.calibrated(measured_s)  # scaled by this machine's last finished lab, if any
+        # scaled by this machine's last finished lab, if any
+        start_s, basis, report_s, report_basis = launch.calibrated(measured_s)
         if sweep is not None:
-            sweep["job_s"], sweep["job_basis"], sweep["report_s"] = start_s, basis, report_s
+            sweep.update(job_s=start_s, job_basis=basis, report_s=report_s, report_basis=report_basis)
     timed = 3
     per_step = time_steps(spec, timed)
     load = launch.load_now()
     said, seconds = launch.estimate(spec, out, per_step, start_s, args.cores, timed, load,
-                                    **({"job_basis": basis} if basis else {}), report_s=report_s)
+                                    **({"job_basis": basis} if basis else {}), report_s=report_s,
+                                    report_basis=report_basis)
     print(said, file=sys.stderr, flush=True)
     if sweep is not None:
         from .lrsweep import sweep_estimate

@@ -118,26 +118,38 @@ def machine_key() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores, {platform.node()}"
 
 
-def calibrated(measured_s: float) -> tuple[float, str | None, float | None]:
+# Where no lab has finished on a machine yet, its report's tail (its last run's end to its end: the report job imports
+# and draws) in proportion to the fresh Pythons' start-up as on the one machine measured: 5.37 s against 2.75 s on 2
+# idle cores of an Intel Xeon (family 6, model 167), 2026-12-07 (performance/measured/lab_estimates.csv, the tiny
+# lab's cost line 0.73 of the real time without it). Drawing and importing are both single-core Python work, so the
+# ratio, not the seconds, is carried over; a machine's first finished lab replaces it with its own.
+REPORT_RATIO = 1.96
+REPORT_PRIOR = (f"x {REPORT_RATIO:.2f} the start-up, as the report took on the one machine measured (a 2-core Intel "
+                "Xeon): no lab has finished here yet")
+
+
+def calibrated(measured_s: float) -> tuple[float, str | None, float, str | None]:
     """The start-up a job will take here: ``measured_s`` (the fresh Pythons) times this machine's ratio from its last
     finished lab, the words saying so, and the report's tail there (its last run's end to its end: the report job
-    draws, it takes longer than a start-up) in the same ratio to the measurement; (``measured_s``, None, None) where
-    no lab has finished here yet."""
+    draws, it takes longer than a start-up) in the same ratio to the measurement, with its words (None: a finished
+    lab's here). Where no lab has finished here yet: ``measured_s``, no words, and the report's tail at
+    ``REPORT_RATIO``, said so (``REPORT_PRIOR``)."""
     import json
 
+    prior = measured_s, None, measured_s * REPORT_RATIO, REPORT_PRIOR
     try:
         entry = json.loads(_calibration_file().read_text(encoding="utf-8"))[machine_key()]
         ratio = float(entry["ratio"])
         tail = entry.get("report_ratio")
         tail = None if tail is None else float(tail)
     except (OSError, ValueError, KeyError, TypeError):
-        return measured_s, None, None
+        return prior
     if not (0.5 <= ratio <= 20) or (tail is not None and not 0.5 <= tail <= 40):  # no workflow gives these
-        return measured_s, None, None
+        return prior
     return measured_s * ratio, (f"fresh Pythons doing what a job does before its first step, timed here now "
                                 f"({measured_s:.1f} s), x {ratio:.2f}: this machine's last finished lab's start-up "
                                 f"read back from its real time ({entry.get('date', '?')})"), \
-        (None if tail is None else measured_s * tail)
+        (measured_s * (REPORT_RATIO if tail is None else tail)), (REPORT_PRIOR if tail is None else None)
 
 
 def record_calibration(measured_s: float, real_job_s: float, report_s: float | None = None) -> None:
@@ -273,7 +285,8 @@ def job_s_from(real_s: float, run_steps: list[int], per_step: float, cores: int,
 
 def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: int,
              load: float = 0.0, job_basis: str = "fresh Pythons doing what a job does before its first step, started "
-             "together as the jobs are, timed here now", report_s: float | None = None) -> tuple[str, float]:
+             "together as the jobs are, timed here now", report_s: float | None = None,
+             report_basis: str | None = None) -> tuple[str, float]:
     """The line said before anything trains: what the lab will cost here, and what that is made of; and its seconds."""
     left = steps_left(spec, out)
     todo = [run for run, n in left.items() if n]
@@ -289,8 +302,9 @@ def estimate(spec, out: Path, per_step: float, job_s: float, cores: int, timed: 
             f"(timed here on {timed} steps of the built stack, one thread as each job trains"
             f"{f'; x {slow:.2g} for {lanes} side by side at load {load:.1f}' if slow > 1.005 else ''}), {lanes} "
             f"job(s) at a time (--cores {cores}), plus ≈ {job_s:.0f} s start-up a job ({job_basis}) for each run, the "
-            + ("gradient at init and Snakemake, and ≈ " + f"{report_s:.0f} s for the report (as a finished lab's took "
-               "here, in proportion)" if report_s is not None else "gradient at init, the report and Snakemake")
+            + ("gradient at init and Snakemake, and ≈ " + f"{report_s:.0f} s for the report ("
+               + (report_basis or "as a finished lab's took here, in proportion") + ")"
+               if report_s is not None else "gradient at init, the report and Snakemake")
             + ", at the machine's present load"), total
 
 
