@@ -840,6 +840,20 @@ def test_gemma2_soft_cap_on_the_scores_is_measured_and_not_judged():
     assert review.exit_status == EXIT_PASS
 
 
+def test_deepseek_v3_rotates_its_decoupled_share_of_each_head():
+    # deepseek_v3 cfg: qk_nope_head_dim 128, qk_rope_head_dim 64; mod: query = cat(q_nope, q_pe), key = cat(k_nope,
+    # k_pe), and only q_pe and k_pe (k_pe from kv_a_proj_with_mqa, one per token for every head) are rotated:
+    # 64 of each head's 192 query-key features. The tiny build keeps that share (nope 8, rope 4)
+    from blocklab.review import hf
+
+    tiny = hf.shrink(hf.load_config("deepseek_v3"), "eager")
+    assert tiny.qk_rope_head_dim / (tiny.qk_rope_head_dim + tiny.qk_nope_head_dim) == pytest.approx(64 / 192)
+    review = hf_review("deepseek_v3")
+    s = review.facts["structure"]
+    assert s["position"] == "rope" and s["evidence"]["rotary_fraction"] == pytest.approx(64 / 192)
+    assert any(f.message.startswith("partial RoPE (33% of each head rotated)") for f in review.findings)
+
+
 def test_deepseek_v3_rope_key_in_its_latent_is_no_logit_bias():
     # deepseek_v3 mod: k_pe is split off kv_a_proj_with_mqa's output (the latent's down-projection) and rotated with
     # q_pe (apply_rotary_pos_emb on both): RoPE; its query features pair with that key, so they are no bias on the

@@ -1693,6 +1693,10 @@ class LayerAnalysis:
 
     def _rotary_probe(self, g: SubLayer, heads: dict, roles: dict) -> float:
         hd = heads["head_dim"]
+        queries = sum(r == "q" for rs in roles.values() for r in rs)
+        latent_keys = any(r == "kv" for rs in roles.values() for r in rs)  # absorbed MLA: the probe below, as is
+        if not latent_keys and queries % heads["heads"] == 0 and queries // heads["heads"] > hd:
+            return self._rotary_probe_wide(g, heads, roles, queries // heads["heads"])
         latent = self._latent_queries(heads, roles, g)
 
         def query(flat, key, f):  # element 0 keeps every query zero: the uniform attention the mask allows
@@ -1708,6 +1712,28 @@ class LayerAnalysis:
         o_in = self.read_input(traced, g)
         rotated = [a for a in range(hd) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
         return len(rotated) / hd
+
+    def _rotary_probe_wide(self, g: SubLayer, heads: dict, roles: dict, width: int) -> float:
+        """A query head wider than a value head (DeepSeek's MLA: 128 query features meet the keys from the latent, 64
+        a rotated key of its own, computed from the layer's input, that no probed feature sets): the share of each
+        query head's features that is rotated. Per query offset a: that query feature at ROTARY_PROBE, every other
+        query zero, every probed key feature ROTARY_PROBE at every position, and the layer's input the same token at
+        every position, so that every key, set or computed, is the same vector at every position before any rotation.
+        Unrotated, the logits are then the same for every key (uniform attention); rotated, they depend on the
+        positions' offset, and the weights move."""
+        def query(flat, key, f):
+            flat[..., f] = 0.0
+            flat[1 + f % width, :, f] = ROTARY_PROBE
+
+        def key_(flat, key, f):
+            flat[..., f] = ROTARY_PROBE
+
+        x = self.batch(width + 1)
+        x[:] = x[:, :1]
+        traced, _ = self.tracer.inputs_of(x, _role_edit(roles, heads["v_offsets"], query, key_))
+        o_in = self.read_input(traced, g)
+        rotated = [a for a in range(width) if (o_in[1 + a] - o_in[0]).abs().max().item() > ROTARY_TOL]
+        return len(rotated) / width
 
     @staticmethod
     def _per_head_linear(patterns) -> bool:

@@ -186,6 +186,11 @@ def shrink(config, attention: str = "eager"):
     for key in OTHER_HEAD_DIMS:
         if _int_attr(config, key):
             setattr(tiny, key, HEAD_DIM)
+    if _int_attr(config, "qk_rope_head_dim") and _int_attr(config, "qk_nope_head_dim"):
+        # a decoupled rotary key beside the unrotated ones (DeepSeek's MLA): keep its share of the query-key product
+        tiny.qk_rope_head_dim = max(2, 2 * round(config.qk_rope_head_dim * HEAD_DIM / config.qk_nope_head_dim / 2))
+        if getattr(config, "head_dim", None) == config.qk_rope_head_dim:  # the rotary embedding's width (DeepSeek-V3)
+            tiny.head_dim = tiny.qk_rope_head_dim
     if _int_attr(config, "qk_head_dim") and _int_attr(config, "qk_rope_head_dim"):
         tiny.qk_head_dim = tiny.qk_rope_head_dim + (getattr(tiny, "qk_nope_head_dim", 0) or 0)
     for key in RANK_KEYS:
