@@ -800,9 +800,9 @@ def test_gemma3n_layers_that_reuse_earlier_keys_and_values_are_read_with_the_sha
     assert all("kv_from" not in p for idx, p in found.items() if idx[0] < 20)
     shared = next(o["structure"]["evidence"]["kv_shared"] for o in review.facts["structure"]["evidence"]
                   ["layer_patterns"] if o["indices"] == sliding)
-    assert shared["lent"] == ["k_proj", "v_proj", "k_norm", "v_norm"] and shared["config"] == {
+    assert shared["borrowed"] == ["k_proj", "v_proj", "k_norm", "v_norm"] and shared["config"] == {
         "num_kv_shared_layers": 15}
-    # the reading without the lent projections, kept as evidence: its keys and values come from outside the layer
+    # the reading without the borrowed projections, kept as evidence: its keys and values come from outside the layer
     assert "'self_attn.o_proj' reads what the model computed from its tokens outside this layer's input" in \
         shared["unread_reason"]
     sparse = {idx: p for idx, p in found.items() if idx[0] < 10}
@@ -824,9 +824,9 @@ def test_kv_shared_layer_is_restored_after_its_reading():
     assert hf.kv_source(layers, 20, config) == 18 and hf.kv_source(layers, 24, config) == 19
     assert hf.kv_source(layers, 18, config) is None
     before = {n for n, _ in layers[20].named_parameters()}
-    with hf.kv_computed_here(layers[20], layers[18]) as lent:
+    with hf.kv_computed_here(layers[20], layers[18]) as borrowed:
         assert layers[20].self_attn.k_proj is layers[18].self_attn.k_proj and not layers[20].self_attn.is_kv_shared_layer
-    assert lent == ["k_proj", "v_proj", "k_norm", "v_norm"]
+    assert borrowed == ["k_proj", "v_proj", "k_norm", "v_norm"]
     assert {n for n, _ in layers[20].named_parameters()} == before and layers[20].self_attn.is_kv_shared_layer
 
 

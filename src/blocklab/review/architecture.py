@@ -350,9 +350,9 @@ def scale_to_full(structure: dict, layer_path: str, full_model, heads: int, d: i
     shared = ev.get("kv_shared") or {}
     source_path = f"{layer_path.rpartition('.')[0]}.{shared['from_layer']}" if shared else layer_path
 
-    def get(name):  # a module lent by the layer whose keys and values this one shares is that layer's
-        lent = shared and name.rpartition(".")[2] in shared.get("lent", ())
-        return full_model.get_submodule(f"{source_path if lent else layer_path}.{name}")
+    def get(name):  # a module borrowed by the layer whose keys and values this one shares is that layer's
+        borrowed = shared and name.rpartition(".")[2] in shared.get("borrowed", ())
+        return full_model.get_submodule(f"{source_path if borrowed else layer_path}.{name}")
     ffn_ratio, moe = _full_ffn(structure, get, d)
     if structure.get("mixer") != "attention":  # no heads to scale: the FFN's width only
         return {**structure, "ffn_ratio": ffn_ratio, "moe": moe,
@@ -581,11 +581,11 @@ def read_stack(model, layers, tiny_config, decoder_side: bool, seed: int, scale=
 def _read_kv_shared(model, layers, rep: int, source: int, tiny_config, decoder_side, seed, absolute,
                     unread: dict) -> dict:
     """A layer whose keys and values are an earlier layer's (a shared KV cache) mixes none of its own input, so its
-    attention cannot be read from it (unread: that reading). Read instead with the source layer's K/V modules lent
+    attention cannot be read from it (unread: that reading). Read instead with the source layer's K/V modules borrowed
     to it and applied to its own input: the heads, position, window, QK-norm and FFN are this layer's; the keys and
     values are made by the source layer's weights, from this layer's input rather than the source layer's."""
     try:
-        with hf.kv_computed_here(layers[rep], layers[source]) as lent:
+        with hf.kv_computed_here(layers[rep], layers[source]) as borrowed:
             driver = hf.ModelDriver(model, layers[rep], tiny_config, seed=seed, decoder_side=decoder_side)
             s = read_layer(LayerAnalysis(driver, seed), absolute)
     except MemoryCapExceeded:
@@ -599,9 +599,9 @@ def _read_kv_shared(model, layers, rep: int, source: int, tiny_config, decoder_s
             and not isinstance(v, bool)}
     return {**s, "kv_from": source,
             "evidence": {**s["evidence"], "kv_shared": {
-                "from_layer": source, "lent": lent, "config": keys, "unread_reason": unread.get("reason"),
+                "from_layer": source, "borrowed": borrowed, "config": keys, "unread_reason": unread.get("reason"),
                 "read_as": f"keys and values of layer {source} (a shared KV cache): read with layer {source}'s "
-                           f"{', '.join(lent)} applied to this layer's own input"}}}
+                           f"{', '.join(borrowed)} applied to this layer's own input"}}}
 
 
 def _heads_of(config, decoder_side: bool) -> int | None:

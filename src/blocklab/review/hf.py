@@ -273,18 +273,18 @@ def kv_source(layers, index: int, config) -> int | None:
 @contextlib.contextmanager
 def kv_computed_here(consumer: nn.Module, producer: nn.Module):
     """For the duration, a KV-sharing layer computes its keys and values itself, from its own input, with the
-    modules of the layer it shares them with (lent, not copied: the same weights); restored after. Yields the
-    names lent. The only change to what the layer computes is which input those modules read."""
+    modules of the layer it shares them with (borrowed, not copied: the same weights); restored after. Yields the
+    names borrowed. The only change to what the layer computes is which input those modules read."""
     attn, source = consumer.self_attn, producer.self_attn
-    lent = [n for n in KV_MODULES if hasattr(source, n) and not hasattr(attn, n)]
-    for n in lent:
+    borrowed = [n for n in KV_MODULES if hasattr(source, n) and not hasattr(attn, n)]
+    for n in borrowed:
         setattr(attn, n, getattr(source, n))
     attn.is_kv_shared_layer = False
     try:
-        yield lent
+        yield borrowed
     finally:
         attn.is_kv_shared_layer = True
-        for n in lent:
+        for n in borrowed:
             delattr(attn, n)
 
 
