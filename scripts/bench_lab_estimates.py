@@ -58,6 +58,17 @@ def machine() -> str:
                                                       if family and model else "")
 
 
+def append_rows(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """Append ``rows`` to the CSV at ``path``, with a header when the file is new."""
+    new = not path.is_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def timed_lines(command: list[str], cwd: Path) -> tuple[list[tuple[float, str]], float, int]:
     """Run ``command``; every line it prints (stdout and stderr) with the monotonic time it arrived, the time it ended
     and its exit status."""
@@ -199,13 +210,7 @@ def main() -> int:
     out = [{**common, "part": r["part"], "estimate": r["estimate"], "at_s": r["at"],
             "estimated_s": round(r["estimated"], 1), "real_s": round(r["real"], 1),
             "ratio": round(r["estimated"] / r["real"], 3) if r["real"] > 0 else ""} for r in rows]
-    new = not args.csv.is_file()
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerows(out)
+    append_rows(args.csv, COLUMNS, out)
     print(f"{common['machine']}, {common['cores']} cores, nice {common['nice']}, load {load_before:.1f} before, "
           f"{load_after:.1f} after; commit {commit}")
     for r in out:

@@ -12,7 +12,6 @@ level and the 1-minute load average before and after. Not a test: the times depe
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_lab_estimates import machine  # noqa: E402
+from bench_lab_estimates import append_rows, machine  # noqa: E402
 
 CSV = ROOT / "performance" / "measured" / "review_times.csv"
 COLUMNS = ["date", "commit", "machine", "cores", "nice", "load_before", "load_after", "subject", "seconds", "exit",
@@ -70,13 +69,7 @@ def main() -> int:
     common = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit,
               "machine": machine(), "cores": os.cpu_count(), "nice": os.nice(0), "load_before": round(load_before, 2),
               "load_after": round(load_after, 2)}
-    new = not args.csv.is_file()
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerows({**common, **r} for r in rows)
+    append_rows(args.csv, COLUMNS, [{**common, **r} for r in rows])
     times = sorted(r["seconds"] for r in rows)
     over = [r["subject"] for r in rows if r["seconds"] > LIMIT_S]
     print(f"{common['machine']}, {common['cores']} cores, nice {common['nice']}, load {load_before:.1f} before, "
