@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def no_recorded_lab_runs(tmp_path_factory, monkeypatch):
     """The hand-made sweeps here are judged on their own runs alone: the default cell's runs the lab recorded in git
-    (records/lab/runs, counted beside a sweep of the same cell and setup) are read from an empty folder instead."""
+    (records/lab/runs, counted beside a sweep of the same cell and setup) are read from an empty folder instead, and
+    so are the dynamics study's snapshots (records/dynamics/validation holds the same cell's post-norm runs)."""
+    from blocklab.reporting import claims as claims_module
     from blocklab.training import lab_records
 
     monkeypatch.setattr(lab_records, "RUNS", str(tmp_path_factory.mktemp("no-recorded-lab-runs")))
+    monkeypatch.setattr(claims_module, "SNAPSHOT_ROOT", str(tmp_path_factory.mktemp("no-recorded-snapshots")))
 
 
 @pytest.fixture()

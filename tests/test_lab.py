@@ -361,6 +361,8 @@ def test_the_default_cells_claims_count_its_runs_recorded_after_the_sweep(tmp_pa
 
     folder = tmp_path / "runs"
     monkeypatch.setattr(lab_records, "RUNS", str(folder))
+    # the dynamics study's recorded runs of this cell are counted too (tests/test_claims_snapshot_runs.py): not here
+    monkeypatch.setattr(claims, "SNAPSHOT_ROOT", str(tmp_path / "no-snapshots"))
     for norm, warmup, seed, curve in (("post", 0, 3, "post-w0-s0"), ("post", 0, 4, "post-w0-s1"),
                                       ("pre", 0, 3, "pre-w0-s0"), ("post", 400, 3, "post-w400-s0"),
                                       ("post", 0, 0, "post-w0-s2")):  # seed 0: the sweep's own run, not counted again

@@ -216,9 +216,49 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
                 continue
             rows.append({**summary_row(meta, loss), "recorded": lab_records.RUNS})
             curves.append(loss.assign(**run_ident(meta)))
+        lab_seeds = {int(r["seed"]) for r in rows if int(r["warmup"]) == w}
+        for meta, loss, where in _snapshot_cell_runs(data, norm, w):
+            if (norm, w, int(meta["seed"])) in held or int(meta["seed"]) in lab_seeds:
+                continue  # the sweep's run of that seed, or the lab's recording of the same run
+            rows.append({**summary_row(meta, loss), "recorded": where})
+            curves.append(loss.assign(**run_ident(meta)))
     found = ((pd.DataFrame(rows), pd.concat(curves, ignore_index=True)) if rows else
              (summary.iloc[0:0].assign(recorded=pd.Series(dtype=str)), pd.DataFrame(columns=["run", "step", "loss"])))
     data.recorded[(norm, warmup)] = found
+    return found
+
+
+# Where the dynamics study's snapshots (``dynamics.from_snapshots``, recorded in git) are read from ("": the repository).
+SNAPSHOT_ROOT = ""
+
+
+def _snapshot_cell_runs(data: Data, norm: str, warmup: int):
+    """The sweep's cell's runs (``norm``, ``warmup``) that the dynamics study recorded in git (``dynamics.from_snapshots``
+    of this data's params, e.g. post-norm with warm-up 400 at seeds 0-8 in records/dynamics/validation): the study
+    trains a run of the default cell with the sweep's own function (``train_copy_run``) and the sweep's budget; its
+    runs at the sweep's seeds repeat the sweep's runs step for step (tests/test_claims_snapshot_runs.py). Each as
+    (meta, per-step losses, folder), read at full length only (a run stopped early at an event is not the sweep's)."""
+    from ..studies.dynamics.plan import read_snapshots
+    from ..training.lab_records import REPO
+
+    root = Path(SNAPSHOT_ROOT or REPO)
+    cell, steps = default_cell(data.params).name, int(data.params["sweep"]["steps"])
+    vocab = int(data.params["copy_task"]["vocab_size"])
+    found = []
+    for folder in (data.params.get("dynamics") or {}).get("from_snapshots", []):
+        if not (root / folder / "runs.csv").is_file():
+            continue
+        runs, losses, _ = read_snapshots([root / folder], diagnostics=False)  # verified against its manifest first
+        runs = runs[(runs["setting"] == cell) & (runs["norm"] == norm) & (runs["warmup"].astype(int) == warmup)
+                    & (runs["vocab_size"].astype(int) == vocab)]
+        for row in runs.itertuples(index=False):
+            loss = losses[(losses["setting"] == cell) & (losses["run"] == row.run)][["step", "loss", "lr"]]
+            diverged = None if pd.isna(row.diverged_step) else int(row.diverged_step)
+            if diverged is None and (loss.empty or int(loss["step"].max()) != steps):
+                continue
+            meta = {"run": row.run, "norm": row.norm, "warmup": int(row.warmup), "seed": int(row.seed),
+                    "copy_task": {"vocab_size": vocab}, "diverged_step": diverged, "wall_time_s": row.wall_time_s}
+            found.append((meta, loss.sort_values("step", ignore_index=True), str(folder)))
     return found
 
 
@@ -260,8 +300,9 @@ def _whence(runs: pd.DataFrame) -> str:
                          for w, s in zip(frame["warmup"], frame["seed"]))
 
     what = "warm-up/seed" if runs["warmup"].nunique() > 1 else "seeds"
-    return (f" [{what} {seeds(own)}: the sweep's runs; {what} {seeds(extra)}: the same cell's runs recorded in "
-            f"{extra['recorded'].iloc[0]}]")
+    sources = "; ".join(f"{what} {seeds(extra[extra['recorded'] == where])}: the same cell's runs recorded in {where}"
+                        for where in extra["recorded"].unique())
+    return f" [{what} {seeds(own)}: the sweep's runs; {sources}]"
 
 
 DOCUMENT_SETUP = {"copy_model.n_layers": 24, "copy_model.d_model": 128, "copy_model.n_heads": 4,
@@ -333,12 +374,12 @@ def loss_at_step(data: Data, norm: str, warmup: int, step, held_out: bool = Fals
     seeds = " ".join(str(int(s)) for s in planned)
     used = {int(s) for s in [*planned, *data.params["inference"].get("seeds", []), *data.params["sweep"]["seeds"]]}
     more, more_losses = _recorded_cell(data, norm, warmup)
-    more = more[~more["seed"].astype(int).isin(used)].sort_values("seed")
+    more = more[~more["seed"].astype(int).isin(used)].sort_values(["recorded", "seed"])  # the order of the text
     for run in more["run"]:  # a run that diverged before ``step`` has no row there: a NaN, never left out
         row = more_losses[(more_losses["run"] == run) & (more_losses["step"] == step)]
         values.append(float(row["loss"].iloc[0]) if len(row) else float("nan"))
-    also = (f" and {' '.join(str(int(s)) for s in more['seed'])} (the same cell's runs recorded in "
-            f"{more['recorded'].iloc[0]}, their step {step})" if len(more) else "")
+    also = "".join(f" and {' '.join(str(int(s)) for s in more[more['recorded'] == where]['seed'])} (the same cell's "
+                   f"runs recorded in {where}, their step {step})" for where in more["recorded"].unique())
     return (f"held-out seeds {seeds}{also}: {fmt(values)}; the fit's seeds {' '.join(map(str, runs['seed']))}: {fmt(at)}",
             [part("samples", samples=values)])
 
@@ -405,16 +446,15 @@ def scoped_answer(data: Data):
     runs = data.table("sweep/summary.csv")
     post0, post400 = _runs(data, "post", 0), _runs(data, "post", max(data.params["sweep"]["warmups"]))
     pre0 = _runs(data, "pre", 0)
-    from ..training import lab_records
-
-    n_recorded = sum(int((r["recorded"] != "").sum()) for r in (post0, post400, pre0))
+    recorded = pd.concat([r["recorded"] for r in (post0, post400, pre0)])
+    recorded = recorded[recorded != ""].value_counts(sort=False)
     stuck = int((post0["outcome"] != "learned").sum())
     wobbled = post400[post400["outcome"] != "learned"]
     learned = int((pre0["outcome"] == "learned").sum())
     measured = (f"post-norm without warm-up: {stuck} of {len(post0)} did not learn; with warm-up: "
                 f"{len(wobbled)} of {len(post400)} did not end learned ({', '.join(wobbled['run'] + ': ' + wobbled['outcome']) or 'none'}); "
                 f"pre-norm without warm-up: {learned} of {len(pre0)} learned ({len(runs)} runs of the sweep"
-                + (f"; {n_recorded} of the same cell recorded in {lab_records.RUNS}" if n_recorded else "") + ")")
+                + "".join(f"; {n} of the same cell recorded in {where}" for where, n in recorded.items()) + ")")
     return measured, [part("count", "post-norm cannot start without warm-up", k=stuck, n=len(post0), key="post-w0"),
                       part("fact", "post-norm can wobble with warm-up", existence=True, holds=len(wobbled) > 0,
                            what=f"{len(wobbled)} of {len(post400)} post-norm runs with warm-up did not end learned"),
