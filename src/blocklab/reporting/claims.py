@@ -217,7 +217,7 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
             rows.append({**summary_row(meta, loss), "recorded": lab_records.RUNS})
             curves.append(loss.assign(**run_ident(meta)))
         lab_seeds = {int(r["seed"]) for r in rows if int(r["warmup"]) == w}
-        for meta, loss, where in _snapshot_cell_runs(data, norm, w):
+        for meta, loss, where in snapshot_cell_runs(data, norm, w):
             if (norm, w, int(meta["seed"])) in held or int(meta["seed"]) in lab_seeds:
                 continue  # the sweep's run of that seed, or the lab's recording of the same run
             rows.append({**summary_row(meta, loss), "recorded": where})
@@ -232,7 +232,7 @@ def _recorded_cell(data: Data, norm: str, warmup: int | None) -> tuple[pd.DataFr
 SNAPSHOT_ROOT = ""
 
 
-def _snapshot_cell_runs(data: Data, norm: str, warmup: int):
+def snapshot_cell_runs(data: Data, norm: str, warmup: int):
     """The sweep's cell's runs (``norm``, ``warmup``) that the dynamics study recorded in git (``dynamics.from_snapshots``
     of this data's params, e.g. post-norm with warm-up 400 at seeds 0-8 in records/dynamics/validation): the study
     trains a run of the default cell with the sweep's own function (``train_copy_run``) and the sweep's budget; its

@@ -31,13 +31,13 @@ def plan_rows(root: Path) -> list[dict]:
 def snapshot_runs(root: Path, norm: str, warmup: int) -> pd.DataFrame:
     """The default cell's runs of ``norm`` and ``warmup`` that a study's snapshot in git already holds (the dynamics
     study's, ``dynamics.from_snapshots`` of the gallery's params: the sweep's own function at the sweep's budget), as
-    the claims count them (``claims._snapshot_cell_runs``): seed, wall_time_s and the folder. Such a run is read, not
+    the claims count them (``claims.snapshot_cell_runs``): seed, wall_time_s and the folder. Such a run is read, not
     trained again."""
     from ..params_file import load_params
     from . import claims
 
     data = Path(root) / GALLERY
-    found = claims._snapshot_cell_runs(claims.Data(data, load_params(data / "params.yaml")), norm, warmup)
+    found = claims.snapshot_cell_runs(claims.Data(data, load_params(data / "params.yaml")), norm, warmup)
     return pd.DataFrame([{"seed": meta["seed"], "wall_time_s": meta["wall_time_s"], "recorded": where}
                          for meta, _, where in found], columns=["seed", "wall_time_s", "recorded"])
 
