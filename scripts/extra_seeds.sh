@@ -11,6 +11,8 @@
 #                                # of 2026-12-05 07:20 UTC), the same queue, the three moving strata first; twice, one per core
 #   scripts/extra_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
 #                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
+#   scripts/extra_seeds.sh rc24 # d004-swiglu-ppl's 24 seeds per arm: reverse copy seed 0 again (checked against the
+#                                # gallery's rows), then seeds 8-23 of every variant (docs/extra-seeds/cost.md)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
 # (the study's own `blocklab sensitivity train`). Each finished depth run is recorded in git at once (the study's own
 # `blocklab sensitivity snapshot`, into $SNAPSHOT; params.yaml's sensitivity.from_snapshots names it, and
@@ -88,10 +90,10 @@ gap_queue() {  # a list of strata ("lr warm-up" each; default: the depth claim's
   done
 }
 
-reverse_copy() {
-  for seed in 0 1 2 3 4 5 6 7; do
+reverse_copy() {  # RC_SEEDS (default 0-7) of every variant into RC_RUNS (default data/reverse_copy/runs)
+  for seed in ${RC_SEEDS:-0 1 2 3 4 5 6 7}; do
     for variant in classic rmsnorm swiglu rope modern; do
-      local dir="data/reverse_copy/runs/${variant}-s${seed}"
+      local dir="${RC_RUNS:-data/reverse_copy/runs}/${variant}-s${seed}"
       finished "$dir" && continue
       mkdir -p "$dir"
       $NICE blocklab exp train-reverse --params "$PARAMS" --variant "$variant" --seed "$seed" --threads 1 \
@@ -159,6 +161,9 @@ finish() {  # once every seed-1 run is in git (the snapshot above and the sweep'
 }
 
 case "${1:-}" in
+  rc24) # d004-swiglu-ppl's 24 seeds per arm (docs/extra-seeds/cost.md, written before): seed 0 again (the check
+        # against the gallery's rows on another processor), then seeds 8-23; one process at nice 5 beside the decide lanes
+        NICE="nice -n 5" RC_RUNS=data/extra-seeds/reverse_copy RC_SEEDS="0 $(seq -s ' ' 8 23)" reverse_copy ;;
   rc) reverse_copy ;;   # the reverse copy alone (seeds 6-7 were added after the 6-seed table asked 7 and 8 per arm)
   a) reverse_copy
      $NICE blocklab exp activation-norms --params "$PARAMS" --out data/activation_norms/norms.csv
@@ -169,5 +174,5 @@ case "${1:-}" in
   gap) gap_queue ;;
   finish) finish ;;
   seed1) gap_queue "0.003 400" "0.003 0" "0.001 0" "0.0003 0" "0.0003 400" "0.001 400" ;;  # the whole seed 1: 48 runs
-  *) echo "usage: $0 a|b|rc|gn|gap|seed1|finish" >&2; exit 2 ;;
+  *) echo "usage: $0 a|b|rc|rc24|gn|gap|seed1|finish" >&2; exit 2 ;;
 esac
