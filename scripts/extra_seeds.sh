@@ -11,7 +11,7 @@
 #                                # of 2026-12-05 07:20 UTC), the same queue, the three moving strata first; twice, one per core
 #   scripts/extra_seeds.sh gn  # the gradient at init, seeds 0-8 (3-8 new; 0-2 must equal the gallery's), the document's
 #                                # and the sensitivity study's, recorded into the gallery and re-judged (minutes)
-#   scripts/extra_seeds.sh rc24 # d004-swiglu-ppl's 24 seeds per arm: reverse copy seed 0 again (checked against the
+#   scripts/extra_seeds.sh rc24 # d004-swiglu-ppl's 24 seeds per arm: reverse copy seed 0 again (rc24-check: against the
 #                                # gallery's rows), then seeds 8-23 of every variant (docs/extra-seeds/cost.md)
 # Resumable: a finished run (meta.json with status finished) is skipped, a started one resumes from its checkpoint
 # (the study's own `blocklab sensitivity train`). Each finished depth run is recorded in git at once (the study's own
@@ -164,6 +164,31 @@ case "${1:-}" in
   rc24) # d004-swiglu-ppl's 24 seeds per arm (docs/extra-seeds/cost.md, written before): seed 0 again (the check
         # against the gallery's rows on another processor), then seeds 8-23; one process at nice 5 beside the decide lanes
         NICE="nice -n 5" RC_RUNS=data/extra-seeds/reverse_copy RC_SEEDS="0 $(seq -s ' ' 8 23)" reverse_copy ;;
+  rc24-check) # seed 0 trained here against the gallery's rows, with the bounds docs/extra-seeds/cost.md fixed before
+        # the runs: first-step loss within 1e-4 relative (float32 rounding of one forward pass, about 1e-6), final loss
+        # within 5 % relative (100 Adam steps carry rounding forward; a wrong setup moves it by tens of percent)
+        R=data/extra-seeds/reverse_copy
+        blocklab exp aggregate-reverse --runs $(for v in classic rmsnorm swiglu rope modern; do echo "$R/$v-s0"; done) \
+          --out-losses data/extra-seeds/rc_s0_losses.csv --out-summary data/extra-seeds/rc_s0_summary.csv >/dev/null
+        python - <<'PY'
+import pandas as pd
+from blocklab.records import GALLERY
+old_s, new_s = pd.read_csv(f"{GALLERY}/reverse_copy/summary.csv"), pd.read_csv("data/extra-seeds/rc_s0_summary.csv")
+old_l, new_l = pd.read_csv(f"{GALLERY}/reverse_copy/losses.csv"), pd.read_csv("data/extra-seeds/rc_s0_losses.csv")
+s = old_s[old_s["seed"] == 0].merge(new_s, on=["run", "variant", "seed"], suffixes=("_gallery", "_here"))
+first = old_l[(old_l["seed"] == 0) & (old_l["step"] == 1)].merge(new_l[new_l["step"] == 1], on="run",
+                                                                   suffixes=("_gallery", "_here"))
+assert len(s) == 5 and len(first) == 5, "seed 0 of all five variants is needed"
+first_rel = (first["loss_here"] / first["loss_gallery"] - 1).abs()
+final_rel = (s["final_loss_here"] / s["final_loss_gallery"] - 1).abs()
+for run, a, b in zip(s["run"], first_rel, final_rel):
+    print(f"{run}: first-step loss relative difference {a:.2e}, final loss {b:.2e}")
+same = (s["n_params_here"] == s["n_params_gallery"]).all() and (s["outcome_here"] == s["outcome_gallery"]).all()
+ok = first_rel.max() <= 1e-4 and final_rel.max() <= 0.05 and same
+print("accepted" if ok else "REFUSED: no seed is recorded")
+raise SystemExit(0 if ok else 1)
+PY
+        ;;
   rc) reverse_copy ;;   # the reverse copy alone (seeds 6-7 were added after the 6-seed table asked 7 and 8 per arm)
   a) reverse_copy
      $NICE blocklab exp activation-norms --params "$PARAMS" --out data/activation_norms/norms.csv
@@ -174,5 +199,5 @@ case "${1:-}" in
   gap) gap_queue ;;
   finish) finish ;;
   seed1) gap_queue "0.003 400" "0.003 0" "0.001 0" "0.0003 0" "0.0003 400" "0.001 400" ;;  # the whole seed 1: 48 runs
-  *) echo "usage: $0 a|b|rc|rc24|gn|gap|seed1|finish" >&2; exit 2 ;;
+  *) echo "usage: $0 a|b|rc|rc24|rc24-check|gn|gap|seed1|finish" >&2; exit 2 ;;
 esac

@@ -153,30 +153,34 @@ def _rate(value) -> str:
 
 def claims_summary(data: Path, root: Path) -> str:
     """The README's claims at a glance: the documents' claims and the project's counted apart, rows that share runs named; every
-    "not reproduced" and "partly" with what the other recorded settings gave (claim x setting), and every
-    "inconclusive" with the seeds that would decide it."""
+    "not reproduced" and "partly" claim of the documents with what the other recorded settings gave (claim x setting),
+    and the documents' "inconclusive" ones with the seeds that would decide them (the project's and the literature's
+    rows are listed in their claims tables)."""
     claims = _claims(data)
     by_setting = (read_table(data / "sensitivity" / "claims_by_setting.csv")
                   if (data / "sensitivity" / "claims_by_setting.csv").is_file() else None)
     documents, project = claims[claims["source"] == "document"], claims[claims["source"] == "project"]
     others = claims[~claims["source"].isin(["document", "project"])]  # e.g. literature: counted apart, by source
     lines = [f"Of the **{len(claims)} claims** checked, **{len(documents)} are the documents'**: {_counts(documents)}. "
-             f"**{len(project)} are the project's**: {_counts(project)}. "
+             f"**{len(project)} are the project's** (listed in the claims tables): {_counts(project)}. "
              + "".join(f"**{len(g)} are the literature's** ([fixes](docs/lab.md)): {_counts(g)}. " if src == "literature"
                        else f"**{len(g)} are of source {src}**: {_counts(g)}. " for src, g in others.groupby("source")) +
-             f"Rules and error rates: [document 000's claims](docs/doc000.md#claims). Not reproduced:",
+             f"Rules and error rates: [document 000's claims](docs/doc000.md#claims). The documents' claims not "
+             f"reproduced:",
              ""]
-    listed = claims[claims["source"] != "literature"]  # the literature's rows: listed in docs/lab.md (the README's length)
+    # the documents' rows only: the project's are listed in the claims tables, the literature's in docs/lab.md (the
+    # README's length)
+    listed = documents
     for verdict in ("not reproduced", "partly"):
         rows = listed[listed["verdict"] == verdict]
         if verdict == "partly" and len(rows):
-            lines += ["", "Partly (some seeds or parts hold, the others do not; the margin column says which):", ""]
+            lines += ["", "Partly (some seeds or parts hold, the others do not):", ""]
         for row in rows.itertuples(index=False):
             other = _other_settings(by_setting, row.id)
-            lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(row.claim)} "
+            lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(_clauses(row.claim, 120))} "
                          f"Measured: {_cell(_clauses(row.measured, 70))}.{' ' + _sentence(other) if other else ''}")
     if len(listed[listed["verdict"].isin(("not reproduced", "partly"))]):
-        lines += ["", "Each measured value is cut to its first clauses; the claims tables give it whole."]
+        lines += ["", "Each claim and measured value is cut to its first clauses; the claims tables give them whole."]
     undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
         from .errors import SEARCH_CAP
@@ -185,7 +189,7 @@ def claims_summary(data: Path, root: Path) -> str:
         beyond = int(undecided["seeds_to_decide"].isna().sum())
         said = [f"{len(known)} of them need from {known.min()} to {known.max()} seeds per arm" if len(known) else "",
                 f"{beyond} more than {SEARCH_CAP}" if beyond else ""]
-        lines += ["", f"The {len(undecided)} inconclusive claims would be decided (both error rates ≥ 0.8) with more "
+        lines += ["", f"The documents' {len(undecided)} inconclusive claims would be decided (both error rates ≥ 0.8) with more "
                   f"seeds: {'; '.join(w for w in said if w)}. The claims tables' last column gives each claim's count."]
     sources = [f"{GALLERY}/claims/claims.csv"] + ([f"{GALLERY}/sensitivity/claims_by_setting.csv"]
                                                           if by_setting is not None else [])
