@@ -180,7 +180,7 @@ def claims_summary(data: Path, root: Path) -> str:
             lines.append(f"- `{row.id}`{_whose(row)}: {_sentence(_clauses(row.claim, 120))} "
                          f"Measured: {_cell(_clauses(row.measured, 70))}.{' ' + _sentence(other) if other else ''}")
     if len(listed[listed["verdict"].isin(("not reproduced", "partly"))]):
-        lines += ["", "Each claim and measured value is cut to its first clauses; the claims tables give them whole."]
+        lines += ["", "Claims and values cut to their first clauses: the claims tables give them whole."]
     undecided = listed[listed["verdict"] == "inconclusive"]
     if len(undecided):
         from .errors import SEARCH_CAP
